@@ -1,0 +1,104 @@
+"""ChunkIndex: exact search against a brute-force loop, masking, FAISS, persistence, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.index import ChunkIndex, ChunkStore, IndexLoadError
+
+TEXTS = [f"Sentence number {i} talks about topic {i % 3} and item {i * 7}." for i in range(12)]
+
+
+def _random_index(n: int = 20, d: int = 8, seed: int = 0, backend: str = "torch") -> ChunkIndex:
+    g = torch.Generator().manual_seed(seed)
+    vectors = torch.randn(n, d, generator=g)  # (N, D)
+    return ChunkIndex(vectors, [f"t{i}" for i in range(n)], backend=backend)  # type: ignore[arg-type]
+
+
+def test_exact_search_matches_brute_force_loop() -> None:
+    index = _random_index()
+    queries = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))  # (B, D)
+    hits = index.search(queries, k=5)
+    for b in range(3):
+        brute = sorted(
+            ((float(sum(queries[b, j] * index.vectors[i, j] for j in range(8))), str(i)) for i in range(20)),
+            reverse=True,
+        )[:5]
+        assert [c.id for c, _ in hits[b]] == [i for _, i in brute]
+        assert [s for _, s in hits[b]] == pytest.approx([s for s, _ in brute], abs=1e-5)
+
+
+def test_excluded_ids_never_come_back_and_k_is_capped() -> None:
+    index = _random_index(n=6)
+    queries = torch.randn(2, 8)  # (B, D)
+    hits = index.search(queries, k=10, exclude=[{"0", "3"}, set()])
+    assert len(hits[0]) == 4 and {c.id for c, _ in hits[0]}.isdisjoint({"0", "3"})
+    assert sorted(c.id for c, _ in hits[1]) == [str(i) for i in range(6)]
+
+
+def test_faiss_backend_equals_torch() -> None:
+    pytest.importorskip("faiss")
+    exact, fa = _random_index(n=50), _random_index(n=50, backend="faiss")
+    queries = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))  # (B, D)
+    exclude = [{"1", "2"}, set(), {"7"}, {str(i) for i in range(10)}]
+    a, b = exact.search(queries, 6, exclude), fa.search(queries, 6, exclude)
+    assert [[c.id for c, _ in r] for r in a] == [[c.id for c, _ in r] for r in b]
+    assert [s for r in a for _, s in r] == pytest.approx([s for r in b for _, s in r], abs=1e-4)
+
+
+def test_from_texts_embeds_once_with_chunk_tower(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+    index = ChunkIndex.from_texts(tiny_qnet, TEXTS, metadatas=[{"i": i} for i in range(12)])
+    assert isinstance(index, ChunkStore)
+    assert index.vectors.shape == (12, tiny_qnet.dim)
+    torch.testing.assert_close(index.vectors, tiny_qnet.embed_chunks(TEXTS))
+    assert index.chunk(4).metadata == {"i": 4} and index.chunk(4).position == 4
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "numpy"])
+def test_save_load_round_trip(tmp_path: Path, fmt: str) -> None:
+    index = ChunkIndex(torch.randn(5, 4), ["a", "b", "c", "d", "é"], ids=list("vwxyz"), metadatas=[{"n": i} for i in range(5)])
+    folder = index.save(tmp_path / "idx", vector_format=fmt)  # type: ignore[arg-type]
+    loaded = ChunkIndex.load(folder)
+    torch.testing.assert_close(loaded.vectors, index.vectors, rtol=0, atol=0)
+    assert (loaded.texts, loaded.ids, loaded.metadatas) == (index.texts, index.ids, index.metadatas)
+    q = torch.randn(2, 4)  # (B, D)
+    assert loaded.search(q, 3) == index.search(q, 3)
+    assert not list(tmp_path.glob("*.pkl")) and not list(tmp_path.glob("**/*.pkl"))
+
+
+def test_load_rejects_missing_and_corrupt_folders(tmp_path: Path) -> None:
+    with pytest.raises(IndexLoadError, match="index.json is missing"):
+        ChunkIndex.load(tmp_path / "nowhere")
+    folder = ChunkIndex(torch.randn(3, 4), ["a", "b", "c"]).save(tmp_path / "idx")
+    (folder / "index.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(IndexLoadError, match="corrupt"):
+        ChunkIndex.load(folder)
+    folder = ChunkIndex(torch.randn(3, 4), ["a", "b", "c"]).save(tmp_path / "idx2")
+    head = json.loads((folder / "index.json").read_text())
+    head["texts"] = ["a"]
+    (folder / "index.json").write_text(json.dumps(head))
+    with pytest.raises(IndexLoadError, match="inconsistent"):
+        ChunkIndex.load(folder)
+    (folder / "vectors.safetensors").write_bytes(b"garbage")
+    with pytest.raises(IndexLoadError, match="corrupt"):
+        ChunkIndex.load(folder)
+
+
+def test_bad_corpus_input_gets_clear_errors() -> None:
+    v = torch.randn(2, 4)
+    with pytest.raises(ValueError, match="empty corpus"):
+        ChunkIndex(torch.randn(0, 4), [])
+    with pytest.raises(ValueError, match=r"texts\[1\] must be a str, got int"):
+        ChunkIndex(v, ["ok", 3])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="unique"):
+        ChunkIndex(v, ["a", "b"], ids=["x", "x"])
+    with pytest.raises(ValueError, match="2 texts"):
+        ChunkIndex(v, ["a", "b"], metadatas=[{}])
+    with pytest.raises(ValueError, match="single string"):
+        ChunkIndex(v, "ab")
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        ChunkIndex(v, ["a", "b"], metadatas=[{}, {"f": object()}]).save("/tmp/qrag-never-written")

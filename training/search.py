@@ -1,0 +1,376 @@
+"""Multi-hop inference (METHOD.md §4): greedy or beam hops over cached chunk vectors, with the stop rule.
+
+Shape legend: B questions, R state rows (questions × live beams), N chunks, D vector dim, K beam/width.
+
+Per hop, the states of every live question (and beam) are encoded in one batch by the state tower f_θ;
+chunk vectors g_φ(c) come from the store, computed once. In position mode 'relative' the cached
+unrotated vectors are re-rotated for every state row at every hop (positions depend on what was taken).
+
+How `k`, `max_hops` and `stop_threshold` interact:
+
+- `k=None` (adaptive, the paper's rule): at most `max_hops` hops; stop *before* a hop whose best Q-value
+  is below `stop_threshold` (never before `min_hops` hops). The number of results varies per question.
+- `k` given (exact count, what LangChain's standard suite and most chains expect): exactly
+  `min(k, N)` results. The first `min(k, max_hops)` are hops (each re-encodes the state); the stop rule
+  does not cut them. If `k > max_hops` the rest are the best remaining chunks for the state after the
+  last hop (one more state encoding, not more hops), with `hop = max_hops`. Every hit the adaptive
+  search would not have returned carries `past_stop=True`, so `[h for h in hits if not h.past_stop]`
+  is the adaptive answer (exactly, for greedy search with `max_hops ≥` the adaptive hop count).
+
+Beam search (`beam_size > 1`) keeps the `beam_size` hop sequences with the largest total Q over a fixed
+horizon, then applies the stop rule along the best sequence; `beam_size=1` is greedy search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk
+from training.qnet import CONFIG_FILE, QNetwork
+
+Order = Literal["hop", "document"]
+ROTATE_BUDGET = 1 << 25  # elements of rotated (rows, N, D) vectors materialised at once (128 MiB fp32)
+
+
+class SearchError(ValueError):
+    """A search argument or a model/store pairing is invalid; the message names the value and the fix."""
+
+
+@dataclass
+class SearchConfig:
+    """Multi-hop search settings; every field can be overridden per call (see the module docstring)."""
+
+    k: int | None = None
+    """Exact number of results per question; None: adaptive (stop rule decides)."""
+    max_hops: int = 4
+    """Most hops (state encodings that pick a chunk) per question."""
+    stop_threshold: float | None = 0.5
+    """Stop before a hop whose best Q-value is below this; None disables the rule."""
+    min_hops: int = 1
+    """Hops always taken before the stop rule may stop (a retriever that returns nothing helps nobody)."""
+    beam_size: int = 1
+    """Hop sequences kept per question; 1 is greedy."""
+    order: Order = "hop"
+    """Order of the returned hits: 'hop' or 'document' (position in the corpus, for long documents)."""
+    batch_size: int = 64
+    """Questions searched together (their states share encoder batches)."""
+
+    def validate(self) -> SearchConfig:
+        for name in ("k", "max_hops", "min_hops", "beam_size", "batch_size"):
+            value = getattr(self, name)
+            if name == "k" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_hops" else 1):
+                low = 0 if name == "min_hops" else 1
+                raise SearchError(f"{name} must be an integer >= {low}, got {value!r}.")
+        t = self.stop_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t)):
+            raise SearchError(f"stop_threshold must be a number or None, got {t!r}.")
+        if self.order not in ("hop", "document"):
+            raise SearchError(f"order must be 'hop' or 'document', got {self.order!r}.")
+        return self
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> SearchConfig:
+        """A copy with per-call overrides; unknown names raise `SearchError` listing the known ones."""
+        unknown = sorted(set(overrides) - set(self.field_names()))
+        if unknown:
+            raise SearchError(f"unknown search argument(s) {unknown}; allowed: {self.field_names()}.")
+        return dataclasses.replace(self, **overrides).validate()
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk: the hop that took it, its Q-value, and whether the stop rule would drop it."""
+
+    chunk: Chunk
+    hop: int
+    q_value: float
+    past_stop: bool = False
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The hits of one question in the requested order; `hops_kept` hits pass the stop rule."""
+
+    question: str
+    hits: list[Hit]
+    hops_kept: int
+
+
+@dataclass(frozen=True)
+class _Beam:
+    chunks: tuple[Chunk, ...] = ()
+    qs: tuple[float, ...] = ()
+    total: float = 0.0
+
+    def extend(self, chunk: Chunk, q: float) -> _Beam:
+        return _Beam((*self.chunks, chunk), (*self.qs, q), self.total + q)
+
+
+# Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so state
+# encoding is serialised per model; scoring and top-k run outside the lock.
+_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def _model_lock(model: Any) -> threading.Lock:
+    with _LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.Lock()
+        return lock
+
+
+class MultiHopSearcher:
+    """Greedy or beam multi-hop search with the stop rule, over a `ChunkIndex` or any `ChunkStore`.
+
+    Args:
+        model: The trained Q-network (put in eval mode: inference never uses dropout).
+        store: A `ChunkIndex` built with this model's chunk tower, or a `ChunkStore` (position mode
+            'none' only) whose vectors came from it.
+        config: Default search settings; each `search` call may override fields.
+
+    Raises:
+        SearchError: the model's vector dim differs from the index's, or a position-aware model is
+            paired with an external store.
+
+    Example:
+        >>> from training.index import ChunkIndex
+        >>> from training.qnet import QNetwork
+        >>> qnet = QNetwork.from_encoder("all-MiniLM-L6-v2")
+        >>> texts = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden."]
+        >>> searcher = MultiHopSearcher(qnet, ChunkIndex.from_texts(qnet, texts))
+        >>> result = searcher.search_one("Where is the milk?", k=2)
+        >>> [(h.chunk.id, h.hop) for h in result.hits]  # doctest: +SKIP
+        [('1', 0), ('0', 1)]
+    """
+
+    def __init__(self, model: QNetwork, store: ChunkIndex | ChunkStore, config: SearchConfig | None = None) -> None:
+        self.model = model
+        self.store = store
+        self.config = (config or SearchConfig()).validate()
+        self.mode = model.config.position_mode
+        model.eval()
+        self._absolute: torch.Tensor | None = None
+        if isinstance(store, ChunkIndex):
+            if store.dim != model.dim:
+                raise SearchError(
+                    f"the model's vectors have dim {model.dim} but the index holds dim {store.dim} "
+                    f"(built with encoder {store.encoder!r}); rebuild the index with this model's chunk tower."
+                )
+            if self.mode == "absolute":
+                self._absolute = self._absolute_vectors(store)
+        elif self.mode != "none":
+            raise SearchError(
+                f"position_mode={self.mode!r} re-rotates every chunk vector at every hop, which an external "
+                f"store ({type(store).__name__}) cannot do; use a ChunkIndex (exact, CPU or GPU) for this model."
+            )
+        elif not callable(getattr(store, "search", None)):
+            raise SearchError(f"{type(store).__name__} is not a ChunkStore: it has no search(queries, k, exclude).")
+        self._lock = _model_lock(model)
+
+    @property
+    def index(self) -> ChunkIndex | None:
+        """The exact index, or None for an external store."""
+        return self.store if isinstance(self.store, ChunkIndex) else None
+
+    # ------------------------------------------------------------------ public API
+    def search_one(self, question: str, **overrides: Any) -> SearchResult:
+        """`search` for one question."""
+        return self.search([question], **overrides)[0]
+
+    def search(self, questions: Sequence[str], **overrides: Any) -> list[SearchResult]:
+        """Search every question; results equal one-at-a-time search, computed in shared batches.
+
+        Args:
+            questions: Non-empty question strings.
+            **overrides: Any `SearchConfig` field for this call (k, max_hops, stop_threshold, ...).
+
+        Raises:
+            SearchError: an empty or non-string question, or an invalid/unknown argument.
+        """
+        cfg = self.config.with_overrides(overrides)
+        if isinstance(questions, str):
+            raise SearchError("questions must be a list of strings; for one question use search_one().")
+        qs = list(questions)
+        for i, q in enumerate(qs):
+            if not isinstance(q, str) or not q.strip():
+                raise SearchError(f"question {i} must be a non-empty string, got {q!r}.")
+        out: list[SearchResult] = []
+        for start in range(0, len(qs), cfg.batch_size):
+            out.extend(self._search_group(qs[start : start + cfg.batch_size], cfg))
+        return out
+
+    # ------------------------------------------------------------------ the hop loop
+    def _search_group(self, questions: list[str], cfg: SearchConfig) -> list[SearchResult]:
+        n = len(self.store) if isinstance(self.store, ChunkIndex) else None
+        explicit = cfg.k is not None
+        horizon = min(cfg.k, cfg.max_hops) if cfg.k is not None else cfg.max_hops
+        horizon = min(horizon, n) if n is not None else horizon
+        thr = cfg.stop_threshold
+        beams: list[list[_Beam]] = [[_Beam()] for _ in questions]
+        live = [True] * len(questions)
+        for t in range(horizon):
+            rows = [(b, beam) for b in range(len(questions)) if live[b] for beam in beams[b]]
+            if not rows:
+                break
+            states = self._encode([questions[b] for b, _ in rows], [beam.chunks for _, beam in rows])  # (R, D)
+            cands = self._candidates(states, [beam.chunks for _, beam in rows], cfg.beam_size)
+            grown: dict[int, list[_Beam]] = {b: [] for b, _ in rows}
+            for (b, beam), cand in zip(rows, cands, strict=True):
+                grown[b].extend(beam.extend(c, q) for c, q in cand)
+            for b, new in grown.items():
+                if not new:  # the store ran out of chunks
+                    live[b] = False
+                    continue
+                # Greedy adaptive search stops early (no more encoder calls); beams decide at the end.
+                best_q = max(x.qs[-1] for x in new)
+                if cfg.beam_size == 1 and not explicit and thr is not None and t >= cfg.min_hops and best_q < thr:
+                    live[b] = False
+                    continue
+                beams[b] = self._prune(new, cfg.beam_size)
+        results = []
+        for bs in beams:
+            best = max(bs, key=lambda x: x.total)
+            kept = _stop_point(best.qs, thr, cfg.min_hops)
+            hits = [Hit(c, t, q, t >= kept) for t, (c, q) in enumerate(zip(best.chunks, best.qs, strict=True))]
+            results.append([h for h in hits if not h.past_stop] if not explicit else hits)
+        if explicit:
+            self._fill(questions, beams, results, cfg)
+        return [
+            SearchResult(q, self._ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
+            for q, hits in zip(questions, results, strict=True)
+        ]
+
+    def _fill(self, questions: list[str], beams: list[list[_Beam]], results: list[list[Hit]], cfg: SearchConfig) -> None:
+        """Top up to exactly k hits from the ranking of the state after the last hop (no further hops)."""
+        assert cfg.k is not None
+        n = len(self.store) if isinstance(self.store, ChunkIndex) else None
+        need = [b for b, hits in enumerate(results) if len(hits) < cfg.k and (n is None or len(hits) < n)]
+        if not need:
+            return
+        seqs = [max(beams[b], key=lambda x: x.total).chunks for b in need]
+        states = self._encode([questions[b] for b in need], seqs)  # (R, D)
+        width = cfg.k - min(len(results[b]) for b in need)
+        for b, seq, cand in zip(need, seqs, self._candidates(states, seqs, width), strict=True):
+            missing = cfg.k - len(results[b])
+            results[b].extend(Hit(c, len(seq), q, True) for c, q in cand[:missing])
+
+    def _prune(self, beams: list[_Beam], width: int) -> list[_Beam]:
+        beams = sorted(beams, key=lambda x: -x.total)  # stable: ties keep the store's ranking
+        if self.model.config.state_order != "document":
+            return beams[:width]
+        # In document state order the same set of chunks is the same state whatever the order it was
+        # taken in: keep only its best-scoring sequence so the beam holds distinct states.
+        seen: set[frozenset[str]] = set()
+        kept: list[_Beam] = []
+        for beam in beams:
+            key = frozenset(c.id for c in beam.chunks)
+            if key not in seen:
+                seen.add(key)
+                kept.append(beam)
+            if len(kept) == width:
+                break
+        return kept
+
+    @staticmethod
+    def _ordered(hits: list[Hit], order: Order) -> list[Hit]:
+        if order == "hop":
+            return hits
+        return sorted(hits, key=lambda h: (h.chunk.position is None, h.chunk.position or 0, h.hop))
+
+    # ------------------------------------------------------------------ encoding and scoring
+    def _encode(self, questions: list[str], taken: list[tuple[Chunk, ...]]) -> torch.Tensor:
+        """State vectors (R, D) for `q [SEP] c_i1 [SEP] …` in the model's state order."""
+        if self.model.config.state_order == "document":
+            taken = [tuple(sorted(s, key=lambda c: (c.position is None, c.position or 0))) for s in taken]
+        with self._lock:
+            return self.model.embed_states(questions, [[c.text for c in s] for s in taken])  # (R, D)
+
+    def _candidates(self, states: torch.Tensor, taken: list[tuple[Chunk, ...]], width: int) -> list[list[ScoredChunk]]:
+        """Per state row, the `width` best untaken chunks with their Q-values, best first."""
+        if self.mode == "none" or not isinstance(self.store, ChunkIndex):
+            return self.store.search(states, width, exclude=[{c.id for c in s} for s in taken])
+        index = self.store
+        rows = [[c.position for c in s if c.position is not None] for s in taken]
+        states = states.to(index.device, torch.float32)  # (R, D)
+        if self._absolute is not None:
+            scores = states @ self._absolute.T  # (R, N)
+            return self._pick(index, scores, rows, width)
+        n, d = index.vectors.shape
+        step = max(1, ROTATE_BUDGET // max(1, n * d))
+        out: list[list[ScoredChunk]] = []
+        for start in range(0, states.shape[0], step):
+            part = rows[start : start + step]
+            selected = torch.zeros(len(part), n, dtype=torch.bool, device=index.device)  # (R, N)
+            for r, taken_rows in enumerate(part):
+                selected[r, taken_rows] = True
+            positions = self.model.positions(selected)  # (R, N)
+            scores = self.model.score(states[start : start + step], index.vectors, positions)  # (R, N)
+            out.extend(self._pick(index, scores, part, width))
+        return out
+
+    @staticmethod
+    def _pick(index: ChunkIndex, scores: torch.Tensor, taken_rows: list[list[int]], width: int) -> list[list[ScoredChunk]]:
+        scores = scores.clone()  # (R, N)
+        for r, rows in enumerate(taken_rows):
+            if rows:
+                scores[r, rows] = -math.inf
+        top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
+        return [
+            [(index.chunk(i), s) for s, i in zip(srow, irow, strict=True) if s != -math.inf]
+            for srow, irow in zip(top.tolist(), idx.tolist(), strict=True)
+        ]
+
+    def _absolute_vectors(self, index: ChunkIndex) -> torch.Tensor:
+        from training.positions import rotate_halves
+
+        positions = self.model.positions(torch.zeros(1, len(index), dtype=torch.bool, device=index.device))
+        assert positions is not None
+        return rotate_halves(index.vectors, positions[0])  # (N, D): absolute positions never change
+
+
+def _stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> int:
+    """How many hops the stop rule keeps: stop before the first hop ≥ min_hops whose Q is below threshold."""
+    if threshold is None:
+        return len(qs)
+    for t, q in enumerate(qs):
+        if t >= min_hops and q < threshold:
+            return t
+    return len(qs)
+
+
+def load_model(model: QNetwork | str | Path, *, device: str | torch.device | None = None) -> QNetwork:
+    """A `QNetwork` from an instance, a checkpoint folder (`save_pretrained`) or an encoder name/path.
+
+    A folder holding `qrag_config.json` loads as a trained checkpoint; anything else is passed to
+    `QNetwork.from_encoder` (an *untrained* model: both towers are the base encoder, its Q-values are not
+    calibrated, so use an explicit `k` rather than the stop rule).
+
+    Raises:
+        CheckpointError / EncoderLoadError: the path or name cannot be loaded (the message says why).
+        TypeError: `model` is none of the accepted types.
+    """
+    if isinstance(model, QNetwork):
+        qnet = model
+    elif isinstance(model, (str, Path)):
+        p = Path(model).expanduser()
+        qnet = QNetwork.from_pretrained(p) if (p / CONFIG_FILE).is_file() else QNetwork.from_encoder(str(model))
+    else:
+        raise TypeError(
+            f"model must be a QNetwork, a checkpoint folder or an encoder name, got {type(model).__name__}."
+        )
+    return qnet.to(device) if device is not None else qnet
