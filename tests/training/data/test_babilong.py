@@ -1,0 +1,114 @@
+"""BabiLong-style haystacks: facts at sorted distinct slots, lengths, the official release, speed."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+from babi_replay import replay
+
+from training.data.babi import TASKS, generate_samples, parse_fact
+from training.data.babilong import (
+    babilong_episode,
+    generate_babilong,
+    parse_length,
+    place_facts,
+    read_babilong_release,
+    sentences_for_tokens,
+)
+from training.data.episode import EpisodeError
+from training.data.text_sources import TEXT_SOURCES, load_documents
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def verses() -> list[str]:
+    """Real KJV verses as a cheap background (no sentence splitting)."""
+    return [p for d in load_documents("kjv") for p in d.paragraphs][:400]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_supporting_slots_point_at_the_facts_in_story_order(task: str, verses: list[str]) -> None:
+    for i, s in enumerate(generate_samples(task, 200, seed=1)):
+        ep = babilong_episode(s, len(s.facts) + 60, random.Random(i), background=verses)
+        assert ep.num_chunks == len(s.facts) + 60
+        assert [ep.chunks[j] for j in ep.supporting] == [s.facts[j] for j in s.supporting]
+        facts_in_haystack = [c for c in ep.chunks if parse_fact(c) is not None]
+        assert facts_in_haystack == list(s.facts)
+        assert replay(facts_in_haystack, ep.question, strict=True) == ep.answer
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_real_background_haystacks(task: str) -> None:
+    eps = generate_babilong(task, 2, num_sentences=140, seed=0)
+    for ep in eps:
+        assert ep.num_chunks == 140
+        assert ep.metadata["num_tokens"] > 140 * 5 and ep.metadata["token_count"] == "words*1.3"
+        background = [c for c in ep.chunks if parse_fact(c) is None]
+        assert len(set(background)) > 0.9 * len(background), "background must not repeat a few lines"
+        assert all(parse_fact(ep.chunks[j]) is not None for j in ep.supporting)
+
+
+def test_place_facts_keeps_order_and_length() -> None:
+    chunks, slots = place_facts(["F0", "F1", "F2"], [f"b{i}" for i in range(10)], random.Random(0))
+    assert len(chunks) == 13 and slots == sorted(set(slots))
+    assert [chunks[s] for s in slots] == ["F0", "F1", "F2"]
+    assert [c for c in chunks if c.startswith("b")] == [f"b{i}" for i in range(10)]
+
+
+def test_token_lengths_follow_the_paper_table() -> None:
+    assert [sentences_for_tokens(parse_length(x)) for x in ("1k", "4k", "32k", "128k", "1M", "10M")] == [
+        50, 160, 1200, 4600, 40000, 400000,
+    ]
+    assert 50 < sentences_for_tokens(2000) < 160
+    with pytest.raises(ValueError, match="'12q'"):
+        parse_length("12q")
+
+
+def test_length_too_small_for_the_facts_is_named() -> None:
+    s = next(x for x in generate_samples("qa3", 50, seed=0) if len(x.facts) > 10)
+    with pytest.raises(ValueError, match=rf"num_sentences=5 is too small.*{len(s.facts)} facts"):
+        babilong_episode(s, 5, random.Random(0))
+
+
+def test_zero_k_is_the_facts_alone() -> None:
+    ep = generate_babilong("qa1", 1, seed=0)[0]
+    assert all(parse_fact(c) is not None for c in ep.chunks)
+
+
+def test_a_1m_token_haystack_builds_in_seconds(verses: list[str]) -> None:
+    s = generate_samples("qa2", 1, seed=0)[0]
+    t0 = time.perf_counter()
+    ep = babilong_episode(s, 40_000, random.Random(0), background=verses)
+    assert time.perf_counter() - t0 < 5.0
+    assert ep.num_chunks == 40_000 and ep.metadata["num_tokens"] > 500_000
+
+
+def test_reads_the_official_release() -> None:
+    eps = read_babilong_release(FIXTURES / "babilong_qa1_1k.jsonl", "qa1")
+    assert [e.answer for e in eps] == ["office", "kitchen"]
+    assert eps[0].num_chunks == 6 and eps[0].supporting == (4,)
+    assert eps[0].chunks[4] == "Mary travelled to the office."
+    assert eps[1].supporting == (2,) and eps[1].metadata["num_facts"] == 2
+
+
+def test_release_in_the_wrong_schema(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"input": "x"}) + "\n" + json.dumps({"context": "y"}) + "\n")
+    with pytest.raises(EpisodeError, match=r"bad.jsonl:1: not a BabiLong record, missing key\(s\) \['question'"):
+        read_babilong_release(bad, "qa1")
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        read_babilong_release(tmp_path / "missing.jsonl", "qa1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_tokens", ["1M", "10M"])
+def test_real_text_haystacks_up_to_10m_tokens(num_tokens: str) -> None:
+    t0 = time.perf_counter()
+    ep = generate_babilong("qa2", 1, num_tokens=num_tokens, seed=0, sources=TEXT_SOURCES)[0]
+    assert ep.num_chunks == sentences_for_tokens(parse_length(num_tokens))
+    assert time.perf_counter() - t0 < 600
