@@ -6,8 +6,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from babi_replay import replay
 
+from tests.training.data.babi_replay import replay
 from training.data.babi import TASKS, generate_samples, infer_sample, read_babi_file
 from training.data.episode import EpisodeError
 

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from babi_replay import replay
 
+from tests.training.data.babi_replay import replay
 from training.data.babi import TASKS, generate_samples, parse_fact
 from training.data.babilong import (
     babilong_episode,
