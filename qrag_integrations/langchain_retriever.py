@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from pydantic import ConfigDict, model_validator
 
 from training.index import ChunkIndex
 from training.qnet import QNetwork
-from training.search import MultiHopSearcher, SearchConfig, SearchResult, load_model
+from training.search import MultiHopSearcher, SearchResult, load_model
 
 CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order")
 SAVE_FILE = "retriever.json"
@@ -190,40 +189,26 @@ class QRAGRetriever(BaseRetriever):
 
     # ------------------------------------------------------------------ persistence
     def save_local(self, folder: str | Path) -> Path:
-        """Write the model (safetensors), the index (safetensors + JSON) and every argument (JSON)."""
-        index = self.searcher.index
-        if index is None:
-            raise ValueError(
-                f"this retriever searches an external store ({type(self.searcher.store).__name__}); persist that "
-                "store itself and rebuild with QRAGRetriever.from_vector_store."
-            )
-        target = Path(folder)
-        target.mkdir(parents=True, exist_ok=True)
-        fields = self.model_dump(exclude={"searcher"})
+        """Write the searcher (model + index, safetensors + JSON) and every retriever argument (JSON)."""
         try:
-            blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "fields": fields,
-                               "search_config": dataclasses.asdict(self.searcher.config)}, indent=2)
+            blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "fields": self.model_dump(exclude={"searcher"})})
         except TypeError as e:
             raise ValueError(f"cannot save: a retriever argument is not JSON-serialisable ({e}).") from None
-        self.searcher.model.save_pretrained(target / "model")
-        index.save(target / "index")
+        target = self.searcher.save(folder)
         (target / SAVE_FILE).write_text(blob, encoding="utf-8")
         return target
 
     @classmethod
     def load_local(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGRetriever:
         """Rebuild a retriever written by `save_local` (no pickle); `encoder` relocates a base encoder."""
-        d = Path(folder)
-        head_path = d / SAVE_FILE
+        head_path = Path(folder) / SAVE_FILE
         if not head_path.is_file():
-            raise ValueError(f"{str(d)!r} is not a saved QRAGRetriever: {SAVE_FILE} is missing (use save_local).")
+            raise ValueError(f"{str(folder)!r} is not a saved QRAGRetriever: {SAVE_FILE} is missing (use save_local).")
         try:
             head = json.loads(head_path.read_text(encoding="utf-8"))
-            assert head["format"] == SAVE_FORMAT
-            fields, search_config = dict(head["fields"]), SearchConfig(**head["search_config"])
-        except (ValueError, KeyError, TypeError, AssertionError) as e:
+            if head.get("format") != SAVE_FORMAT:
+                raise ValueError(f"format {head.get('format')!r}")
+            fields = dict(head["fields"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save the retriever again.") from None
-        model = QNetwork.from_pretrained(d / "model", encoder=encoder)
-        model = model.to(device) if device else model
-        index = ChunkIndex.load(d / "index", device=device)
-        return cls(searcher=MultiHopSearcher(model, index, search_config), **fields)
+        return cls(searcher=MultiHopSearcher.load(folder, device=device, encoder=encoder), **fields)

@@ -24,6 +24,7 @@ horizon, then applies the stop rule along the best sequence; `beam_size=1` is gr
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import threading
 import weakref
@@ -38,6 +39,9 @@ from training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk
 from training.qnet import CONFIG_FILE, QNetwork
 
 Order = Literal["hop", "document"]
+SEARCH_FILE = "search.json"
+SEARCH_FORMAT = "qrag-multihop-searcher"
+MODEL_DIR, INDEX_DIR = "model", "index"
 ROTATE_BUDGET = 1 << 25  # elements of rotated (rows, N, D) vectors materialised at once (128 MiB fp32)
 
 
@@ -186,6 +190,49 @@ class MultiHopSearcher:
     def index(self) -> ChunkIndex | None:
         """The exact index, or None for an external store."""
         return self.store if isinstance(self.store, ChunkIndex) else None
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        """Write `model/` (`save_pretrained`), `index/` (`ChunkIndex.save`) and `search.json`; no pickle.
+
+        Raises:
+            SearchError: the store is external (persist that store itself; only the model is ours).
+        """
+        if not isinstance(self.store, ChunkIndex):
+            raise SearchError(
+                f"this searcher uses an external store ({type(self.store).__name__}); persist that store itself "
+                "and save the model with QNetwork.save_pretrained."
+            )
+        target = Path(folder)
+        target.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(target / MODEL_DIR)
+        self.store.save(target / INDEX_DIR)
+        blob = {"format": SEARCH_FORMAT, "version": 1, "config": dataclasses.asdict(self.config)}
+        (target / SEARCH_FILE).write_text(json.dumps(blob, indent=2), encoding="utf-8")
+        return target
+
+    @classmethod
+    def load(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> MultiHopSearcher:
+        """Rebuild a searcher written by `save`; `encoder` relocates a base encoder the checkpoint needs.
+
+        Raises:
+            SearchError: the folder or its `search.json` is missing or corrupt.
+            CheckpointError / IndexLoadError: the model or the index part is missing or corrupt.
+        """
+        d = Path(folder)
+        head_path = d / SEARCH_FILE
+        if not head_path.is_file():
+            raise SearchError(f"{str(d)!r} is not a saved qrag searcher/retriever: {SEARCH_FILE} is missing.")
+        try:
+            head = json.loads(head_path.read_text(encoding="utf-8"))
+            if head.get("format") != SEARCH_FORMAT:
+                raise ValueError(f"format {head.get('format')!r}")
+            config = SearchConfig(**head["config"]).validate()
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SearchError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save it again.") from None
+        model = QNetwork.from_pretrained(d / MODEL_DIR, encoder=encoder)
+        model = model.to(device) if device else model
+        return cls(model, ChunkIndex.load(d / INDEX_DIR, device=device), config)
 
     # ------------------------------------------------------------------ public API
     def search_one(self, question: str, **overrides: Any) -> SearchResult:

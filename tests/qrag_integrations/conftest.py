@@ -5,11 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from adapter_corpus import TEXTS  # pytest puts tests/qrag_integrations on sys.path
 
 from training.index import ChunkIndex
 from training.qnet import QNetwork
 from training.search import MultiHopSearcher
+
+TEXTS = [
+    "Mary went to the kitchen.", "John picked up the apple.", "Mary took the milk there.",
+    "Sandra travelled to the office.", "John went to the garden.", "Daniel dropped the football.",
+    "The milk is in the fridge.", "Sandra grabbed the ball.", "Daniel journeyed to the bedroom.",
+    "Mary left the milk.", "John moved to the hallway.", "The apple is red.",
+]
+QUESTIONS = ["Where is the milk?", "Where is the apple?", "Who has the ball?", "Where is Daniel?"]
+
+
+@pytest.fixture(scope="session")
+def texts() -> list[str]:
+    return list(TEXTS)
+
+
+@pytest.fixture(scope="session")
+def questions() -> list[str]:
+    return list(QUESTIONS)
 
 
 @pytest.fixture(scope="session")

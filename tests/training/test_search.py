@@ -211,3 +211,16 @@ def test_load_model_reads_a_checkpoint_folder(tiny_qnet: QNetwork, tmp_path) -> 
     tiny_qnet.save_pretrained(tmp_path / "ckpt")
     loaded = load_model(tmp_path / "ckpt")
     torch.testing.assert_close(loaded.embed_chunks(TEXTS[:2]), tiny_qnet.embed_chunks(TEXTS[:2]))
+
+
+def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    s = MultiHopSearcher(tiny_qnet, ChunkIndex.from_texts(tiny_qnet, TEXTS), SearchConfig(max_hops=2, min_hops=2))
+    loaded = MultiHopSearcher.load(s.save(tmp_path / "s"))
+    assert loaded.config == s.config
+    assert [[(h.chunk, h.q_value) for h in r.hits] for r in loaded.search(QUESTIONS, k=3)] == [
+        [(h.chunk, h.q_value) for h in r.hits] for r in s.search(QUESTIONS, k=3)]
+    with pytest.raises(SearchError, match="search.json is missing"):
+        MultiHopSearcher.load(tmp_path / "nothing")
+    (tmp_path / "s" / "search.json").write_text("[]")
+    with pytest.raises(SearchError, match="corrupt"):
+        MultiHopSearcher.load(tmp_path / "s")

@@ -1,0 +1,123 @@
+"""Our LlamaIndex mirror of LangChain's standard suite, plus query engine, persistence and events."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import llama_index.core.instrumentation as instrument
+import pytest
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.llms import MockLLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import Document, MetadataMode, NodeWithScore, TextNode
+
+from qrag_integrations import QRAGHopEvent, QRAGLlamaIndexRetriever
+from training.qnet import QNetwork
+
+
+@pytest.fixture(scope="module")
+def nodes(texts: list[str]) -> list[TextNode]:
+    return [TextNode(text=t, id_=f"node-{i}", metadata={"n": i}) for i, t in enumerate(texts)]
+
+
+def _make(nodes: list[TextNode], qnet: QNetwork, **kwargs: Any) -> QRAGLlamaIndexRetriever:
+    return QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=qnet, **kwargs)
+
+
+def test_is_a_llama_index_retriever(nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    assert BaseRetriever in type(_make(nodes, adapter_qnet)).__mro__
+
+
+@pytest.mark.parametrize("top_k", [1, 3])
+def test_similarity_top_k_gives_exact_counts_sync(questions: list[str], top_k: int, nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    got = _make(nodes, adapter_qnet, similarity_top_k=top_k).retrieve(questions[0])
+    assert len(got) == top_k and all(isinstance(n, NodeWithScore) and n.score is not None for n in got)
+    assert len({n.node.node_id for n in got}) == top_k
+
+
+@pytest.mark.parametrize("top_k", [1, 3])
+async def test_similarity_top_k_gives_exact_counts_async(questions: list[str], top_k: int, nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    r = _make(nodes, adapter_qnet, similarity_top_k=top_k)
+    got = await r.aretrieve(questions[0])
+    assert len(got) == top_k and all(isinstance(n, NodeWithScore) and n.score is not None for n in got)
+    assert [n.node.node_id for n in got] == [n.node.node_id for n in r.retrieve(questions[0])]
+
+
+async def test_aretrieve_runs_off_the_event_loop_thread(
+    questions: list[str], nodes: list[TextNode], adapter_qnet: QNetwork, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = _make(nodes, adapter_qnet, similarity_top_k=2)
+    threads: list[int] = []
+    search_one = r.searcher.search_one
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return search_one(*args, **kwargs)
+
+    monkeypatch.setattr(r.searcher, "search_one", spy)
+    assert len(await r.aretrieve(questions[0])) == 2
+    assert threads and threading.get_ident() not in threads
+
+
+def test_nodes_carry_trace_metadata_hidden_from_llm_and_embeddings(questions: list[str], nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    got = _make(nodes, adapter_qnet, similarity_top_k=3).retrieve(questions[1])
+    for rank, n in enumerate(got):
+        assert n.node.metadata["hop"] == rank and n.node.metadata["q_value"] == n.score
+        assert n.node.metadata["n"] == int(n.node.node_id.split("-")[1])
+        for mode in (MetadataMode.LLM, MetadataMode.EMBED):
+            text = n.node.get_content(metadata_mode=mode)
+            assert "q_value" not in text and "hop" not in text and "n: " in text
+    assert "hop" not in nodes[0].metadata  # the stored nodes are not mutated
+
+
+def test_query_engine_returns_the_retrieved_nodes_as_sources(questions: list[str], nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    r = _make(nodes, adapter_qnet, similarity_top_k=3)
+    response = RetrieverQueryEngine.from_args(r, llm=MockLLM()).query(questions[0])
+    assert [s.node.node_id for s in response.source_nodes] == [n.node.node_id for n in r.retrieve(questions[0])]
+
+
+def test_hop_events_reach_an_instrumentation_handler(questions: list[str], nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    seen: list[QRAGHopEvent] = []
+
+    class Collect(BaseEventHandler):
+        def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+            if isinstance(event, QRAGHopEvent):
+                seen.append(event)
+
+    handler = Collect()
+    root = instrument.get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        got = _make(nodes, adapter_qnet, similarity_top_k=2).retrieve(questions[2])
+    finally:
+        root.event_handlers.remove(handler)
+    assert [(e.hop, e.node_id, e.q_value) for e in seen] == [(i, n.node.node_id, n.score) for i, n in enumerate(got)]
+
+
+def test_persist_round_trip(questions: list[str], tmp_path: Path, nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    r = _make(nodes, adapter_qnet, similarity_top_k=2, max_hops=3, stop_threshold=0.1, beam_size=2, order="document")
+    loaded = QRAGLlamaIndexRetriever.from_persist_dir(r.persist(tmp_path / "p"))
+    assert loaded._args() == r._args() and loaded.searcher.config == r.searcher.config
+    for q in questions:
+        a, b = r.retrieve(q), loaded.retrieve(q)
+        assert [(n.node.node_id, n.score, n.node.metadata) for n in a] == [(n.node.node_id, n.score, n.node.metadata) for n in b]
+    with pytest.raises(ValueError, match="not a persisted"):
+        QRAGLlamaIndexRetriever.from_persist_dir(tmp_path / "missing")
+
+
+def test_documents_and_bad_input(texts: list[str], questions: list[str], adapter_qnet: QNetwork) -> None:
+    docs = [Document(text=t, doc_id=f"doc-{i}") for i, t in enumerate(texts[:5])]
+    r = QRAGLlamaIndexRetriever.from_defaults(documents=docs, model=adapter_qnet, similarity_top_k=10)
+    assert sorted(n.node.node_id for n in r.retrieve(questions[0])) == sorted(d.doc_id for d in docs)
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
+        _make([TextNode(text="a")], adapter_qnet, similarity_top_k=0)
+    with pytest.raises(ValueError, match="exactly one of"):
+        QRAGLlamaIndexRetriever.from_defaults(model=adapter_qnet)
+    with pytest.raises(ValueError, match="empty corpus"):
+        QRAGLlamaIndexRetriever.from_defaults(nodes=[], model=adapter_qnet)
+    with pytest.raises(ValueError, match="non-empty string query"):
+        r.retrieve("  ")
