@@ -1,0 +1,21 @@
+"""The examples run offline end to end on the bundled encoder (slow: each loads MiniLM)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["langchain_chain.py", "llama_index_query_engine.py"])
+def test_example_runs_offline(script: str) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / script)], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert "milk" in out and "answer:" in out
