@@ -14,7 +14,7 @@ import torch
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from training.index import Chunk, ScoredChunk
+from training.index import Chunk, ScoredChunk, model_lock
 from training.qnet import QNetwork
 from training.search import load_model
 
@@ -43,11 +43,13 @@ class QRAGEmbeddings(Embeddings):
         self.batch_size = batch_size
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        vectors = self.model.embed_chunks(list(texts), batch_size=self.batch_size)  # (N, D)
+        with model_lock(self.model):
+            vectors = self.model.embed_chunks(list(texts), batch_size=self.batch_size)  # (N, D)
         return vectors.cpu().tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
-        state = self.model.embed_states([text], [[]], batch_size=self.batch_size)  # (1, D)
+        with model_lock(self.model):
+            state = self.model.embed_states([text], [[]], batch_size=self.batch_size)  # (1, D)
         return state[0].cpu().tolist()  # type: ignore[no-any-return]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import PrivateAttr
 
+from training.index import model_lock
 from training.qnet import QNetwork
 from training.search import load_model
 
@@ -38,7 +39,9 @@ class QRAGLlamaIndexEmbedding(BaseEmbedding):
         return "QRAGLlamaIndexEmbedding"
 
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._qnet.embed_states([query], [[]])[0].cpu().tolist()  # type: ignore[no-any-return]
+        with model_lock(self._qnet):
+            state = self._qnet.embed_states([query], [[]])  # (1, D)
+        return state[0].cpu().tolist()  # type: ignore[no-any-return]
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
         return await asyncio.to_thread(self._get_query_embedding, query)
@@ -47,5 +50,6 @@ class QRAGLlamaIndexEmbedding(BaseEmbedding):
         return self._get_text_embeddings([text])[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        vectors = self._qnet.embed_chunks(texts, batch_size=self.embed_batch_size)  # (N, D)
+        with model_lock(self._qnet):
+            vectors = self._qnet.embed_chunks(texts, batch_size=self.embed_batch_size)  # (N, D)
         return vectors.cpu().tolist()  # type: ignore[no-any-return]

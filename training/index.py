@@ -21,6 +21,8 @@ import math
 import os
 import shutil
 import tempfile
+import threading
+import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +83,21 @@ class ChunkStore(Protocol):
         """Per query row (B, D): at most `k` (chunk, inner product) pairs, best first, skipping the ids
         in `exclude[b]`."""
         ...
+
+
+# Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
+# calls are serialised per model; scoring and top-k run outside the lock.
+_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: Any) -> threading.Lock:
+    """The lock that serialises encoder calls on `model` (shared by every searcher and adapter)."""
+    with _LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.Lock()
+        return lock
 
 
 class ChunkIndex:
@@ -160,7 +177,8 @@ class ChunkIndex:
         ids_ = _check_ids(ids, len(texts))
         metas = _check_metadatas(metadatas, len(texts))
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
-        vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
+        with model_lock(model):
+            vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder)
 
     # ------------------------------------------------------------------ properties

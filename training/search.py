@@ -26,8 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,7 @@ from typing import Any, Literal
 
 import torch
 
-from training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk
+from training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
 from training.qnet import CONFIG_FILE, QNetwork
 
 Order = Literal["hop", "document"]
@@ -124,20 +122,6 @@ class _Beam:
         return _Beam((*self.chunks, chunk), (*self.qs, q), self.total + q)
 
 
-# Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so state
-# encoding is serialised per model; scoring and top-k run outside the lock.
-_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-
-
-def _model_lock(model: Any) -> threading.Lock:
-    with _LOCKS_GUARD:
-        lock = _MODEL_LOCKS.get(model)
-        if lock is None:
-            lock = _MODEL_LOCKS[model] = threading.Lock()
-        return lock
-
-
 class MultiHopSearcher:
     """Greedy or beam multi-hop search with the stop rule, over a `ChunkIndex` or any `ChunkStore`.
 
@@ -184,7 +168,7 @@ class MultiHopSearcher:
             )
         elif not callable(getattr(store, "search", None)):
             raise SearchError(f"{type(store).__name__} is not a ChunkStore: it has no search(queries, k, exclude).")
-        self._lock = _model_lock(model)
+        self._lock = model_lock(model)
 
     @property
     def index(self) -> ChunkIndex | None:
