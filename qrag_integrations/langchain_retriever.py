@@ -181,7 +181,10 @@ class QRAGRetriever(BaseRetriever):
         except Exception as e:
             outputs = [e if o is None else o for o in outputs]
         for run, out in zip(runs, outputs, strict=True):
-            run.on_retriever_error(out) if isinstance(out, Exception) else run.on_retriever_end(out)
+            if isinstance(out, Exception):
+                run.on_retriever_error(out)
+            else:
+                run.on_retriever_end(out)
         errors = [o for o in outputs if isinstance(o, Exception)]
         if errors and not return_exceptions:
             raise errors[0]
