@@ -206,6 +206,8 @@ class TrainerConfig:
     """torch CPU threads (None: leave torch's default)."""
     encode_batch_size: int = 128
     """Batch size of no-grad chunk and state encoding."""
+    max_minutes: float | None = None
+    """Wall-clock budget: stop (checkpoint, final evaluation) once it is spent; None: no limit."""
     resume: bool = False
     """Continue from output_dir/last if it exists."""
     progress: bool = True
@@ -216,6 +218,8 @@ class TrainerConfig:
         for name in ("total_transitions", "num_envs", "rollout_steps", "update_epochs", "minibatch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"trainer.max_minutes must be > 0, got {self.max_minutes}.")
 
     @property
     def rollout_size(self) -> int:

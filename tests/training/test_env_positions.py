@@ -1,0 +1,152 @@
+"""The retrieval MDP (rewards, termination, masking) and relative positions / RoPE, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from training.config import EnvConfig
+from training.data.episode import Episode
+from training.env import RetrievalEnv, completion_reward
+from training.positions import relative_positions, rotate_halves
+
+EP = Episode("where is the milk?", ["a", "b", "c", "d", "e", "f"], (1, 4), "x", "ep")
+
+
+def play(config: EnvConfig, actions: list[int]) -> tuple[list[float], list[bool], list[bool]]:
+    env = RetrievalEnv([EP], config, num_envs=1, auto_reset=False)
+    rewards, term, trunc = [], [], []
+    for a in actions:
+        r = env.step([a])
+        rewards.append(r.rewards.item())
+        term.append(bool(r.terminated.item()))
+        trunc.append(bool(r.truncated.item()))
+    return rewards, term, trunc
+
+
+def test_completion_reward_examples_from_the_method() -> None:
+    assert completion_reward(2, 2, True) == pytest.approx(1.0)
+    assert completion_reward(2, 3, True) == pytest.approx(0.8333333)
+    assert completion_reward(2, 6, True) == pytest.approx(0.6666667)
+    assert completion_reward(2, 6, False) == 1.0
+
+
+def test_reward_paid_once_at_completion_and_terminates() -> None:
+    rewards, term, trunc = play(EnvConfig(max_steps=6), [0, 1, 4])
+    assert rewards == pytest.approx([0.0, 0.0, 0.5 + 0.5 * 2 / 3])
+    assert term == [False, False, True] and trunc == [False, False, False]
+
+
+def test_never_terminate_pays_nothing_after_completion_and_truncates_at_max_steps() -> None:
+    rewards, term, trunc = play(EnvConfig(max_steps=4, never_terminate=True), [1, 4, 0, 2])
+    assert rewards == pytest.approx([0.0, 1.0, 0.0, 0.0])
+    assert term == [False] * 4 and trunc == [False, False, False, True]
+
+
+def test_truncation_at_horizon_without_success() -> None:
+    rewards, term, trunc = play(EnvConfig(max_steps=2, penalize_extra_steps=False), [0, 2])
+    assert rewards == [0.0, 0.0] and trunc == [False, True] and term == [False, False]
+
+
+def test_selected_chunk_cannot_be_taken_again() -> None:
+    env = RetrievalEnv([EP], EnvConfig(), num_envs=1, auto_reset=False)
+    env.step([3])
+    selected, valid = env.masks()
+    assert selected[0].tolist() == [False, False, False, True, False, False]
+    with pytest.raises(ValueError, match="not an available chunk"):
+        env.step([3])
+
+
+def test_auto_reset_and_state_order() -> None:
+    order = iter([0, 0, 0])
+    env = RetrievalEnv([EP], EnvConfig(max_steps=2), 1, sampler=lambda: next(order), state_order="document")
+    env.step([4])
+    env.step([1])  # completes: the slot restarts with a fresh episode
+    assert env.slot(0).selected == []
+    env2 = RetrievalEnv([EP], EnvConfig(max_steps=3), 1, auto_reset=False, state_order="document")
+    env2.step([4])
+    env2.step([0])
+    assert env2.state_texts()[1] == [["a", "e"]]
+    env2.state_order = "selection"
+    assert env2.state_texts()[1] == [["e", "a"]]
+
+
+def test_env_state_round_trip() -> None:
+    env = RetrievalEnv([EP, EP], EnvConfig(max_steps=3), 2, sampler=lambda: 1)
+    env.step([2, 3])
+    other = RetrievalEnv([EP, EP], EnvConfig(max_steps=3), 2, sampler=lambda: 0)
+    other.load_state_dict(env.state_dict())
+    assert [s.selected for s in other.slots] == [[2], [3]]  # type: ignore[union-attr]
+    assert [s.episode_index for s in other.slots] == [1, 1]  # type: ignore[union-attr]
+
+
+def test_episode_without_supporting_rejected() -> None:
+    with pytest.raises(ValueError, match="no supporting"):
+        RetrievalEnv([Episode("q", ["a"], ())], EnvConfig(), 1)
+
+
+def slow_relative_positions(selected: list[bool]) -> list[float]:
+    out, gap, gap_members = [0.0] * len(selected), 0, {}
+    for i, s in enumerate(selected):
+        if s:
+            gap += 1
+        else:
+            gap_members.setdefault(gap, []).append(i)
+    for k, members in gap_members.items():
+        L = len(members)
+        for j, i in enumerate(members):
+            out[i] = 20 * k + (18 * j / (L - 1) if L > 1 else 0.0)
+    return out
+
+
+def test_relative_positions_by_hand() -> None:
+    sel = torch.tensor([[False, False, False, True, False, True, False, False]])
+    pos = relative_positions(sel)[0]
+    # gap 0 = chunks 0,1,2 → 0, 9, 18; gap 1 = chunk 4 alone → 20; gap 2 = chunks 6,7 → 40, 58
+    avail = ~sel[0]
+    assert pos[avail].tolist() == pytest.approx([0.0, 9.0, 18.0, 20.0, 40.0, 58.0])
+
+
+def test_relative_positions_match_loop_and_respect_padding() -> None:
+    gen = torch.Generator().manual_seed(0)
+    sel = torch.rand(6, 50, generator=gen) < 0.1
+    pos = relative_positions(sel)
+    for b in range(6):
+        expected = torch.tensor(slow_relative_positions(sel[b].tolist()))
+        assert torch.allclose(pos[b][~sel[b]], expected[~sel[b]])
+    valid = torch.ones(1, 5, dtype=torch.bool)
+    valid[0, 3:] = False
+    pos = relative_positions(torch.zeros(1, 5, dtype=torch.bool), valid)
+    assert pos[0, :3].tolist() == pytest.approx([0.0, 9.0, 18.0])  # padding is not part of the gap
+
+
+def test_positions_bounded_whatever_n() -> None:
+    sel = torch.zeros(1, 400_000, dtype=torch.bool)
+    sel[0, [10, 123_456, 399_000]] = True
+    assert relative_positions(sel).max().item() <= 20 * 4
+
+
+def test_rope_is_a_rotation_per_half() -> None:
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(3, 16, generator=gen)
+    p = torch.tensor([0.0, 7.5, 123.25])
+    r = rotate_halves(v, p)
+    assert torch.allclose(r[0], v[0])  # position 0 is the identity
+    assert torch.allclose(r[:, :8].norm(dim=-1), v[:, :8].norm(dim=-1), atol=1e-5)  # each half keeps its norm
+    assert torch.allclose(r[:, 8:].norm(dim=-1), v[:, 8:].norm(dim=-1), atol=1e-5)
+    # Within a half (H=8), dim m pairs with m+4 and turns by p·θ_m, θ_m = 10000^(−2m/8).
+    m, pos = 1, 7.5
+    theta = pos * 10000 ** (-2 * m / 8)
+    x1, x2 = v[1, m], v[1, m + 4]
+    assert r[1, m].item() == pytest.approx((x1 * math.cos(theta) - x2 * math.sin(theta)).item(), abs=1e-5)
+    assert r[1, m + 4].item() == pytest.approx((x1 * math.sin(theta) + x2 * math.cos(theta)).item(), abs=1e-5)
+    # the second half turns by the same angles
+    y1, y2 = v[1, 8 + m], v[1, 8 + m + 4]
+    assert r[1, 8 + m].item() == pytest.approx((y1 * math.cos(theta) - y2 * math.sin(theta)).item(), abs=1e-5)
+
+
+def test_rope_float_positions_not_truncated() -> None:
+    v = torch.ones(1, 8)
+    assert not torch.allclose(rotate_halves(v, torch.tensor([2.5])), rotate_halves(v, torch.tensor([2.0])))
