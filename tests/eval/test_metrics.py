@@ -1,0 +1,101 @@
+"""Metric tests against hand-computed cases, including the traps METHOD.md §5 names."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval.metrics import (
+    babilong_correct,
+    exact_match,
+    fact_scores,
+    final_answer,
+    first_sentence,
+    normalize_answer,
+    qa_scores,
+    recall_at_k,
+    ruler_any_match,
+    ruler_fraction,
+    token_f1,
+)
+
+
+def test_fact_scores_hand_computed() -> None:
+    # retrieved {1, 2, 3}, gold {2, 5}: hit 1 -> P 1/3, R 1/2, F1 2*(1/6)/(5/6) = 0.4, EM 0
+    s = fact_scores([3, 1, 2], [2, 5])
+    assert s["fact_precision"] == pytest.approx(1 / 3)
+    assert s["fact_recall"] == pytest.approx(0.5)
+    assert s["fact_f1"] == pytest.approx(0.4)
+    assert s["fact_em"] == 0.0
+    assert fact_scores([5, 2, 9], [2, 5])["fact_em"] == 1.0
+    assert fact_scores([], [1]) == {"fact_precision": 0.0, "fact_recall": 0.0, "fact_f1": 0.0, "fact_em": 0.0}
+    with pytest.raises(ValueError, match="at least one gold"):
+        fact_scores([1], [])
+
+
+def test_recall_at_k() -> None:
+    assert recall_at_k([4, 2, 7, 1], [1, 2], 2) == 0.5
+    assert recall_at_k([4, 2, 7, 1], [1, 2], 4) == 1.0
+    with pytest.raises(ValueError, match="k must be"):
+        recall_at_k([1], [1], 0)
+
+
+def test_babilong_label_matching_basic_and_case() -> None:
+    assert babilong_correct("The milk is in the Kitchen.", "kitchen", "Where is the milk?", "qa2")
+    assert babilong_correct("KITCHEN", "kitchen", "Where is the milk?", "qa2")
+    # two labels left -> wrong even though the target is there
+    assert not babilong_correct("kitchen or garden", "kitchen", "Where is the milk?", "qa2")
+    assert not babilong_correct("garden", "kitchen", "Where is the milk?", "qa2")
+
+
+def test_babilong_only_first_sentence_counts() -> None:
+    assert babilong_correct("Kitchen. Before that it was in the garden.", "kitchen", "Where is Mary?", "qa1")
+    assert not babilong_correct("I think. It is the kitchen.", "kitchen", "Where is Mary?", "qa1")
+
+
+def test_babilong_label_in_question_is_ignored() -> None:
+    # qa3: the question names the garden; echoing it must not make the answer ambiguous.
+    q = "Where was the football before the garden?"
+    assert babilong_correct("The football was in the hallway before the garden.", "hallway", q, "qa3")
+    # qa5: the question names Mary and the milk; only Fred is left.
+    q5 = "Who gave the milk to Mary?"
+    assert babilong_correct("Fred gave the milk to Mary.", "fred", q5, "qa5")
+    assert not babilong_correct("Jeff gave the milk to Mary.", "fred", q5, "qa5")
+
+
+def test_babilong_whole_words_one_inside_none() -> None:
+    # a target outside the label sets is matched on whole words: "none" does not contain the word "one".
+    assert not babilong_correct("none", "one", "How many objects is Mary carrying?", "qa7")
+    assert babilong_correct("One.", "one", "How many objects is Mary carrying?", "qa7")
+    # a label inside a longer word is not the label ("gardener" is not "garden")
+    assert not babilong_correct("the gardener", "garden", "Where is John?", "qa1")
+
+
+def test_first_sentence() -> None:
+    assert first_sentence("  Kitchen. Garden.") == "Kitchen"
+    assert first_sentence("kitchen\ngarden") == "kitchen"
+    assert first_sentence("kitchen") == "kitchen"
+
+
+def test_ruler_metrics() -> None:
+    out = "The numbers are 1234567, 7654321 and 99."
+    assert ruler_fraction(out, ["1234567", "7654321", "1111111", "2222222"]) == 0.5
+    # whole words: 123456 is inside 1234567 but is not present
+    assert ruler_fraction(out, ["123456"]) == 0.0
+    assert ruler_any_match("It was PARIS.", ["London", "paris"]) == 1.0
+    assert ruler_any_match("Parisian food", ["paris"]) == 0.0
+
+
+def test_squad_normalisation_and_final_answer() -> None:
+    assert normalize_answer("The  Eiffel, Tower!") == "eiffel tower"
+    out = "Let me think. Paris is in France.\nFinal answer: The Eiffel Tower."
+    assert final_answer(out) == "The Eiffel Tower."
+    assert final_answer("FINAL ANSWER: yes") == "yes"
+    assert final_answer("no marker\nLast line") == "Last line"
+    assert qa_scores(out, ["Eiffel Tower", "tower"]) == {"answer_em": 1.0, "answer_f1": 1.0}
+
+
+def test_token_f1_hand_computed() -> None:
+    # pred "eiffel tower paris", gold "eiffel tower": common 2, P 2/3, R 1 -> F1 0.8
+    assert token_f1("Eiffel tower, Paris", "the Eiffel Tower") == pytest.approx(0.8)
+    assert exact_match("Eiffel tower, Paris", "the Eiffel Tower") == 0.0
+    assert token_f1("London", "Paris") == 0.0
