@@ -1,0 +1,241 @@
+"""Retrievers compared by `qrag-eval`, all behind one interface: `retrieve(episodes) -> list[Retrieval]`.
+
+Each episode is its own corpus (its chunks in document order); a retriever returns, per episode, the
+chunk indices it picked, best first, with the hops and Q-values where it has them.
+
+Retrieval budget (the fair-comparison rule): a non-adaptive method returns exactly `k` chunks per
+question, with `k` = the episode's number of gold supporting chunks |SF| by default (`budget=None`) or a
+fixed number. At k = |SF| precision equals recall, so Fact F1 and Fact EM measure the same thing for
+every method and no method wins by returning more text. Only `qrag+stop` is adaptive: it stops where its
+Q-values fall below `stop_threshold` (at most `max_hops` hops), which is the stop rule's effect we report.
+
+`encoder_calls` counts query-side (state-tower) encodings per question; chunk vectors are computed once
+per corpus and not counted (a deployed index holds them already).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from training.data import Episode
+from training.index import ChunkIndex
+from training.qnet import CONFIG_FILE, QNetwork
+from training.search import MultiHopSearcher, SearchConfig, load_model
+
+METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
+"""Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
+NEEDS_CHECKPOINT = ("qrag", "qrag+stop")
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What one retriever returned for one episode."""
+
+    indices: list[int]
+    """Retrieved chunk indices into `episode.chunks`, best (or first hop) first."""
+    hops: int
+    """Hops taken (state encodings that picked a chunk); 0 for single-shot methods."""
+    q_values: list[float]
+    """Score of each retrieved chunk (Q-value, inner product or BM25 score)."""
+    encoder_calls: int
+    """Query-side encoder passes for this question."""
+    seconds: float
+    """Wall-clock retrieval time for this question; building the chunk index of the corpus is not included."""
+
+
+class Retriever(Protocol):
+    """The interface every baseline implements."""
+
+    name: str
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]: ...
+
+
+def _budget(episode: Episode, budget: int | None) -> int:
+    k = len(episode.supporting) if budget is None else budget
+    return max(1, min(k, episode.num_chunks))
+
+
+class OracleRetriever:
+    """Exactly the gold chunks (the reader's ceiling)."""
+
+    name = "oracle"
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        return [Retrieval(list(e.supporting), 0, [1.0] * len(e.supporting), 0, 0.0) for e in episodes]
+
+
+class BM25Retriever:
+    """Okapi BM25 over the episode's chunks (`bm25s`, English stop words), top `k`."""
+
+    name = "bm25"
+
+    def __init__(self, budget: int | None = None) -> None:
+        try:
+            import bm25s
+        except ImportError as e:
+            raise ImportError("the bm25 baseline needs `bm25s`: pip install 'qrag[eval]'.") from e
+        self._bm25s = bm25s
+        self.budget = budget
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        out = []
+        for ep in episodes:
+            start = time.perf_counter()
+            k = _budget(ep, self.budget)
+            tok = self._bm25s.tokenize
+            index = self._bm25s.BM25()
+            index.index(tok(list(ep.chunks), stopwords="en", show_progress=False), show_progress=False)
+            # Token strings (not ids) for the query: ids from a second tokenize call use another vocabulary.
+            query = tok([ep.question], stopwords="en", return_ids=False, show_progress=False)
+            docs, scores = index.retrieve(query, k=k, show_progress=False)  # (1, k) each
+            out.append(Retrieval([int(i) for i in docs[0]], 0, [float(s) for s in scores[0]], 0,
+                                 time.perf_counter() - start))
+        return out
+
+
+class _IndexCache:
+    """The chunk index of the last episode per model, so methods sharing an encoder embed a corpus once."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, str, int] | None = None
+        self._index: ChunkIndex | None = None
+
+    def get(self, model: QNetwork, episode: Episode) -> ChunkIndex:
+        key = (id(model), episode.id, hash(episode.chunks))
+        if key != self._key or self._index is None:
+            self._index = ChunkIndex.from_texts(model, list(episode.chunks), show_progress=False)
+            self._key = key
+        return self._index
+
+
+class DenseRetriever:
+    """Single-hop dense top-k: state tower on the question alone, chunk tower on the chunks."""
+
+    def __init__(self, model: QNetwork, budget: int | None = None, cache: _IndexCache | None = None,
+                 name: str = "dense") -> None:
+        self.model, self.budget, self.name = model.eval(), budget, name
+        self._cache = cache or _IndexCache()
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        out = []
+        for ep in episodes:
+            index = self._cache.get(self.model, ep)
+            start = time.perf_counter()
+            k = _budget(ep, self.budget)
+            with torch.no_grad():
+                state = self.model.embed_states([ep.question], [[]])  # (1, D)
+                empty = torch.zeros(1, len(index), dtype=torch.bool, device=index.device)  # (1, N)
+                positions = self.model.positions(empty)  # (1, N) or None
+                scores = self.model.score(state.to(index.device), index.vectors, positions)  # (1, N)
+                top, rows = scores[0].topk(k)  # (k,)
+            out.append(Retrieval([int(r) for r in rows.tolist()], 0, [float(q) for q in top.tolist()], 1,
+                                 time.perf_counter() - start))
+        return out
+
+
+class MultiHopRetriever:
+    """`MultiHopSearcher` over the episode's chunks: untrained towers ('multihop') or a checkpoint ('qrag').
+
+    Args:
+        model: The Q-network.
+        budget: Fixed result count, or None for |SF|; ignored when `adaptive`.
+        adaptive: Let the stop rule decide how many hops (k=None).
+        max_hops: Most hops per question.
+        stop_threshold: The stop rule's threshold (adaptive only).
+    """
+
+    def __init__(self, model: QNetwork, *, name: str, budget: int | None = None, adaptive: bool = False,
+                 max_hops: int = 4, stop_threshold: float | None = 0.5, cache: _IndexCache | None = None) -> None:
+        self.model, self.name, self.budget, self.adaptive = model.eval(), name, budget, adaptive
+        self.max_hops, self.stop_threshold = max_hops, stop_threshold
+        self._cache = cache or _IndexCache()
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        out = []
+        for ep in episodes:
+            index = self._cache.get(self.model, ep)
+            start = time.perf_counter()
+            if self.adaptive:
+                cfg = SearchConfig(k=None, max_hops=self.max_hops, stop_threshold=self.stop_threshold)
+            else:
+                k = _budget(ep, self.budget)
+                cfg = SearchConfig(k=k, max_hops=max(self.max_hops, k), stop_threshold=None)
+            result = MultiHopSearcher(self.model, index, cfg).search_one(ep.question)
+            hops = len({h.hop for h in result.hits})
+            if self.adaptive:
+                # The hop whose Q fell below the threshold was encoded too, unless the search ran out of hops.
+                calls = min(result.hops_kept + 1, self.max_hops, ep.num_chunks)
+            else:
+                calls = hops + (1 if len(result.hits) > cfg.max_hops else 0)
+            out.append(Retrieval([int(h.chunk.id) for h in result.hits], hops, [h.q_value for h in result.hits],
+                                 calls, time.perf_counter() - start))
+        return out
+
+
+def make_retrievers(
+    methods: Sequence[str],
+    *,
+    encoder: str = "all-MiniLM-L6-v2",
+    checkpoint: str | None = None,
+    budget: int | None = None,
+    max_hops: int = 4,
+    stop_threshold: float = 0.5,
+    device: str | None = None,
+) -> list[Retriever]:
+    """Build the named retrievers, sharing one untrained model and one index cache.
+
+    Args:
+        methods: Names from `METHODS`.
+        encoder: Encoder name/path for the untrained baselines (dense, multihop).
+        checkpoint: A trained Q-RAG checkpoint folder (`QNetwork.save_pretrained`), needed by qrag methods.
+        budget: Results per question for non-adaptive methods (None: |SF|).
+        max_hops: Most hops for the multi-hop methods.
+        stop_threshold: The stop rule's threshold for 'qrag+stop'.
+        device: Torch device for the encoders (default: CPU).
+
+    Raises:
+        ValueError: an unknown method, or a qrag method without a checkpoint.
+    """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; valid methods: {', '.join(METHODS)}.")
+    if any(m in NEEDS_CHECKPOINT for m in methods) and checkpoint is None:
+        raise ValueError(f"methods {list(NEEDS_CHECKPOINT)} need a trained checkpoint: pass --model PATH.")
+    if checkpoint is not None and any(m in NEEDS_CHECKPOINT for m in methods):
+        if not (Path(checkpoint).expanduser() / CONFIG_FILE).is_file():
+            raise ValueError(
+                f"--model {checkpoint!r} is not a trained qrag checkpoint (no {CONFIG_FILE} there); pass the "
+                "folder written by qrag-train / QNetwork.save_pretrained."
+            )
+    cache = _IndexCache()
+    untrained: QNetwork | None = None
+    trained: QNetwork | None = None
+    out: list[Retriever] = []
+    with torch.no_grad():
+        for m in methods:
+            if m in ("dense", "multihop") and untrained is None:
+                untrained = load_model(encoder, device=device)
+            if m in NEEDS_CHECKPOINT and trained is None:
+                trained = load_model(str(checkpoint), device=device)
+            if m == "oracle":
+                out.append(OracleRetriever())
+            elif m == "bm25":
+                out.append(BM25Retriever(budget))
+            elif m == "dense":
+                assert untrained is not None
+                out.append(DenseRetriever(untrained, budget, cache))
+            elif m == "multihop":
+                assert untrained is not None
+                out.append(MultiHopRetriever(untrained, name=m, budget=budget, max_hops=max_hops, cache=cache))
+            else:
+                assert trained is not None
+                out.append(MultiHopRetriever(trained, name=m, budget=budget, adaptive=m == "qrag+stop",
+                                             max_hops=max_hops, stop_threshold=stop_threshold, cache=cache))
+    return out
