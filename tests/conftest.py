@@ -31,7 +31,7 @@ def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int
         intermediate_size=2 * hidden,
         max_position_embeddings=512,
     )
-    BertModel(config, add_pooling_layer=False).save_pretrained(str(folder))
+    BertModel(config).save_pretrained(str(folder))  # with its pooler, so loading reports nothing missing
     tokenizer.save_pretrained(str(folder))
     return folder
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import tyro
 
+from training.checkpoint import ResumeError
 from training.config import ConfigError, DataConfig, TrainConfig, load_preset, load_yaml, preset_names
 from training.data import Episode, EpisodeError, load_episodes
 from training.encoders import EncoderLoadError
-from training.checkpoint import ResumeError
 from training.qnet import CheckpointError
 
 VALIDATION_SEED_OFFSET = 1_000_003  # generated validation sets use a seed disjoint from the training set's

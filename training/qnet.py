@@ -273,11 +273,14 @@ class QNetwork(nn.Module):
     def _base_encoder(tower: Tower) -> PreTrainedModel:
         enc = tower.encoder
         get_base = getattr(enc, "get_base_model", None)
-        return get_base() if callable(get_base) else enc  # type: ignore[no-any-return]
+        base = get_base() if callable(get_base) else enc
+        assert isinstance(base, PreTrainedModel)
+        return base
 
     def base_fingerprint(self) -> str:
         """A short hash of the base encoder's input embeddings, to catch a checkpoint on the wrong base."""
-        emb = self._base_encoder(self.chunk_tower).get_input_embeddings().weight
+        base: Any = self._base_encoder(self.chunk_tower)  # transformers' stubs mistype get_input_embeddings
+        emb = base.get_input_embeddings().weight
         return hashlib.sha256(emb.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
 
     # ------------------------------------------------------------------ persistence
@@ -415,7 +418,7 @@ def _apply_train_mode(encoder: nn.Module, config: ModelConfig) -> nn.Module:
 
         lora = LoraConfig(
             r=config.lora_rank,
-            lora_alpha=config.lora_alpha,
+            lora_alpha=config.lora_alpha,  # type: ignore[arg-type]  # PEFT annotates int, accepts float
             lora_dropout=config.lora_dropout,
             target_modules=config.lora_target_modules,
             bias="none",

@@ -260,7 +260,7 @@ class Trainer:
                     self.scheduler.step()
                     td.polyak_update(self.target, online, self.config.rl.tau)
                     self.updates += 1
-                losses.append(float(loss.detach()))
+                losses.append(float(loss.detach().item()))
                 qs.append(float((q1 + q2).detach().mean()))
         return {"losses/td_loss": sum(losses) / len(losses), "losses/q_values": sum(qs) / len(qs)}
 
@@ -287,7 +287,7 @@ class Trainer:
                 next_log = self._next_multiple(tc.log_every)
                 sps = (self.transitions - start_transitions) / max(1e-9, time.perf_counter() - started)
                 stats.update(self._episode_stats())
-                stats.update({"charts/SPS": sps, "charts/lr": self.scheduler.get_last_lr()[0],
+                stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
                               "charts/alpha": self.alpha, "charts/updates": self.updates})
                 self._log(stats, writer)
                 bar.set_postfix(ret=f"{stats.get('charts/episodic_return', 0):.3f}",

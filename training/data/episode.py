@@ -118,7 +118,8 @@ class Episode:
                 metadata=dict(rec.get("metadata") or {}),
             )
         except EpisodeError as e:
-            raise EpisodeError(f"{where}: {e}") from None
+            # The location replaces the generic "episode" prefix: "file.jsonl:3: supporting index ...".
+            raise EpisodeError(f"{where}: {str(e).removeprefix('episode: ')}") from None
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Episode]:

@@ -1,0 +1,107 @@
+"""`qrag-train` end to end: custom JSONL on the bundled encoder, kill -9 and --resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.two_hop import make_two_hop_episodes
+from training.cli import main
+from training.data import write_jsonl
+from training.qnet import QNetwork
+
+SMALL = ["--trainer.num_envs", "2", "--trainer.rollout_steps", "2", "--trainer.minibatch_size", "4",
+         "--trainer.log_every", "4", "--trainer.eval_every", "8", "--trainer.save_every", "4",
+         "--trainer.no-progress", "--env.max_steps", "2", "--data.num_val", "4",
+         "--model.max_chunk_tokens", "16", "--model.max_state_piece_tokens", "16"]
+
+
+@pytest.fixture()
+def qa_file(tmp_path: Path) -> Path:
+    path = tmp_path / "qa.jsonl"
+    write_jsonl(make_two_hop_episodes(16, 0), path)
+    return path
+
+
+def test_custom_jsonl_on_bundled_minilm(qa_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code = main(["--data.source", "jsonl", "--data.train_path", str(qa_file), "--model.train_mode", "lora",
+                 "--trainer.total_transitions", "8", "--trainer.output_dir", str(out), *SMALL])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert summary["transitions"] == 8 and "best_eval" in summary
+    for name in ("last/model/model.safetensors", "last/trainer_state.json", "best/model.safetensors",
+                 "metrics.jsonl", "config.yaml"):
+        assert (out / name).is_file(), name
+    model = QNetwork.from_pretrained(out / "best")
+    again = QNetwork.from_pretrained(out / "best")
+    ep = make_two_hop_episodes(1, 5)[0]
+    a = model.score(model.embed_states([ep.question], [[]]), model.embed_chunks(ep.chunks))
+    b = again.score(again.embed_states([ep.question], [[]]), again.embed_chunks(ep.chunks))
+    assert torch.equal(a, b)
+
+
+def test_killed_run_resumes(qa_file: Path, tmp_path: Path, tiny_encoder_path: Path) -> None:
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "training.cli", "--data.source", "jsonl", "--data.train_path", str(qa_file),
+            "--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(out), *SMALL]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*args, "--trainer.total_transitions", "100000"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (out / "last" / "trainer_state.json").is_file() and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    saved = json.loads((out / "last" / "trainer_state.json").read_text())["transitions"]
+    assert saved >= 4
+    done = subprocess.run([*args, "--trainer.total_transitions", str(saved + 8), "--resume"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = json.loads((out / "last" / "trainer_state.json").read_text())["transitions"]
+    assert final == saved + 8  # continued from the checkpoint, not from zero
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"question": "q", "chunks": ["a"], "supporting": [0]}\n{"question": "q", "chunks": [', "qa.jsonl:2: malformed JSON"),
+        ('{"question": "q", "chunks": ["a", "b"], "supporting": [5]}\n', "qa.jsonl:1: supporting index 5 is outside"),
+        ('{"question": "q", "chunks": [], "supporting": []}\n', "qa.jsonl:1: 'chunks' is empty"),
+    ],
+)
+def test_bad_episode_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str) -> None:
+    path = tmp_path / "qa.jsonl"
+    path.write_text(content)
+    code = main(["--data.source", "jsonl", "--data.train_path", str(path), "--trainer.output_dir", str(tmp_path / "o")])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_model_and_config(qa_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--data.source", "jsonl", "--data.train_path", str(qa_file), "--data.num_val", "4",
+            "--trainer.output_dir", str(tmp_path / "o")]
+    assert main([*base, "--model.encoder", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "notamodel").mkdir()
+    assert main([*base, "--model.encoder", str(tmp_path / "notamodel")]) == 2
+    assert "not a Hugging Face model folder" in capsys.readouterr().err
+    bad_yaml = tmp_path / "c.yaml"
+    bad_yaml.write_text("rl:\n  lambda: 0.5\n")
+    assert main([*base, "--config", str(bad_yaml)]) == 2
+    assert "unknown config key 'lambda'" in capsys.readouterr().err
+    assert main([*base, "--preset", "nonesuch"]) == 2
+    assert "unknown preset 'nonesuch'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*base, "--rl.lambda", "0.5"])  # an unknown flag: tyro prints the valid ones

@@ -1,0 +1,128 @@
+"""The two-tower Q-network: pooling, state rendering, scoring, positions, checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import make_tiny_encoder
+from training.config import ConfigError
+from training.encoders import EncoderLoadError
+from training.positions import rotate_halves
+from training.qnet import CheckpointError, QNetwork
+
+CHUNKS = ["Mary went to the kitchen.", "Mary took the milk there.", "The grass is green.", "John left."]
+
+
+def test_tower_is_masked_mean_pool_over_ten(tiny_qnet: QNetwork) -> None:
+    inputs = tiny_qnet.tokenize_chunks(["a b c", "a"])
+    tower = tiny_qnet.chunk_tower.eval()
+    with torch.no_grad():
+        hidden = tower.encoder(**inputs).last_hidden_state
+        pooled = tower(**inputs)
+    n = int(inputs["attention_mask"][1].sum())
+    torch.testing.assert_close(pooled[1], hidden[1, :n].mean(0) / 10)  # padding never enters the mean
+
+
+def test_state_splices_separately_truncated_pieces(tiny_encoder_path: Path) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), max_state_piece_tokens=3)
+    tok = qnet.tokenizer
+    ids = qnet.state_token_ids("where is the milk now", ["mary took the milk there", "ok"])
+    q = tok("where is the", add_special_tokens=False)["input_ids"]
+    c1 = tok("mary took the", add_special_tokens=False)["input_ids"]
+    c2 = tok("ok", add_special_tokens=False)["input_ids"]
+    cls, sep = tok.cls_token_id, tok.sep_token_id
+    assert ids == [cls, *q, sep, *c1, sep, *c2, sep]
+
+
+def test_embed_matches_forward_and_batching_is_order_free(tiny_qnet: QNetwork) -> None:
+    chunks = tiny_qnet.embed_chunks(CHUNKS, batch_size=3)
+    one_by_one = torch.cat([tiny_qnet.embed_chunks([c]) for c in CHUNKS])
+    torch.testing.assert_close(chunks, one_by_one, atol=1e-5, rtol=1e-4)
+    states = tiny_qnet.embed_states(["Where is the milk?", "Where is Mary?"], [[CHUNKS[1]], []])
+    tiny_qnet.eval()
+    q1, q2 = tiny_qnet(tiny_qnet.tokenize_states(["Where is the milk?"], [[CHUNKS[1]]]),
+                       tiny_qnet.tokenize_chunks([CHUNKS[0]]))
+    q = tiny_qnet.score(states, chunks)
+    assert q.shape == (2, 4)
+    torch.testing.assert_close((q1 + q2)[0], q[0, 0], atol=1e-5, rtol=1e-4)
+    heads = tiny_qnet.score(states, chunks, heads=True)
+    torch.testing.assert_close(heads.sum(0), q, atol=1e-5, rtol=1e-4)
+
+
+def test_relative_scoring_rotates_chunks_not_states(tiny_encoder_path: Path) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), position_mode="relative")
+    chunks = qnet.embed_chunks(CHUNKS)
+    state = qnet.embed_states(["Where is the milk?"], [[CHUNKS[1]]])
+    selected = torch.tensor([[False, True, False, False]])
+    pos = qnet.positions(selected)
+    assert pos is not None and pos[0].tolist() == pytest.approx([0.0, 0.0, 20.0, 38.0])  # the selected chunk: masked anyway
+    expected = (rotate_halves(chunks, pos[0]) @ state[0])
+    torch.testing.assert_close(qnet.score(state, chunks, pos)[0], expected)
+    assert not torch.allclose(qnet.score(state, chunks, pos), qnet.score(state, chunks))
+
+
+@pytest.mark.parametrize("mode", ["full", "top_layers", "lora"])
+def test_checkpoint_round_trip_gives_identical_scores(tiny_encoder_path: Path, tmp_path: Path, mode: str) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_mode=mode, trainable_layers=1, lora_rank=4)
+    with torch.no_grad():  # make the trained part differ from the base so the test can fail
+        for p in qnet.parameters():
+            if p.requires_grad:
+                p.add_(0.01 * torch.randn_like(p))
+    qnet.save_pretrained(tmp_path / "ckpt")
+    loaded = QNetwork.from_pretrained(tmp_path / "ckpt")
+    s = ["Where is the milk?"]
+    torch.testing.assert_close(
+        loaded.score(loaded.embed_states(s, [[]]), loaded.embed_chunks(CHUNKS)),
+        qnet.score(qnet.embed_states(s, [[]]), qnet.embed_chunks(CHUNKS)),
+    )
+    meta = json.loads((tmp_path / "ckpt" / "qrag_config.json").read_text())
+    assert meta["saved_params"] == ("all" if mode == "full" else "trainable")
+    if mode == "top_layers":
+        trainable = [n for n, p in qnet.named_parameters() if p.requires_grad]
+        assert trainable and all(".layer.1." in n for n in trainable)
+
+
+def test_partial_checkpoint_is_small_beside_its_base(minilm_path: Path, tmp_path: Path) -> None:
+    qnet = QNetwork.from_encoder(str(minilm_path), train_mode="lora", lora_rank=8)
+    qnet.save_pretrained(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "model.safetensors").stat().st_size < 2_000_000  # the base is ~90 MB
+
+
+def test_checkpoint_on_wrong_base_refused(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="lora", lora_rank=4)
+    qnet.save_pretrained(tmp_path / "ckpt")
+    other = make_tiny_encoder(tmp_path / "other", seed=1)
+    with pytest.raises(CheckpointError, match="different base encoder"):
+        QNetwork.from_pretrained(tmp_path / "ckpt", encoder=str(other))
+
+
+def test_save_replaces_atomically_and_keeps_old_on_failure(tiny_qnet: QNetwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_qnet.save_pretrained(tmp_path / "ckpt")
+    before = (tmp_path / "ckpt" / "model.safetensors").read_bytes()
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("training.qnet.save_file", boom)
+    with pytest.raises(RuntimeError):
+        tiny_qnet.save_pretrained(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temp folder left behind
+
+
+def test_bad_inputs_have_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(EncoderLoadError, match="does not exist"):
+        QNetwork.from_encoder("./no/such/encoder")
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(EncoderLoadError, match="no config.json"):
+        QNetwork.from_encoder(str(tmp_path / "junk"))
+    with pytest.raises(ConfigError, match="unknown QNetwork option"):
+        QNetwork.from_encoder(str(tmp_path), top_k=3)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        QNetwork.from_pretrained(tmp_path / "missing")
+    with pytest.raises(CheckpointError, match="qrag_config.json is missing"):
+        QNetwork.from_pretrained(tmp_path / "junk")

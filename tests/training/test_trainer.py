@@ -1,0 +1,114 @@
+"""Training mechanics: finite loss, every trainable parameter moves, targets move only by Polyak, exact resume."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.two_hop import make_two_hop_episodes
+from training.checkpoint import ResumeError
+from training.config import TrainConfig
+from training.qnet import QNetwork
+from training.trainer import Trainer, evaluate
+
+
+def small_config(encoder: Path, out: Path, **trainer: object) -> TrainConfig:
+    return TrainConfig.from_dict({
+        "model": {"encoder": str(encoder), "max_chunk_tokens": 16, "max_state_piece_tokens": 16},
+        "env": {"max_steps": 2},
+        "rl": {"lam": 0.5, "alpha": 0.05, "tau": 0.25},
+        "optim": {"lr": 1e-3, "warmup_steps": 1},
+        "trainer": {"output_dir": str(out), "total_transitions": 16, "num_envs": 4, "rollout_steps": 2,
+                    "minibatch_size": 4, "eval_every": 0, "save_every": 8, "log_every": 8, "progress": False,
+                    **trainer},
+    })
+
+
+def test_update_moves_every_trainable_parameter_and_targets_only_by_polyak(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    cfg = small_config(tiny_encoder_path, tmp_path, minibatch_size=8)
+    trainer = Trainer(cfg, make_two_hop_episodes(20, 0))
+    before_online = copy.deepcopy(trainer.online.state_dict())
+    before_target = copy.deepcopy(trainer.target.state_dict())
+    batch = trainer.collect_rollout()
+    # Acting alone changes nothing.
+    for k, v in trainer.target.state_dict().items():
+        assert torch.equal(v, before_target[k])
+    stats = trainer.update(batch)  # 8 transitions, minibatch 8: exactly one optimiser step
+    assert trainer.updates == 1
+    assert torch.isfinite(torch.tensor(stats["losses/td_loss"]))
+    after_online = trainer.online.state_dict()
+    for name, p in trainer.online.named_parameters():
+        assert p.requires_grad
+        assert not torch.equal(after_online[name], before_online[name]), f"{name} did not change"
+    tau = cfg.rl.tau
+    for name, v in trainer.target.state_dict().items():
+        expected = (1 - tau) * before_target[name] + tau * after_online[name]
+        torch.testing.assert_close(v, expected, rtol=1e-5, atol=1e-7)
+    assert all(not p.requires_grad for p in trainer.target.parameters())
+
+
+def test_lora_trains_only_adapters(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    cfg = small_config(tiny_encoder_path, tmp_path, minibatch_size=8)
+    cfg.model.train_mode = "lora"
+    cfg.model.lora_rank = 4
+    trainer = Trainer(cfg, make_two_hop_episodes(20, 0))
+    trainable = {n for n, p in trainer.online.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    before = copy.deepcopy(trainer.online.state_dict())
+    trainer.update(trainer.collect_rollout())
+    after = trainer.online.state_dict()
+    for n in after:
+        changed = not torch.equal(after[n], before[n])
+        # lora_A starts random, lora_B at zero: both move after one step; frozen weights never do.
+        assert changed == (n in trainable), n
+
+
+def test_resume_matches_uninterrupted_run(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    full = Trainer(small_config(tiny_encoder_path, tmp_path / "a"), make_two_hop_episodes(30, 0))
+    full.train()
+
+    first = Trainer(small_config(tiny_encoder_path, tmp_path / "b"), make_two_hop_episodes(30, 0))
+    first._prepare_output_dir()
+    first.update(first.collect_rollout())  # 8 transitions, then the process "dies" after its checkpoint
+    first.save_checkpoint()
+    del first
+    resumed = Trainer(small_config(tiny_encoder_path, tmp_path / "b", resume=True), make_two_hop_episodes(30, 0))
+    resumed.train()
+
+    assert resumed.transitions == full.transitions == 16
+    assert resumed.updates == full.updates
+    for (name, a), b in zip(full.online.state_dict().items(), resumed.online.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"online {name} differs after resume")
+    for (name, a), b in zip(full.target.state_dict().items(), resumed.target.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"target {name} differs after resume")
+
+
+def test_existing_run_is_not_overwritten_without_resume(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    Trainer(small_config(tiny_encoder_path, tmp_path), make_two_hop_episodes(10, 0)).train()
+    stamp = (tmp_path / "last" / "trainer_state.json").read_bytes()
+    with pytest.raises(ResumeError, match="--resume"):
+        Trainer(small_config(tiny_encoder_path, tmp_path), make_two_hop_episodes(10, 0)).train()
+    assert (tmp_path / "last" / "trainer_state.json").read_bytes() == stamp
+
+
+def test_resume_with_different_model_settings_refused(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    Trainer(small_config(tiny_encoder_path, tmp_path), make_two_hop_episodes(10, 0)).train()
+    cfg = small_config(tiny_encoder_path, tmp_path, resume=True)
+    cfg.model.max_chunk_tokens = 32
+    with pytest.raises(ResumeError, match="max_chunk_tokens"):
+        Trainer(cfg, make_two_hop_episodes(10, 0)).train()
+
+
+def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    cfg = small_config(tiny_encoder_path, tmp_path, eval_every=8)
+    val = make_two_hop_episodes(6, 1)
+    summary = Trainer(cfg, make_two_hop_episodes(20, 0), val).train()
+    assert (tmp_path / "best" / "model.safetensors").is_file()
+    assert list((tmp_path / "tb").iterdir())
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert any('"losses/td_loss"' in line for line in lines) and any('"eval/return"' in line for line in lines)
+    best = QNetwork.from_pretrained(tmp_path / "best")
+    assert evaluate(best, val, cfg.env)["return"] == pytest.approx(summary["best_metric"])
