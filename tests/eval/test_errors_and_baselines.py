@@ -1,0 +1,75 @@
+"""Bad input gives clear errors and keeps partial results; baselines obey the shared interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval.baselines import BM25Retriever, DenseRetriever, MultiHopRetriever, OracleRetriever, make_retrievers
+from eval.cli import main
+from eval.runner import read_results
+from training.data import Episode
+
+EP = Episode(
+    "Where is the football?",
+    ["The sun rose over the hills.", "Daniel grabbed the football there.", "A storm came.",
+     "Daniel went to the garden.", "Birds sang."],
+    (1, 3), "garden", "e0",
+)
+
+
+def test_unknown_benchmark_exits_with_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["nosuchbench", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "nosuchbench" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tasks", "qa9"], "unknown task(s) ['qa9']"),
+        (["--methods", "bm25,magic"], "unknown method(s) ['magic']"),
+        (["--methods", "qrag", "--model", "/no/such/ckpt"], "is not a trained qrag checkpoint"),
+        (["--methods", "qrag"], "need a trained checkpoint"),
+        (["--lengths", "lots"], "bad length 'lots'"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+                                    message: str) -> None:
+    rc = main(["babilong", "--out", str(tmp_path), "--no-progress", "--num-samples", "1", *extra])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_failing_reader_keeps_partial_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["babilong", "--out", str(tmp_path), "--no-progress", "--num-samples", "2", "--tasks", "qa1",
+            "--lengths", "12", "--methods", "bm25,oracle"]
+    assert main(base) == 0
+    before = (tmp_path / "results.jsonl").read_text()
+    assert len(read_results(tmp_path / "results.jsonl")) == 4
+    rc = main([*base, "--lengths", "12,24", "--reader", str(tmp_path / "no-reader-here")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not exist" in err and "kept" in err
+    assert (tmp_path / "results.jsonl").read_text() == before
+
+
+def test_oracle_and_bm25() -> None:
+    (oracle,) = OracleRetriever().retrieve([EP])
+    assert oracle.indices == [1, 3]
+    (bm25,) = BM25Retriever().retrieve([EP])
+    assert len(bm25.indices) == 2 and bm25.indices[0] == 1  # the only chunk sharing "football"
+    (fixed,) = BM25Retriever(budget=4).retrieve([EP])
+    assert len(fixed.indices) == 4
+
+
+def test_dense_and_multihop_interface(tiny_encoder_path: Path) -> None:
+    dense, multihop = make_retrievers(["dense", "multihop"], encoder=str(tiny_encoder_path))
+    assert isinstance(dense, DenseRetriever) and isinstance(multihop, MultiHopRetriever)
+    (d,) = dense.retrieve([EP])
+    (m,) = multihop.retrieve([EP])
+    assert len(d.indices) == len(set(d.indices)) == 2 and d.encoder_calls == 1 and d.hops == 0
+    assert len(m.indices) == len(set(m.indices)) == 2 and m.hops == 2 and m.encoder_calls == 2
+    assert d.q_values == sorted(d.q_values, reverse=True)
+    # the first hop of multi-hop search is single-hop dense retrieval on the question alone
+    assert m.indices[0] == d.indices[0]
