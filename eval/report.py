@@ -15,10 +15,12 @@ from typing import Any
 
 SUMMARY_FILE, TABLE_FILE, PLOT_FILE = "summary.json", "table.md", "plot.png"
 METRICS = ("accuracy", "answer_em", "answer_f1", "fact_f1", "fact_em", "fact_precision", "fact_recall",
-           "recall_at_1", "hops", "encoder_calls", "num_tokens", "retrieval_s", "latency_s")
-TABLE_METRICS = ("accuracy", "answer_f1", "fact_f1", "fact_em", "recall_at_1", "hops", "encoder_calls", "latency_s")
+           "recall_at_1", "num_retrieved", "hops", "encoder_calls", "num_tokens", "retrieval_s", "latency_s")
+TABLE_METRICS = ("accuracy", "answer_f1", "fact_f1", "fact_em", "recall_at_1", "num_retrieved", "hops",
+                 "encoder_calls", "latency_s")
 LABELS = {"accuracy": "answer accuracy", "answer_f1": "answer F1", "fact_f1": "Fact F1", "fact_em": "Fact EM",
-          "recall_at_1": "recall@1", "hops": "hops per question", "encoder_calls": "encoder calls per question",
+          "recall_at_1": "recall@1", "num_retrieved": "chunks retrieved per question", "hops": "hops per question",
+          "encoder_calls": "encoder calls per question",
           "latency_s": "latency per question (s)"}
 
 

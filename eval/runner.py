@@ -195,7 +195,8 @@ def _record(cfg: RunConfig, task: str | None, length: str, ep: Episode, method: 
         "key": sample_key(cfg.benchmark, task, length, method, ep.id),
         "benchmark": cfg.benchmark, "task": task or "-", "length": length, "method": method, "id": ep.id,
         "num_chunks": ep.num_chunks, "num_tokens": ep.metadata.get("num_tokens"),
-        "supporting": list(ep.supporting), "retrieved": r.indices, "q_values": r.q_values, "hops": r.hops,
+        "supporting": list(ep.supporting), "retrieved": r.indices, "q_values": r.q_values,
+        "num_retrieved": len(r.indices), "hops": r.hops,
         "encoder_calls": r.encoder_calls, "retrieval_s": r.seconds,
     }
     if ep.supporting:

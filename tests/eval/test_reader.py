@@ -121,3 +121,11 @@ def test_transformers_reader_is_greedy(tiny_reader_path: Path) -> None:
 def test_reader_bad_path() -> None:
     with pytest.raises(ReaderLoadError, match="does not exist"):
         load_reader("/no/such/reader")
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_reader_answers() -> None:
+    """The bundled GGUF reader loads offline and produces text (plumbing only; ~20 s to load on 2 cores)."""
+    reader = load_reader("smollm2", max_new_tokens=8)
+    prompt = build_prompt("hotpotqa", None, "What colour is the sky?", ["The sky is blue."])
+    assert reader.generate([prompt])[0].strip()
