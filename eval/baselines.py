@@ -145,7 +145,8 @@ class MultiHopRetriever:
 
     Args:
         model: The Q-network.
-        budget: Fixed result count, or None for |SF|; ignored when `adaptive`.
+        budget: Fixed result count, or None for |SF|; ignored when `adaptive`. The first `max_hops` results
+            are hops; any more are the best remaining chunks for the state after the last hop.
         adaptive: Let the stop rule decide how many hops (k=None).
         max_hops: Most hops per question.
         stop_threshold: The stop rule's threshold (adaptive only).
@@ -166,14 +167,15 @@ class MultiHopRetriever:
                 cfg = SearchConfig(k=None, max_hops=self.max_hops, stop_threshold=self.stop_threshold)
             else:
                 k = _budget(ep, self.budget)
-                cfg = SearchConfig(k=k, max_hops=max(self.max_hops, k), stop_threshold=None)
+                cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=None)
             result = MultiHopSearcher(self.model, index, cfg).search_one(ep.question)
-            hops = len({h.hop for h in result.hits})
+            hops = min(len(result.hits), cfg.max_hops)
             if self.adaptive:
                 # The hop whose Q fell below the threshold was encoded too, unless the search ran out of hops.
                 calls = min(result.hops_kept + 1, self.max_hops, ep.num_chunks)
             else:
-                calls = hops + (1 if len(result.hits) > cfg.max_hops else 0)
+                # Past max_hops the searcher tops up from one more state encoding (no further hops).
+                calls = hops + (1 if len(result.hits) > hops else 0)
             out.append(Retrieval([int(h.chunk.id) for h in result.hits], hops, [h.q_value for h in result.hits],
                                  calls, time.perf_counter() - start))
         return out

@@ -73,3 +73,30 @@ def test_dense_and_multihop_interface(tiny_encoder_path: Path) -> None:
     assert d.q_values == sorted(d.q_values, reverse=True)
     # the first hop of multi-hop search is single-hop dense retrieval on the question alone
     assert m.indices[0] == d.indices[0]
+
+
+def test_budget_beyond_max_hops_tops_up_without_more_hops(tiny_encoder_path: Path) -> None:
+    (multihop,) = make_retrievers(["multihop"], encoder=str(tiny_encoder_path), budget=4, max_hops=2)
+    (r,) = multihop.retrieve([EP])
+    assert len(r.indices) == 4 and r.hops == 2 and r.encoder_calls == 3
+
+
+FIXTURES = Path(__file__).parents[1] / "training" / "data" / "fixtures"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ruler", "--tasks", "niah_single_1,niah_multivalue", "--lengths", "400"],
+        ["hotpotqa", "--data", str(FIXTURES / "hotpot_dev_distractor.json")],
+        ["musique", "--data", str(FIXTURES / "musique_ans_v1.0_dev.jsonl")],
+        ["jsonl", "--data", str(FIXTURES / "custom_episodes.jsonl")],
+    ],
+    ids=["ruler", "hotpotqa", "musique", "jsonl"],
+)
+def test_other_benchmarks_run(tmp_path: Path, args: list[str]) -> None:
+    assert main([*args, "--out", str(tmp_path), "--no-progress", "--num-samples", "2", "--methods", "bm25,oracle"]) == 0
+    records = read_results(tmp_path / "results.jsonl")
+    assert records and all(r["method"] in ("bm25", "oracle") for r in records)
+    assert all(r["fact_em"] == 1.0 for r in records if r["method"] == "oracle")
+    assert (tmp_path / "plot.png").stat().st_size > 0
