@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--num-samples", type=int, default=100, help="samples per (task, length)")
         p.add_argument("--budget", type=int, default=None,
                        help="chunks per question for non-adaptive methods (default: |SF| of each sample)")
-        p.add_argument("--max-hops", type=int, default=4)
+        p.add_argument("--max-hops", type=int, default=4, help="most hops of the multi-hop methods")
         p.add_argument("--stop-threshold", type=float, default=0.5, help="stop rule of qrag+stop")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--max-new-tokens", type=int, default=32)
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--lengths", type=_csv, default=None,
                            help=f"comma-separated, e.g. 1k,4k,32k or {bench.length_kind} "
                                 f"(default {','.join(bench.default_lengths)})")
-        p.add_argument("--data", required=bench.needs_path, default=None, help="data file")
+        if bench.needs_path:
+            p.add_argument("--data", required=True, help="the data file (official format, or custom JSON Lines)")
     return parser
 
 
@@ -62,8 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = RunConfig(
         benchmark=args.benchmark, out=args.out, methods=args.methods, tasks=getattr(args, "tasks", None),
         lengths=getattr(args, "lengths", None), num_samples=args.num_samples, model=args.model,
-        encoder=args.encoder, reader=args.reader, data=args.data, budget=args.budget, max_hops=args.max_hops,
-        stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
+        encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None), budget=args.budget,
+        max_hops=args.max_hops, stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
         device=args.device, progress=not args.no_progress,
     )
     try:
