@@ -130,8 +130,23 @@ def iter_jsonl(path: str | Path) -> Iterator[Episode]:
         EpisodeError: a line is not valid JSON or not a valid episode (the message gives file and line).
     """
     p = Path(path)
+    for lineno, where, rec in iter_json_lines(p, "episode file"):
+        ep = Episode.from_json(rec, where=where)
+        if not ep.id:
+            ep = Episode(ep.question, ep.chunks, ep.supporting, ep.answer, f"{p.stem}-{lineno}", ep.metadata)
+        yield ep
+
+
+def iter_json_lines(path: str | Path, kind: str = "file") -> Iterator[tuple[int, str, Any]]:
+    """Yield `(line number, "file:line", parsed JSON)` for every non-blank line of a JSON Lines file.
+
+    Raises:
+        FileNotFoundError: the file does not exist (the message calls it `kind`).
+        EpisodeError: a line is not valid JSON (the message gives file and line).
+    """
+    p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"episode file {str(p)!r} does not exist (or is not a file).")
+        raise FileNotFoundError(f"{kind} {str(p)!r} does not exist (or is not a file).")
     with p.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -141,10 +156,7 @@ def iter_jsonl(path: str | Path) -> Iterator[Episode]:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 raise EpisodeError(f"{where}: malformed JSON ({e.msg} at column {e.colno}).") from None
-            ep = Episode.from_json(rec, where=where)
-            if not ep.id:
-                ep = Episode(ep.question, ep.chunks, ep.supporting, ep.answer, f"{p.stem}-{lineno}", ep.metadata)
-            yield ep
+            yield lineno, where, rec
 
 
 def read_jsonl(path: str | Path) -> list[Episode]:

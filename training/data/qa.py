@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from training.data.episode import Episode, EpisodeError, iter_jsonl
+from training.data.episode import Episode, EpisodeError, iter_json_lines, iter_jsonl
 
 QAKind = Literal["hotpotqa", "2wiki", "musique"]
 QA_KINDS: tuple[QAKind, ...] = get_args(QAKind)
@@ -120,14 +120,8 @@ def _records(path: Path) -> Iterator[tuple[Any, str]]:
     if not path.is_file():
         raise FileNotFoundError(f"data file {str(path)!r} does not exist (or is not a file).")
     if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield json.loads(line), f"{path}:{lineno}"
-                except json.JSONDecodeError as e:
-                    raise EpisodeError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}).") from None
+        for _, where, rec in iter_json_lines(path, "data file"):
+            yield rec, where
         return
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -196,37 +190,27 @@ def read_corpus_jsonl(path: str | Path) -> list[Episode]:
         EpisodeError: a malformed line, a repeated passage id, or a supporting id naming no passage.
     """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"corpus file {str(p)!r} does not exist (or is not a file).")
     passages: dict[str, int] = {}
     texts: list[str] = []
     questions: list[tuple[dict[str, Any], str]] = []
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{p}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise EpisodeError(f"{where}: malformed JSON ({e.msg} at column {e.colno}).") from None
-            if not isinstance(rec, dict):
-                raise EpisodeError(f"{where}: expected a JSON object, got {type(rec).__name__}.")
-            if "passage_id" in rec:
-                pid, text = str(rec["passage_id"]), rec.get("text")
-                if not isinstance(text, str) or not text.strip():
-                    raise EpisodeError(f"{where}: passage {pid!r} needs a non-empty 'text'.")
-                if pid in passages:
-                    raise EpisodeError(f"{where}: passage id {pid!r} repeats (first at passage {passages[pid]}).")
-                passages[pid] = len(texts)
-                texts.append(_chunk(str(rec.get("title") or ""), text.strip()))
-            elif "question" in rec:
-                ids = rec.get("supporting_ids", [])
-                if not isinstance(ids, list):
-                    raise EpisodeError(f"{where}: 'supporting_ids' must be a list of passage ids, got {ids!r}.")
-                questions.append((rec, where))
-            else:
-                raise EpisodeError(f"{where}: a line needs 'passage_id' (a passage) or 'question' (a question).")
+    for _, where, rec in iter_json_lines(p, "corpus file"):
+        if not isinstance(rec, dict):
+            raise EpisodeError(f"{where}: expected a JSON object, got {type(rec).__name__}.")
+        if "passage_id" in rec:
+            pid, text = str(rec["passage_id"]), rec.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise EpisodeError(f"{where}: passage {pid!r} needs a non-empty 'text'.")
+            if pid in passages:
+                raise EpisodeError(f"{where}: passage id {pid!r} repeats (first at passage {passages[pid]}).")
+            passages[pid] = len(texts)
+            texts.append(_chunk(str(rec.get("title") or ""), text.strip()))
+        elif "question" in rec:
+            ids = rec.get("supporting_ids", [])
+            if not isinstance(ids, list):
+                raise EpisodeError(f"{where}: 'supporting_ids' must be a list of passage ids, got {ids!r}.")
+            questions.append((rec, where))
+        else:
+            raise EpisodeError(f"{where}: a line needs 'passage_id' (a passage) or 'question' (a question).")
     chunks = tuple(texts)
     out: list[Episode] = []
     for rec, where in questions:
