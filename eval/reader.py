@@ -104,7 +104,8 @@ class TransformersReader:
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
-            self.model = AutoModelForCausalLM.from_pretrained(name_or_path, **extra).to(self.device).eval()
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, **extra)
+            self.model = model.to(self.device).eval()  # type: ignore[arg-type]
         except Exception as e:  # transformers raises many types (OSError, ValueError, ...) for bad models
             raise ReaderLoadError(
                 f"could not load reader {self.name!r} with transformers ({type(e).__name__}: {e}); pass a "
@@ -123,7 +124,7 @@ class TransformersReader:
             with torch.no_grad():
                 gen = self.model.generate(**ids, max_new_tokens=self.max_new_tokens, do_sample=False,
                                           pad_token_id=pad)  # (1, T + new)
-            out.append(self.tokenizer.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
+            out.append(str(self.tokenizer.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)))
         return out
 
 

@@ -55,7 +55,9 @@ def summarize(records: Sequence[dict[str, Any]], settings: dict[str, Any]) -> di
     cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         cells[(r["method"], r["task"], r["length"])].append(r)
-    cell_rows = [{"method": m, "task": t, "length": lab, **_means(rs)} for (m, t, lab), rs in sorted(cells.items())]
+    cell_rows: list[dict[str, Any]] = [
+        {"method": m, "task": t, "length": lab, **_means(rs)} for (m, t, lab), rs in sorted(cells.items())
+    ]
     by_length: dict[str, dict[str, dict[str, float]]] = {}
     for m in methods:
         by_length[m] = {}
