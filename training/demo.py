@@ -17,29 +17,22 @@ from pathlib import Path
 from training.cli import build_episodes
 from training.config import load_preset
 from training.data.episode import Episode
+from training.index import ChunkIndex
 from training.qnet import QNetwork
+from training.search import MultiHopSearcher, SearchConfig
 from training.trainer import Trainer, evaluate
 
 
 def show_hops(qnet: QNetwork, episode: Episode, max_hops: int) -> None:
-    """Greedy hops over one episode, with the best Q-value at each hop."""
-    import torch
-
-    chunks = qnet.embed_chunks(episode.chunks)  # (N, D)
-    selected: list[int] = []
+    """The multi-hop searcher on one episode: every hop with its Q-value, and where the stop rule cuts."""
+    index = ChunkIndex.from_texts(qnet, episode.chunks, ids=[str(i) for i in range(episode.num_chunks)])
+    result = MultiHopSearcher(qnet, index, SearchConfig(k=max_hops, max_hops=max_hops)).search_one(episode.question)
     print(f"\nQ: {episode.question}   (gold answer: {episode.answer}; supporting chunks {list(episode.supporting)})")
-    for hop in range(max_hops):
-        order = sorted(selected) if qnet.config.state_order == "document" else selected
-        state = qnet.embed_states([episode.question], [[episode.chunks[i] for i in order]])  # (1, D)
-        mask = torch.zeros(1, episode.num_chunks, dtype=torch.bool)
-        mask[0, selected] = True
-        q = qnet.score(state, chunks, qnet.positions(mask))[0].masked_fill(mask[0], float("-inf"))  # (N,)
-        best = int(q.argmax())
-        selected.append(best)
-        gold = "gold" if best in episode.supporting else "    "
-        print(f"  hop {hop}: Q={float(q[best]):+.3f} {gold} [{best:3d}] {episode.chunks[best]}")
-        if set(episode.supporting) <= set(selected):
-            break
+    for hit in result.hits:
+        i = int(hit.chunk.id)
+        gold = "gold" if i in episode.supporting else "    "
+        stop = "  (past the stop rule: dropped when k is not given)" if hit.past_stop else ""
+        print(f"  hop {hit.hop}: Q={hit.q_value:+.3f} {gold} [{i:3d}] {hit.chunk.text}{stop}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
