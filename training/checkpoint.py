@@ -1,22 +1,19 @@
 """Training-state checkpoints: safetensors + JSON only (no pickle), written atomically.
 
 A run folder holds `last/` (everything needed to resume) and `best/` (the best model on the validation
-split, a plain `QNetwork` folder). A checkpoint is written to a temporary folder and renamed into place;
-if a kill lands between the two renames of the swap, the previous checkpoint survives as `.last.old`.
+split, a plain `QNetwork` folder). Both are written with `training.atomic.atomic_dir`.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from training.qnet import _replace_dir
+from training.atomic import atomic_dir, previous_dir
 
 TRAINER_STATE = "trainer_state.json"
 TENSORS = "trainer_tensors.safetensors"
@@ -29,8 +26,8 @@ class ResumeError(ValueError):
 
 def find_last(output_dir: Path) -> Path | None:
     """The newest complete resume checkpoint of a run folder, or None."""
-    for name in ("last", ".last.old"):
-        d = output_dir / name
+    last = output_dir / "last"
+    for d in (last, previous_dir(last)):
         if (d / TRAINER_STATE).is_file() and (d / TENSORS).is_file():
             return d
     return None
@@ -62,16 +59,10 @@ def optimizer_from_tensors(tensors: dict[str, torch.Tensor], rest: dict[str, Any
 
 def write_checkpoint(target: Path, save_model: Any, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
     """Write `state` (JSON), `tensors` and the model (via `save_model(folder)`) to `target` atomically."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with atomic_dir(target) as tmp:
         save_model(tmp / MODEL_DIR)
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / TENSORS))
         (tmp / TRAINER_STATE).write_text(json.dumps(state, indent=1), encoding="utf-8")
-        _replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

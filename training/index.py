@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 import threading
 import weakref
 from collections.abc import Collection, Mapping, Sequence
@@ -31,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from training.atomic import atomic_dir
 
 if TYPE_CHECKING:
     from training.qnet import QNetwork
@@ -296,20 +295,13 @@ class ChunkIndex:
                 f"cannot save the index: metadata of chunk {bad} ({self.ids[bad] if bad is not None else '?'!r}) is "
                 f"not JSON-serialisable ({e}); keep metadata to strings, numbers, lists and dicts."
             ) from None
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
+        with atomic_dir(target) as tmp:
             vectors = self.vectors.detach().cpu().contiguous()  # (N, D)
             if vector_format == "safetensors":
                 save_file({"vectors": vectors}, str(tmp / _VECTOR_FILES["safetensors"]))
             else:
                 np.save(tmp / _VECTOR_FILES["numpy"], vectors.numpy(), allow_pickle=False)
             (tmp / INDEX_FILE).write_text(blob, encoding="utf-8")
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return target
 
     @classmethod

@@ -9,9 +9,6 @@ import copy
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from training.atomic import atomic_dir
 from training.config import ConfigError, ModelConfig
 from training.encoders import EncoderLoadError, load_encoder, resolve_encoder
 from training.positions import absolute_positions, relative_positions, rotate_halves
@@ -291,10 +289,8 @@ class QNetwork(nn.Module):
         names its base encoder, so a trained model is a few MB beside a shared base.
         """
         target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
-            full = self.config.train_mode == "full"
+        full = self.config.train_mode == "full"
+        with atomic_dir(target) as tmp:
             tensors = {k: v.detach().cpu().contiguous() for k, v in self.trainable_state_dict().items()}
             save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})
             meta = {
@@ -308,10 +304,6 @@ class QNetwork(nn.Module):
             self.tokenizer.save_pretrained(str(tmp / "tokenizer"))
             if full:
                 self._base_encoder(self.state_tower).config.save_pretrained(str(tmp / ENCODER_CONFIG_DIR))
-            _replace_dir(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return target
 
     @classmethod
@@ -386,17 +378,6 @@ def read_checkpoint_meta(directory: Path) -> dict[str, Any]:
     if meta.get("version", 0) > CHECKPOINT_VERSION:
         raise CheckpointError(f"{str(directory)!r} was written by a newer qrag (format version {meta['version']}); upgrade qrag.")
     return meta  # type: ignore[no-any-return]
-
-
-def _replace_dir(tmp: Path, target: Path) -> None:
-    """Rename `tmp` onto `target`; an existing target is moved aside first and removed last."""
-    old = target.with_name(f".{target.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -36,7 +36,7 @@ from training.checkpoint import (
 from training.config import EnvConfig, TrainConfig
 from training.data.episode import Episode
 from training.env import EpisodeState, RetrievalEnv
-from training.qnet import QNetwork
+from training.qnet import WEIGHTS_FILE, QNetwork
 
 
 class ChunkCache:
@@ -381,7 +381,7 @@ class Trainer:
         if saved_model != current:
             diff = {k: (saved_model.get(k), v) for k, v in current.items() if saved_model.get(k) != v}
             raise ResumeError(f"cannot resume {str(folder)!r}: model settings differ (saved, now): {diff}.")
-        online_tensors = load_file(str(folder / MODEL_DIR / "model.safetensors"))
+        online_tensors = load_file(str(folder / MODEL_DIR / WEIGHTS_FILE))
         self.online.load_state_dict(online_tensors, strict=False)
         self.target.load_state_dict({k[len("target."):]: v for k, v in tensors.items() if k.startswith("target.")},
                                     strict=False)
