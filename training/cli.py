@@ -15,7 +15,6 @@ import json
 import random
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import tyro
 
@@ -82,7 +81,7 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.trainer import Trainer, evaluate
+    from training.trainer import Trainer, read_best_eval
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -96,11 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ValueError) as e:
         print(f"qrag-train: error: {e}", file=sys.stderr)
         return 2
-    best = Path(config.trainer.output_dir) / "best"
-    if best.is_dir() and val:
-        from training.qnet import QNetwork
-
-        summary["best_eval"] = evaluate(QNetwork.from_pretrained(best), val, config.env)
+    best_eval = read_best_eval(config.trainer.output_dir)  # the trainer scored best/ on `val` when saving it
+    if best_eval is not None:
+        summary["best_eval"] = best_eval
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -20,7 +20,7 @@ from training.data.episode import Episode
 from training.index import ChunkIndex
 from training.qnet import QNetwork
 from training.search import MultiHopSearcher, SearchConfig
-from training.trainer import Trainer, evaluate
+from training.trainer import Trainer, evaluate, read_best_eval
 
 
 def show_hops(qnet: QNetwork, episode: Episode, max_hops: int) -> None:
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = trainer.train()
     best_dir = Path(args.output_dir) / "best"
     model = QNetwork.from_pretrained(best_dir) if best_dir.is_dir() else trainer.online
-    after = evaluate(model, val, config.env)
+    after = read_best_eval(args.output_dir) or evaluate(model, val, config.env)
     print(f"after training ({summary['transitions']} transitions, {summary['seconds'] / 60:.1f} min this run): "
           f"{json.dumps(after)}")
     for episode in val[:2]:

@@ -38,6 +38,14 @@ from training.data.episode import Episode
 from training.env import EpisodeState, RetrievalEnv
 from training.qnet import WEIGHTS_FILE, QNetwork
 
+BEST_EVAL_FILE = "eval.json"  # beside best/'s model: its validation result and when it was reached
+
+
+def read_best_eval(output_dir: str | Path) -> dict[str, float] | None:
+    """The validation result stored with `output_dir/best`, or None when there is none."""
+    path = Path(output_dir) / "best" / BEST_EVAL_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None  # type: ignore[no-any-return]
+
 
 class ChunkCache:
     """Unrotated chunk vectors of the episode in each environment slot, for one network.
@@ -338,7 +346,7 @@ class Trainer:
         if result["return"] > self.best_metric:
             self.best_metric = result["return"]
             self.online.save_pretrained(self.output_dir / "best")
-            (self.output_dir / "best" / "eval.json").write_text(
+            (self.output_dir / "best" / BEST_EVAL_FILE).write_text(
                 json.dumps({"transitions": self.transitions, **result}, indent=1), encoding="utf-8")
         return result
 
