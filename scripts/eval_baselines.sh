@@ -2,7 +2,7 @@
 # Baseline rows of docs/RESULTS.md: BabiLong-style tasks, split test, 100 samples, retrieval metrics only.
 # Resumable: rerun the same command and finished samples are skipped.
 # Usage: [TASKS=qa1,...] scripts/eval_baselines.sh [OUT] [LENGTHS]
-# qa5 stories hold up to 126 facts, so qa5 needs lengths >= 2k (100 sentences); the generator refuses 1k.
+# At 1k (50 sentences) the generator skips qa5 stories with more than 50 facts (see docs/DATA_CARD.md).
 set -euo pipefail
 OUT="${1:-runs/baselines_babilong}"
 LENGTHS="${2:-1k,4k,32k}"

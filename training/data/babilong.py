@@ -40,6 +40,8 @@ TOKEN_TABLE: tuple[tuple[int, int], ...] = (
     (10_000_000, 400_000),
 )
 _SUFFIX = {"k": 1_000, "m": 1_000_000}
+# `iter_babilong` gives up when this many samples in a row have more facts than the haystack has sentences.
+MAX_CONSECUTIVE_SKIPS = 1_000
 
 
 def parse_length(value: int | str) -> int:
@@ -167,18 +169,42 @@ def iter_babilong(
     token_count: TokenCount = "estimate",
     background: Sequence[str] | None = None,
 ) -> Iterator[Episode]:
-    """An endless deterministic stream of BabiLong-style episodes (see `generate_babilong`)."""
+    """An endless deterministic stream of BabiLong-style episodes (see `generate_babilong`).
+
+    Samples with more facts than the haystack has sentences are skipped (a qa5 story holds up to 126
+    facts, a 1K haystack 50 sentences), so the stream is biased toward shorter stories at short lengths;
+    DATA_CARD.md gives the fraction that fits. Ids keep the sample index `i` (`babilong-qa5-test-0-7`), so
+    a skipped sample leaves a gap in the ids and sample `i` is the same whatever num_samples was asked for.
+
+    Raises:
+        ValueError: `MAX_CONSECUTIVE_SKIPS` samples in a row do not fit (the length is too small for the task).
+    """
     t = check_task(task)
     if num_sentences is not None and num_tokens is not None:
         raise ValueError("give num_sentences or num_tokens, not both.")
     n = num_sentences if num_sentences is not None else (
         sentences_for_tokens(parse_length(num_tokens)) if num_tokens is not None else None
     )
+    skipped_in_a_row = 0
+    fewest_facts = 0
     for i, sample in enumerate(iter_samples(t, seed=seed, split=split)):
         eid = f"babilong-{t}-{split}-{seed}-{i}"
         if n is None:  # the 0K setting: the facts alone
             yield sample.to_episode(eid, {"source": "babilong", "num_sentences": len(sample.facts)})
             continue
+        k = len(sample.facts)
+        if k > n:  # does not fit: skip it, keeping the index so the other samples keep their ids
+            fewest_facts = k if skipped_in_a_row == 0 else min(fewest_facts, k)
+            skipped_in_a_row += 1
+            if skipped_in_a_row >= MAX_CONSECUTIVE_SKIPS:
+                asked = f"num_sentences={n}" if num_tokens is None else f"num_tokens={num_tokens!r} (= {n} sentences)"
+                raise ValueError(
+                    f"{asked} is too small for babilong {t}: none of {skipped_in_a_row} samples in a row fits "
+                    f"(each has more facts than the haystack has sentences); use num_sentences >= {fewest_facts} "
+                    f"(the fewest facts among them)."
+                )
+            continue
+        skipped_in_a_row = 0
         # One generator per sample: sample i is the same whatever num_samples was asked for.
         rng = random.Random(f"qrag-babilong/{t}/{split}/{seed}/{i}")
         yield babilong_episode(
@@ -202,7 +228,8 @@ def generate_babilong(
 
     Args:
         task: qa1..qa5.
-        num_samples: How many episodes.
+        num_samples: How many episodes. Samples with more facts than `num_sentences` are skipped (their
+            ids are left out, see `iter_babilong`), so qa5 at 1K keeps only its shorter stories.
         num_sentences: Haystack length in sentences (= chunks, facts included). With neither length the
             episodes hold the facts alone (0K).
         num_tokens: Haystack length as a token budget (int or '128k', '1M'), mapped by `sentences_for_tokens`.

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import random
 import time
+from itertools import islice
 from pathlib import Path
 
 import pytest
 
 from tests.training.data.babi_replay import replay
-from training.data.babi import TASKS, generate_samples, parse_fact
+from training.data.babi import TASKS, generate_samples, iter_samples, parse_fact
 from training.data.babilong import (
     babilong_episode,
     generate_babilong,
+    iter_babilong,
     parse_length,
     place_facts,
     read_babilong_release,
@@ -73,6 +75,37 @@ def test_length_too_small_for_the_facts_is_named() -> None:
     s = next(x for x in generate_samples("qa3", 50, seed=0) if len(x.facts) > 10)
     with pytest.raises(ValueError, match=rf"num_sentences=5 is too small.*{len(s.facts)} facts"):
         babilong_episode(s, 5, random.Random(0))
+
+
+def test_the_stream_skips_qa5_stories_longer_than_the_haystack(verses: list[str]) -> None:
+    eps = generate_babilong("qa5", 30, num_sentences=50, seed=0, split="test", background=verses)
+    assert len(eps) == 30 and all(e.num_chunks == 50 and e.metadata["num_facts"] <= 50 for e in eps)
+    # The ids keep the sample index: exactly the samples with more than 50 facts are missing.
+    last = int(eps[-1].id.rsplit("-", 1)[1])
+    samples = list(islice(iter_samples("qa5", seed=0, split="test"), last + 1))
+    kept = [f"babilong-qa5-test-0-{i}" for i, s in enumerate(samples) if len(s.facts) <= 50]
+    assert [e.id for e in eps] == kept and len(kept) < len(samples), "the first 30 qa5 fits should skip some"
+
+
+def test_skipping_keeps_ids_and_samples_stable(verses: list[str]) -> None:
+    ten = generate_babilong("qa5", 10, num_sentences=50, seed=0, split="test", background=verses)
+    five = generate_babilong("qa5", 5, num_sentences=50, seed=0, split="test", background=verses)
+    assert ten[:5] == five
+
+
+def test_samples_that_fit_are_the_direct_episode(verses: list[str]) -> None:
+    eps = generate_babilong("qa1", 20, num_sentences=50, seed=0, split="test", background=verses)
+    samples = list(islice(iter_samples("qa1", seed=0, split="test"), 20))
+    for i, (ep, s) in enumerate(zip(eps, samples, strict=True)):
+        eid = f"babilong-qa1-test-0-{i}"
+        rng = random.Random(f"qrag-babilong/qa1/test/0/{i}")
+        assert ep == babilong_episode(s, 50, rng, id=eid, background=verses)
+
+
+def test_a_length_no_sample_fits_raises_instead_of_skipping_forever() -> None:
+    it = iter_babilong("qa5", num_sentences=1, seed=0, split="test")
+    with pytest.raises(ValueError, match=r"num_sentences=1 is too small for babilong qa5: none of 1000 .*num_sentences >= 2"):
+        next(it)
 
 
 def test_zero_k_is_the_facts_alone() -> None:
