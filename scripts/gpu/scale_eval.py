@@ -519,7 +519,11 @@ def load_models(args: argparse.Namespace, device: Any) -> tuple[Any, Any]:
     if args.merge_lora:
         for tower in (qnet.state_tower, qnet.chunk_tower):
             if hasattr(tower.encoder, "merge_and_unload"):
-                tower.encoder = tower.encoder.merge_and_unload()
+                try:
+                    tower.encoder = tower.encoder.merge_and_unload()
+                except Exception as e:  # noqa: BLE001 - an unmerged tower computes the same function, slower
+                    print(f"scale_eval: LoRA merge failed ({type(e).__name__}: {e}); using the adapters unmerged")
+                    args.merge_lora = False
     qnet = qnet.to(device).eval()
     encoder = args.encoder or qnet.config.encoder
     dense = load_model(encoder, device=device).eval() if "dense" in args.methods else None
