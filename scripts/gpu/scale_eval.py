@@ -877,6 +877,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.result["gpu"]["measured_matmul_bf16_tflops"] = round(mm, 1) if mm else None
     qnet, dense = load_models(args, device)
     run.result["meta"]["encoder"] = args.encoder or qnet.config.encoder
+    run.result["meta"]["merge_lora"] = args.merge_lora  # False if merging failed
     run.result["meta"]["model_config"] = {k: v for k, v in vars(qnet.config).items()}
     qcache = VectorCache(qnet, universe, device, amp, args.encode_batch)
     dcache = VectorCache(dense, universe, device, amp, args.encode_batch) if dense is not None else None
