@@ -679,7 +679,7 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
         cell["records"].append(rec)
         cell["samples_done"] += 1
         del index
-        if run.out_of_time() and cell["samples_done"] < n:
+        if run.out_of_time() and cell["samples_done"] + cell["samples_skipped"] < n:
             cell["partial"] = True
             break
     done = cell["records"]
