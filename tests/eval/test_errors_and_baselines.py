@@ -100,3 +100,27 @@ def test_other_benchmarks_run(tmp_path: Path, args: list[str]) -> None:
     assert records and all(r["method"] in ("bm25", "oracle") for r in records)
     assert all(r["fact_em"] == 1.0 for r in records if r["method"] == "oracle")
     assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_index_cache_embeds_each_distinct_text_once_and_matches_a_fresh_index(tiny_encoder_path: Path) -> None:
+    from eval.baselines import _IndexCache
+    from training.index import ChunkIndex
+    from training.search import load_model
+
+    model = load_model(str(tiny_encoder_path))
+    calls: list[int] = []
+    embed = model.embed_chunks
+    model.embed_chunks = lambda texts, **kw: (calls.append(len(texts)), embed(texts, **kw))[1]  # type: ignore[method-assign]
+    other = Episode("Where is Daniel?", ["Birds sang.", "Daniel went to the garden.", "Mary left.", "Birds sang."],
+                    (1,), "garden", "e1")
+    cache = _IndexCache()
+    first, second = cache.get(model, EP), cache.get(model, other)
+    assert calls == [5, 1]  # only "Mary left." is new; a repeated text is embedded once
+    for ep, index in ((EP, first), (other, second)):
+        fresh = ChunkIndex.from_texts(model, list(ep.chunks), show_progress=False)
+        assert index.texts == list(ep.chunks)
+        assert (index.vectors - fresh.vectors).abs().max() < 1e-5
+    small = _IndexCache(max_texts=6)
+    small.get(model, EP)
+    small.get(model, other)  # 5 known + 1 new fits; a third corpus past the bound starts afresh
+    assert len(small._vectors[id(model)]) == 6
