@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+from training.config import TrainConfig
 from training.data.episode import Episode
 
 PEOPLE = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "henry"]
@@ -31,3 +32,16 @@ def make_two_hop_episodes(n: int, seed: int, people: int = 3, vocab: int = 8) ->
                       facts.index(next(f for f in facts if f[1] == ("at", 0))))
         episodes.append(Episode(f"where is the {what[0]}?", chunks, supporting, where[0], f"two-hop-{seed}-{i}"))
     return episodes
+
+
+def learning_config(encoder: str, output_dir: str, seed: int = 0, scale: float = 1.0) -> TrainConfig:
+    """The end-to-end learning test's training run (tests/training/test_learning.py, scripts/learning_seeds.py)."""
+    return TrainConfig.from_dict({
+        "model": {"encoder": encoder, "max_chunk_tokens": 16, "max_state_piece_tokens": 16, "scale": scale},
+        "env": {"max_steps": 2},
+        "rl": {"lam": 0.5, "alpha": 0.05, "tau": 0.1},
+        "optim": {"lr": 1e-3, "warmup_steps": 10, "schedule": "constant"},
+        "trainer": {"output_dir": output_dir, "total_transitions": 6000, "num_envs": 16,
+                    "rollout_steps": 2, "minibatch_size": 32, "update_epochs": 2, "eval_every": 1000,
+                    "save_every": 10**6, "log_every": 10**6, "progress": False, "seed": seed},
+    })
