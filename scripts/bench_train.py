@@ -1,11 +1,14 @@
 """Training throughput and peak memory of `Trainer` on the bundled MiniLM, per train_mode, side by side.
 
     .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out docs/bench_train.json
+    python3 scripts/bench_train.py --gpu --preset babilong --encoder .gpu/minilm --mixed-precision bf16 \
+        --num-envs 16 --num-sentences 160 --out $OUT/bench_train_gpu.json      # on the GPU machine
 
-Each (mode, repeat) runs in its own process so peak RSS is that configuration's own. Reports the median
-over repeats of transitions/s (acting + updates) and optimiser steps/s, and the ratio to 'full'.
-Episodes: BabiLong-style bAbI qa1 haystacks of 20 sentences; 8 environments × 4 steps per rollout,
-minibatch 32, 2 update epochs (the cpu-small preset).
+Each (mode, repeat) runs in its own process so peak RSS (and peak GPU memory) is that configuration's own.
+Reports the median over repeats of transitions/s (acting + updates) and optimiser steps/s, and the ratio to
+the first mode. Default episodes: BabiLong-style bAbI qa1 haystacks of 20 sentences; 8 environments × 4
+steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set (the GPU
+machine) the haystacks come from the carried text pack (scripts/gpu/offline.py).
 """
 
 from __future__ import annotations
@@ -22,26 +25,40 @@ import time
 from pathlib import Path
 
 
-def worker(mode: str, rollouts: int, threads: int) -> dict[str, float]:
+def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     import torch
+
+    sys.path.insert(0, str(Path(__file__).parent / "gpu"))
+    from offline import maybe_install_text_pack
 
     from training.cli import build_episodes
     from training.config import load_preset
     from training.trainer import Trainer
 
-    torch.set_num_threads(threads)
-    config = load_preset("cpu-small")
+    maybe_install_text_pack()
+    torch.set_num_threads(args.threads)
+    config = load_preset(args.preset)
     config.model.train_mode = mode  # type: ignore[assignment]
+    if args.encoder:
+        config.model.encoder = args.encoder
     config.data.num_train, config.data.num_val = 200, 1
+    if args.num_sentences:
+        config.data.num_sentences = args.num_sentences
+    if args.num_envs:
+        config.trainer.num_envs = args.num_envs
+    config.trainer.cpu = not args.gpu
+    config.trainer.mixed_precision = args.mixed_precision
     config.trainer.output_dir = tempfile.mkdtemp()
     train, _ = build_episodes(config.data)
     trainer = Trainer(config, train)
     trainer.update(trainer.collect_rollout())  # warm-up (allocations, tokenizer caches)
     t0, tr0, up0 = time.perf_counter(), trainer.transitions, trainer.updates
-    for _ in range(rollouts):
+    for _ in range(args.rollouts):
         trainer.update(trainer.collect_rollout())
     seconds = time.perf_counter() - t0
+    gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
     return {
+        "peak_gpu_mb": gpu_mb,
         "transitions_per_s": (trainer.transitions - tr0) / seconds,
         "optimizer_steps_per_s": (trainer.updates - up0) / seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -56,27 +73,40 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="docs/bench_train.json")
+    parser.add_argument("--preset", default="cpu-small", help="training preset the episodes and settings come from")
+    parser.add_argument("--encoder", default=None, help="encoder folder or name (default: the preset's)")
+    parser.add_argument("--gpu", action="store_true", help="train on the GPU (default: CPU)")
+    parser.add_argument("--mixed-precision", default="no", choices=("no", "bf16", "fp16"))
+    parser.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
+    parser.add_argument("--num-sentences", type=int, default=None, help="haystack sentences (default: the preset's)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.rollouts, args.threads)))
+        print(json.dumps(worker(args.worker, args)))
         return 0
     modes = args.modes.split(",")
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     for _ in range(args.repeats):  # interleave modes so machine noise hits all of them alike
         for mode in modes:
-            out = subprocess.run([sys.executable, __file__, "--worker", mode, "--rollouts", str(args.rollouts),
-                                  "--threads", str(args.threads)], capture_output=True, text=True, check=True)
+            out = subprocess.run([sys.executable, *sys.argv, "--worker", mode], capture_output=True, text=True)
+            if out.returncode:
+                sys.stderr.write(out.stderr[-4000:])
+                raise SystemExit(f"bench_train: the {mode} worker failed (exit {out.returncode}); its stderr is above.")
             runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
     table = {}
     for mode in modes:
         table[mode] = {k: statistics.median(r[k] for r in runs[mode]) for k in runs[mode][0]}
     base = table[modes[0]]["transitions_per_s"]
-    print(f"{'mode':<12}{'transitions/s':>15}{'opt steps/s':>13}{'peak RSS MB':>13}{'trainable':>12}{'vs ' + modes[0]:>10}")
+    print(f"{'mode':<12}{'transitions/s':>15}{'opt steps/s':>13}{'peak RSS MB':>13}{'peak GPU MB':>13}"
+          f"{'trainable':>12}{'vs ' + modes[0]:>10}")
     for mode, row in table.items():
         print(f"{mode:<12}{row['transitions_per_s']:>15.1f}{row['optimizer_steps_per_s']:>13.2f}"
-              f"{row['peak_rss_mb']:>13.0f}{int(row['trainable_params']):>12,}{row['transitions_per_s'] / base:>9.2f}x")
-    result = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
+              f"{row['peak_rss_mb']:>13.0f}{row['peak_gpu_mb']:>13.0f}{int(row['trainable_params']):>12,}"
+              f"{row['transitions_per_s'] / base:>9.2f}x")
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    result = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(), "gpu": gpu,
               "threads": args.threads, "rollouts": args.rollouts, "repeats": args.repeats, "median": table,
               "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
