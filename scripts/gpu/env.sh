@@ -6,6 +6,9 @@
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO" || exit 1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+# The GPU image has JAX, which bm25s picks up for its top-k; JAX then preallocates 75% of the GPU's memory
+# (~59 GiB of an H100) and the 10M-token cells ran out of memory (first scale_eval call). Keep JAX on the CPU.
+export JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export QRAG_TEXT_PACK="${QRAG_TEXT_PACK:-$REPO/.gpu/text/sentences.json.xz}"
 QRAG_SITE="${QRAG_SITE:-/tmp/site}"
 PY="${PYTHON:-python3}"
