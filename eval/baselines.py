@@ -27,6 +27,7 @@ from training.data import Episode
 from training.index import ChunkIndex, model_lock
 from training.qnet import CONFIG_FILE, QNetwork
 from training.search import MultiHopSearcher, SearchConfig, load_model
+from training.shipped import shipped_names, shipped_path
 
 METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
 """Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
@@ -230,10 +231,11 @@ def make_retrievers(
     if any(m in NEEDS_CHECKPOINT for m in methods) and checkpoint is None:
         raise ValueError(f"methods {list(NEEDS_CHECKPOINT)} need a trained checkpoint: pass --model PATH.")
     if checkpoint is not None and any(m in NEEDS_CHECKPOINT for m in methods):
-        if not (Path(checkpoint).expanduser() / CONFIG_FILE).is_file():
+        folder = shipped_path(checkpoint) or Path(checkpoint).expanduser()
+        if not (folder / CONFIG_FILE).is_file():
             raise ValueError(
                 f"--model {checkpoint!r} is not a trained qrag checkpoint (no {CONFIG_FILE} there); pass the "
-                "folder written by qrag-train / QNetwork.save_pretrained."
+                f"folder written by qrag-train / QNetwork.save_pretrained, or a shipped name ({', '.join(shipped_names())})."
             )
     cache = _IndexCache()
     untrained: QNetwork | None = None

@@ -23,6 +23,7 @@ from training.atomic import atomic_dir
 from training.config import ConfigError, ModelConfig
 from training.encoders import EncoderLoadError, load_encoder, resolve_encoder
 from training.positions import absolute_positions, relative_positions, rotate_halves
+from training.shipped import shipped_names, shipped_path
 
 CHECKPOINT_FORMAT = "qrag-qnetwork"
 CHECKPOINT_VERSION = 1
@@ -311,7 +312,8 @@ class QNetwork(nn.Module):
         """Load a folder written by `save_pretrained`.
 
         Args:
-            directory: the checkpoint folder.
+            directory: the checkpoint folder, or the name of a checkpoint shipped with qrag
+                (`training.shipped.shipped_names()`, e.g. "qrag/babilong-minilm").
             encoder: override where the base encoder is found (for checkpoints that store only trained
                 parameters, when the base lives elsewhere on this machine).
 
@@ -319,6 +321,8 @@ class QNetwork(nn.Module):
             CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
         """
         d = Path(directory)
+        if not d.exists():
+            d = shipped_path(directory) or d
         meta = read_checkpoint_meta(d)
         try:
             config = ModelConfig(**meta["model"])
@@ -363,7 +367,10 @@ class QNetwork(nn.Module):
 def read_checkpoint_meta(directory: Path) -> dict[str, Any]:
     """The JSON header of a checkpoint folder, validated."""
     if not directory.is_dir():
-        raise CheckpointError(f"checkpoint folder {str(directory)!r} does not exist.")
+        shipped = ", ".join(shipped_names()) or "none installed"
+        raise CheckpointError(
+            f"checkpoint folder {str(directory)!r} does not exist (checkpoints shipped with qrag: {shipped})."
+        )
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (directory / name).is_file():
             raise CheckpointError(

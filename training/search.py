@@ -35,6 +35,7 @@ import torch
 
 from training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
 from training.qnet import CONFIG_FILE, QNetwork
+from training.shipped import shipped_path
 
 Order = Literal["hop", "document"]
 SEARCH_FILE = "search.json"
@@ -387,7 +388,8 @@ def _stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> 
 def load_model(model: QNetwork | str | Path, *, device: str | torch.device | None = None) -> QNetwork:
     """A `QNetwork` from an instance, a checkpoint folder (`save_pretrained`) or an encoder name/path.
 
-    A folder holding `qrag_config.json` loads as a trained checkpoint; anything else is passed to
+    A folder holding `qrag_config.json`, or the name of a checkpoint shipped with qrag ("qrag/babilong-minilm"),
+    loads as a trained checkpoint; anything else is passed to
     `QNetwork.from_encoder` (an *untrained* model: both towers are the base encoder, its Q-values are not
     calibrated, so use an explicit `k` rather than the stop rule).
 
@@ -399,6 +401,7 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
         qnet = model
     elif isinstance(model, (str, Path)):
         p = Path(model).expanduser()
+        p = p if p.exists() else shipped_path(model) or p
         qnet = QNetwork.from_pretrained(p) if (p / CONFIG_FILE).is_file() else QNetwork.from_encoder(str(model))
     else:
         raise TypeError(
