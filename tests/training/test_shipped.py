@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import pytest
 
 from training.encoders import BUNDLED_MINILM
@@ -40,3 +44,21 @@ def test_unknown_name_lists_what_ships() -> None:
     assert shipped_path("qrag/no-such-model") is None and shipped_path("babilong-minilm") is None
     with pytest.raises(CheckpointError, match="shipped with qrag: qrag/babilong-minilm"):
         QNetwork.from_pretrained("qrag/no-such-model")
+
+
+@pytest.mark.slow
+def test_shipped_checkpoint_reproduces_its_documented_cpu_scores(tmp_path: Path) -> None:
+    """`qrag-eval` at 1K on CPU gives the model card's figures (scores.json) within sampling error."""
+    from eval.cli import main
+
+    documented = json.loads((shipped_path(NAME) / "scores.json").read_text())["cpu_1k"]  # type: ignore[operator]
+    n = documented["num_samples"]
+    args = ["babilong", "--tasks", ",".join(documented["fact_em"]["qrag+stop"]), "--lengths", "1k",
+            "--num-samples", str(n), "--methods", "qrag,qrag+stop", "--model", NAME,
+            "--max-hops", str(documented["max_hops"]), "--out", str(tmp_path), "--no-progress"]
+    assert main(args) == 0
+    cells = json.loads((tmp_path / "summary.json").read_text())["cells"]
+    for cell in cells:
+        expected = documented["fact_em"][cell["method"]][cell["task"]]
+        tolerance = 2 * math.sqrt(max(expected * (1 - expected), 0.01) / n)  # two standard errors
+        assert abs(cell["fact_em"] - expected) <= tolerance, (cell["method"], cell["task"], cell["fact_em"], expected)
