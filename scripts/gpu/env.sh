@@ -2,7 +2,8 @@
 # Goes to the repo root, sets offline settings, installs the carried wheels (.gpu/whl) into $QRAG_SITE
 # (default /tmp/site, as /work/.library/device/README.md says) and puts it and the repo on PYTHONPATH,
 # points the text generators at the carried text pack, unpacks the run tarballs an earlier GPU call brought
-# back (.gpu/returned/*.tgz, see docs/GPU_RUNBOOK.md) into $RUNS, and makes sure $OUT exists.
+# back (.gpu/returned/*.tgz, or $QRAG_RETURNED/*.tgz, e.g. docs/gpu/checkpoints; see docs/GPU_RUNBOOK.md) into
+# $RUNS, and makes sure $OUT exists.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO" || exit 1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
@@ -23,7 +24,7 @@ export OUT="${OUT:-$REPO/outputs/gpu}"
 mkdir -p "$OUT"
 RUNS="${RUNS:-.gpu/runs}"
 mkdir -p "$RUNS"
-for f in .gpu/returned/*.tgz; do
+for f in "${QRAG_RETURNED:-.gpu/returned}"/*.tgz; do
   [ -f "$f" ] || continue
   tar xzf "$f" -C "$RUNS" || { echo "env.sh: cannot unpack $f" >&2; exit 1; }
   echo "env.sh: unpacked $f into $RUNS"
