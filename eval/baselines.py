@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -27,7 +26,7 @@ from training.data import Episode
 from training.index import ChunkIndex, model_lock
 from training.qnet import CONFIG_FILE, QNetwork
 from training.search import MultiHopSearcher, SearchConfig, load_model
-from training.shipped import shipped_names, shipped_path
+from training.shipped import resolve_checkpoint, shipped_names
 
 METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
 """Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
@@ -231,7 +230,7 @@ def make_retrievers(
     if any(m in NEEDS_CHECKPOINT for m in methods) and checkpoint is None:
         raise ValueError(f"methods {list(NEEDS_CHECKPOINT)} need a trained checkpoint: pass --model PATH.")
     if checkpoint is not None and any(m in NEEDS_CHECKPOINT for m in methods):
-        folder = shipped_path(checkpoint) or Path(checkpoint).expanduser()
+        folder = resolve_checkpoint(checkpoint)
         if not (folder / CONFIG_FILE).is_file():
             raise ValueError(
                 f"--model {checkpoint!r} is not a trained qrag checkpoint (no {CONFIG_FILE} there); pass the "

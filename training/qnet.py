@@ -23,7 +23,7 @@ from training.atomic import atomic_dir
 from training.config import ConfigError, ModelConfig
 from training.encoders import EncoderLoadError, load_encoder, resolve_encoder
 from training.positions import absolute_positions, relative_positions, rotate_halves
-from training.shipped import shipped_names, shipped_path
+from training.shipped import resolve_checkpoint, shipped_names
 
 CHECKPOINT_FORMAT = "qrag-qnetwork"
 CHECKPOINT_VERSION = 1
@@ -320,9 +320,7 @@ class QNetwork(nn.Module):
         Raises:
             CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
         """
-        d = Path(directory)
-        if not d.exists():
-            d = shipped_path(directory) or d
+        d = resolve_checkpoint(directory)
         meta = read_checkpoint_meta(d)
         try:
             config = ModelConfig(**meta["model"])

@@ -35,7 +35,7 @@ import torch
 
 from training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
 from training.qnet import CONFIG_FILE, QNetwork
-from training.shipped import shipped_path
+from training.shipped import resolve_checkpoint
 
 Order = Literal["hop", "document"]
 SEARCH_FILE = "search.json"
@@ -400,8 +400,7 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
     if isinstance(model, QNetwork):
         qnet = model
     elif isinstance(model, (str, Path)):
-        p = Path(model).expanduser()
-        p = p if p.exists() else shipped_path(model) or p
+        p = resolve_checkpoint(model)
         qnet = QNetwork.from_pretrained(p) if (p / CONFIG_FILE).is_file() else QNetwork.from_encoder(str(model))
     else:
         raise TypeError(

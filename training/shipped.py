@@ -28,3 +28,9 @@ def shipped_path(name: str | Path) -> Path | None:
         return None
     folder = CHECKPOINTS_DIR / text[len(PREFIX):]
     return folder if (folder / "qrag_config.json").is_file() else None
+
+
+def resolve_checkpoint(name_or_path: str | Path) -> Path:
+    """Where a checkpoint argument points: an existing local path wins, then a shipped name, else the path as given."""
+    path = Path(name_or_path).expanduser()
+    return path if path.exists() else shipped_path(name_or_path) or path
