@@ -18,6 +18,7 @@ import yaml
 from training.positions import PositionMode
 
 TrainMode = Literal["full", "top_layers", "lora"]
+TrainTowers = Literal["both", "state"]
 StateOrder = Literal["document", "selection"]
 ValueTarget = Literal["mean", "min"]
 Schedule = Literal["constant", "linear", "cosine"]
@@ -60,11 +61,15 @@ class ModelConfig:
     """With train_mode='lora': dropout on the adapter input."""
     lora_target_modules: list[str] | None = None
     """With train_mode='lora': module names to adapt (None: PEFT's default for the architecture)."""
+    train_towers: TrainTowers = "both"
+    """Which towers `train_mode` applies to: 'both' (METHOD.md), or 'state' (the chunk tower stays the base
+    encoder, so chunk vectors are computed once for a whole run and shared with untrained indexes)."""
 
     def validate(self) -> None:
         _check_choice("model.position_mode", self.position_mode, PositionMode)
         _check_choice("model.state_order", self.state_order, StateOrder)
         _check_choice("model.train_mode", self.train_mode, TrainMode)
+        _check_choice("model.train_towers", self.train_towers, TrainTowers)
         for name in ("max_chunk_tokens", "max_state_piece_tokens", "max_state_tokens", "trainable_layers", "lora_rank"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}.")

@@ -73,6 +73,7 @@ class QNetwork(nn.Module):
         self.chunk_tower = chunk_tower
         self.tokenizer = tokenizer
         self.config = config
+        self._base_key: str | None = None
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -105,7 +106,8 @@ class QNetwork(nn.Module):
     def _assemble(
         cls, state_enc: nn.Module, chunk_enc: nn.Module, tokenizer: PreTrainedTokenizerBase, config: ModelConfig
     ) -> QNetwork:
-        state_enc, chunk_enc = _apply_train_mode(state_enc, config), _apply_train_mode(chunk_enc, config)
+        state_enc = _apply_train_mode(state_enc, config)
+        chunk_enc = _apply_train_mode(chunk_enc, config) if config.train_towers == "both" else chunk_enc.requires_grad_(False)
         return cls(Tower(state_enc, config.scale), Tower(chunk_enc, config.scale), tokenizer, config)
 
     # ------------------------------------------------------------------ properties
@@ -116,6 +118,29 @@ class QNetwork(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+    @property
+    def self_contained(self) -> bool:
+        """Whether checkpoints hold every weight ('full' mode, both towers) rather than the trained part only."""
+        return self.config.train_mode == "full" and self.config.train_towers == "both"
+
+    @property
+    def chunk_tower_frozen(self) -> bool:
+        """True when the chunk tower is the base encoder and never trains (`train_towers='state'`)."""
+        return self.config.train_towers == "state"
+
+    def chunk_vectors_key(self) -> str:
+        """What a chunk vector depends on besides its text, for caches shared between networks.
+
+        With a frozen chunk tower that is the base encoder, the truncation and the scale, so an untrained
+        network and one trained with `train_towers='state'` share their vectors; otherwise it is this
+        network object itself (its chunk tower may change as it trains).
+        """
+        if not self.chunk_tower_frozen:
+            return f"network:{id(self)}"
+        if self._base_key is None:
+            self._base_key = f"base:{self.base_fingerprint()}"
+        return f"{self._base_key}:tokens={self.config.max_chunk_tokens}:scale={self.config.scale:g}"
 
     # ------------------------------------------------------------------ tokenisation
     def tokenize_chunks(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -155,21 +180,27 @@ class QNetwork(nn.Module):
     def forward(
         self,
         state_inputs: dict[str, torch.Tensor],
-        chunk_inputs: dict[str, torch.Tensor],
+        chunk_inputs: dict[str, torch.Tensor] | torch.Tensor,
         chunk_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Training forward for B (state, taken chunk) pairs: the two heads' Q-values.
 
         Args:
             state_inputs: tokenised states, (B, L) ids and mask.
-            chunk_inputs: tokenised taken chunks, (B, L) ids and mask.
+            chunk_inputs: tokenised taken chunks, (B, L) ids and mask; or, with a frozen chunk tower, their
+                (B, D) unrotated chunk vectors, already computed (a cache).
             chunk_positions: (B,) float positions of the taken chunks (None in 'none' mode).
 
         Returns:
             (q1, q2), each (B,): `⟨s¹, a¹⟩` and `⟨s², a²⟩`; their sum is Q.
         """
         s = self.state_tower(**state_inputs)  # (B, D)
-        a = self.chunk_tower(**chunk_inputs)  # (B, D)
+        if isinstance(chunk_inputs, torch.Tensor):
+            if not self.chunk_tower_frozen:
+                raise ValueError("precomputed chunk vectors carry no gradient: pass token ids unless train_towers='state'.")
+            a = chunk_inputs  # (B, D)
+        else:
+            a = self.chunk_tower(**chunk_inputs)  # (B, D)
         if chunk_positions is not None and self.config.position_mode != "none":
             a = rotate_halves(a.unsqueeze(1), chunk_positions.unsqueeze(1)).squeeze(1)  # (B, D)
         h = s.shape[-1] // 2
@@ -247,6 +278,12 @@ class QNetwork(nn.Module):
         Returns:
             (B, N) Q-values, or (2, B, N) per-head values when `heads` is true.
         """
+        with torch.autocast(states.device.type, enabled=False):  # Q-values in fp32 even under autocast
+            return self._score(states.float(), chunks.float(), positions, heads)
+
+    def _score(
+        self, states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor | None, heads: bool
+    ) -> torch.Tensor:
         if positions is not None and self.config.position_mode != "none":
             chunks = rotate_halves(chunks, positions)  # (B, N, D)
         h = states.shape[-1] // 2
@@ -262,8 +299,8 @@ class QNetwork(nn.Module):
 
     # ------------------------------------------------------------------ parameters
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """What training changes: every parameter in 'full' mode, else the trained subset only."""
-        if self.config.train_mode == "full":
+        """What training changes: every parameter in 'full' mode with both towers, else the trained subset only."""
+        if self.self_contained:
             return {k: v for k, v in self.state_dict().items()}
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
         return {k: v for k, v in self.state_dict().items() if k in trainable}
@@ -286,11 +323,12 @@ class QNetwork(nn.Module):
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write safetensors + JSON (+ tokenizer); atomic: a temp folder renamed into place.
 
-        In 'full' mode the folder is self-contained; otherwise it holds only the trained parameters and
-        names its base encoder, so a trained model is a few MB beside a shared base.
+        In 'full' mode with both towers trained the folder is self-contained; otherwise it holds only the
+        trained parameters and names its base encoder, so a trained model is a few MB beside a shared base
+        (the state tower's weights alone with `train_towers='state'`).
         """
         target = Path(directory)
-        full = self.config.train_mode == "full"
+        full = self.self_contained
         with atomic_dir(target) as tmp:
             tensors = {k: v.detach().cpu().contiguous() for k, v in self.trainable_state_dict().items()}
             save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
@@ -36,6 +37,7 @@ from training.checkpoint import (
 from training.config import EnvConfig, TrainConfig
 from training.data.episode import Episode
 from training.env import EpisodeState, RetrievalEnv
+from training.index import ChunkVectorCache
 from training.qnet import WEIGHTS_FILE, QNetwork
 
 BEST_EVAL_FILE = "eval.json"  # beside best/'s model: its validation result and when it was reached
@@ -51,11 +53,12 @@ class ChunkCache:
     """Unrotated chunk vectors of the episode in each environment slot, for one network.
 
     Vectors depend only on chunk text, so they are computed once per episode (and refreshed when the
-    network has changed, at each rollout start).
+    network has changed, at each rollout start). With a frozen chunk tower they never change: `store`
+    then keeps every text's vector for the whole run (shared by the online and target networks).
     """
 
-    def __init__(self, qnet: QNetwork, batch_size: int) -> None:
-        self.qnet, self.batch_size = qnet, batch_size
+    def __init__(self, qnet: QNetwork, batch_size: int, store: ChunkVectorCache | None = None) -> None:
+        self.qnet, self.batch_size, self.store = qnet, batch_size, store
         self._owner: dict[int, EpisodeState] = {}
         self._vectors: dict[int, torch.Tensor] = {}
 
@@ -70,7 +73,11 @@ class ChunkCache:
             s = env.slot(e)
             if self._owner.get(e) is not s:
                 self._owner[e] = s
-                self._vectors[e] = self.qnet.embed_chunks(s.episode.chunks, batch_size=self.batch_size)
+                chunks = s.episode.chunks
+                if self.store is not None:
+                    self._vectors[e] = self.store.vectors(self.qnet, chunks, batch_size=self.batch_size)
+                else:
+                    self._vectors[e] = self.qnet.embed_chunks(chunks, batch_size=self.batch_size)
             out[row, : s.episode.num_chunks] = self._vectors[e]
         return out
 
@@ -108,17 +115,35 @@ def observe(
     return Observation(slots, questions, rendered, available, positions, q, value)
 
 
+def frozen_chunk_store(qnet: QNetwork, store: ChunkVectorCache | None = None) -> ChunkVectorCache | None:
+    """The run-long chunk-vector cache for a network whose chunk tower is frozen (None when it trains).
+
+    Raises:
+        ValueError: `store` holds the vectors of another chunk tower.
+    """
+    if not qnet.chunk_tower_frozen:
+        return None
+    if store is None:
+        return ChunkVectorCache(qnet.chunk_vectors_key())
+    if store.key != qnet.chunk_vectors_key():
+        raise ValueError(f"the chunk-vector cache holds vectors of {store.key!r}, not of this network's chunk tower "
+                         f"({qnet.chunk_vectors_key()!r}).")
+    return store
+
+
 @torch.no_grad()
 def evaluate(
-    qnet: QNetwork, episodes: Sequence[Episode], env_config: EnvConfig, num_envs: int = 16, batch_size: int = 128
+    qnet: QNetwork, episodes: Sequence[Episode], env_config: EnvConfig, num_envs: int = 16, batch_size: int = 128,
+    store: ChunkVectorCache | None = None,
 ) -> dict[str, float]:
     """Greedy pass over `episodes` (argmax over the available chunks up to `max_steps`).
 
+    `store` (a frozen chunk tower only) serves chunk vectors already computed.
     Returns mean `return`, `fact_recall` and `fact_em` (all supporting chunks retrieved) and `steps`.
     """
     env = RetrievalEnv(episodes, env_config, num_envs=min(num_envs, len(episodes)), sampler=None,
                        state_order=qnet.config.state_order)
-    cache = ChunkCache(qnet, batch_size)
+    cache = ChunkCache(qnet, batch_size, frozen_chunk_store(qnet, store))
     done: list[EpisodeState] = []
     while env.active:
         obs = observe(env, qnet, cache)
@@ -142,12 +167,24 @@ class Trainer:
 
     def __init__(
         self, config: TrainConfig, train_episodes: Sequence[Episode], val_episodes: Sequence[Episode] = (),
-        qnet: QNetwork | None = None,
+        qnet: QNetwork | None = None, chunk_store: ChunkVectorCache | None = None,
     ) -> None:
+        """Set up the networks, optimiser and environments.
+
+        Args:
+            config: The run.
+            train_episodes / val_episodes: Training and validation episodes.
+            qnet: A network to train (default: built from `config.model`).
+            chunk_store: With `model.train_towers='state'`, chunk vectors already computed (they are kept
+                for the whole run either way; pass one to share it with other work).
+        """
         self.config = config.validate()
         tc = config.trainer
         if tc.threads:
             torch.set_num_threads(tc.threads)
+        # accelerate keeps one precision per process; a second Trainer in the same process (a sweep, a test
+        # suite) may ask for another, so forget the last one's settings (the process group is kept).
+        AcceleratorState._reset_state(reset_partial_state=False)
         self.accelerator = Accelerator(
             cpu=tc.cpu, mixed_precision=tc.mixed_precision, gradient_accumulation_steps=config.optim.grad_accum_steps
         )
@@ -177,8 +214,9 @@ class Trainer:
         self.env = RetrievalEnv(
             train_episodes, config.env, tc.num_envs, sampler=self._sample_episode, state_order=config.model.state_order
         )
-        self.online_cache = ChunkCache(self.online, tc.encode_batch_size)
-        self.target_cache = ChunkCache(self.target, tc.encode_batch_size)
+        self.chunk_store = frozen_chunk_store(self.online, chunk_store)
+        self.online_cache = ChunkCache(self.online, tc.encode_batch_size, self.chunk_store)
+        self.target_cache = ChunkCache(self.target, tc.encode_batch_size, self.chunk_store)
         self.transitions = 0
         self.updates = 0
         self.best_metric = -math.inf
@@ -253,7 +291,12 @@ class Trainer:
                 dev = self.accelerator.device
                 s_in = {k: v.to(dev) for k, v in online.tokenize_states(
                     [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
-                c_in = {k: v.to(dev) for k, v in online.tokenize_chunks([batch["chunks"][i] for i in idx]).items()}
+                taken = [batch["chunks"][i] for i in idx]
+                c_in: dict[str, torch.Tensor] | torch.Tensor
+                if self.chunk_store is not None:  # frozen chunk tower: its vectors, not its gradient
+                    c_in = self.chunk_store.vectors(online, taken, batch_size=tc.encode_batch_size)  # (B, D)
+                else:
+                    c_in = {k: v.to(dev) for k, v in online.tokenize_chunks(taken).items()}
                 pos = batch["positions"][idx].to(dev) if online.config.position_mode != "none" else None
                 targets = batch["returns"][idx].to(dev)  # (B,)
                 with self.accelerator.accumulate(self.model), self.accelerator.autocast():
@@ -341,7 +384,8 @@ class Trainer:
             return {}
         tc = self.config.trainer
         with self.accelerator.autocast():
-            result = evaluate(self.online, self.val_episodes, self.config.env, tc.num_envs * 4, tc.encode_batch_size)
+            result = evaluate(self.online, self.val_episodes, self.config.env, tc.num_envs * 4, tc.encode_batch_size,
+                              self.chunk_store)
         self._log({f"eval/{k}": v for k, v in result.items()}, writer)
         if result["return"] > self.best_metric:
             self.best_metric = result["return"]
@@ -371,7 +415,9 @@ class Trainer:
         if not self.accelerator.is_main_process:
             return
         opt_tensors, opt_rest = optimizer_to_tensors(self.optimizer.state_dict())
-        tensors = {**opt_tensors, **{f"target.{k}": v for k, v in self.target.trainable_state_dict().items()},
+        trained = set(self.online.trainable_state_dict())  # the target's copies of what the online network trains
+        target = {f"target.{k}": v for k, v in self.target.state_dict().items() if k in trained}
+        tensors = {**opt_tensors, **target,
                    "rng.torch": torch.get_rng_state(), "rng.sample": self.sample_gen.get_state(),
                    "rng.act": self.act_gen.get_state()}
         if torch.cuda.is_available():

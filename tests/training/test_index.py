@@ -102,3 +102,43 @@ def test_bad_corpus_input_gets_clear_errors() -> None:
         ChunkIndex(v, "ab")
     with pytest.raises(ValueError, match="not JSON-serialisable"):
         ChunkIndex(v, ["a", "b"], metadatas=[{}, {"f": object()}]).save("/tmp/qrag-never-written")
+
+
+def test_chunk_vector_cache_embeds_each_text_once_and_survives_a_round_trip(tiny_encoder_path: Path,
+                                                                           tmp_path: Path) -> None:
+    from training.index import ChunkVectorCache
+    from training.qnet import QNetwork
+
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    calls: list[list[str]] = []
+    embed = qnet.embed_chunks
+    qnet.embed_chunks = lambda texts, **kw: (calls.append(list(texts)), embed(texts, **kw))[1]  # type: ignore[method-assign]
+    cache = ChunkVectorCache(qnet.chunk_vectors_key())
+    first = cache.vectors(qnet, TEXTS[:5] + TEXTS[:2])  # a repeated text inside one call is embedded once
+    second = cache.vectors(qnet, TEXTS[3:8])
+    assert calls == [TEXTS[:5], TEXTS[5:8]]
+    torch.testing.assert_close(first, embed(TEXTS[:5] + TEXTS[:2]))
+    torch.testing.assert_close(second, embed(TEXTS[3:8]))
+
+    cache.save(tmp_path / "cache")
+    loaded = ChunkVectorCache.load(tmp_path / "cache", qnet.chunk_vectors_key())
+    assert len(loaded) == 8 and TEXTS[7] in loaded and TEXTS[9] not in loaded
+    torch.testing.assert_close(loaded.vectors(qnet, TEXTS[:8]), embed(TEXTS[:8]))
+    assert len(calls) == 2  # everything came from the file
+    # Wrong tower, missing or corrupt files: clear errors that say the cache is rebuilt when deleted.
+    with pytest.raises(IndexLoadError, match="holds vectors of"):
+        ChunkVectorCache.load(tmp_path / "cache", "base:other")
+    with pytest.raises(ValueError, match="one cache per chunk tower"):
+        ChunkVectorCache("base:other").vectors(qnet, TEXTS[:1])
+    with pytest.raises(IndexLoadError, match="not a chunk-vector cache"):
+        ChunkVectorCache.load(tmp_path / "nowhere", qnet.chunk_vectors_key())
+    (tmp_path / "cache" / ChunkVectorCache.TEXTS_FILE).write_text('["only one"]', encoding="utf-8")
+    with pytest.raises(IndexLoadError, match="does not match the vectors"):
+        ChunkVectorCache.load(tmp_path / "cache", qnet.chunk_vectors_key())
+    (tmp_path / "cache" / ChunkVectorCache.VECTORS_FILE).write_bytes(b"not safetensors")
+    with pytest.raises(IndexLoadError, match="cannot be read"):
+        ChunkVectorCache.load(tmp_path / "cache", qnet.chunk_vectors_key())
+    small = ChunkVectorCache(qnet.chunk_vectors_key(), max_texts=4)
+    small.vectors(qnet, TEXTS[:3])
+    torch.testing.assert_close(small.vectors(qnet, TEXTS[5:9]), embed(TEXTS[5:9]))  # past the bound: afresh
+    assert len(small) == 4

@@ -66,16 +66,22 @@ def test_lora_trains_only_adapters(tiny_encoder_path: Path, tmp_path: Path) -> N
         assert changed == (n in trainable), n
 
 
-def test_resume_matches_uninterrupted_run(tiny_encoder_path: Path, tmp_path: Path) -> None:
-    full = Trainer(small_config(tiny_encoder_path, tmp_path / "a"), make_two_hop_episodes(30, 0))
+@pytest.mark.parametrize("mode,towers", [("full", "both"), ("lora", "both"), ("full", "state")])
+def test_resume_matches_uninterrupted_run(tiny_encoder_path: Path, tmp_path: Path, mode: str, towers: str) -> None:
+    def config(out: Path, **trainer: object) -> TrainConfig:
+        cfg = small_config(tiny_encoder_path, out, **trainer)
+        cfg.model.train_mode, cfg.model.train_towers = mode, towers  # type: ignore[assignment]
+        return cfg
+
+    full = Trainer(config(tmp_path / "a"), make_two_hop_episodes(30, 0))
     full.train()
 
-    first = Trainer(small_config(tiny_encoder_path, tmp_path / "b"), make_two_hop_episodes(30, 0))
+    first = Trainer(config(tmp_path / "b"), make_two_hop_episodes(30, 0))
     first._prepare_output_dir()
     first.update(first.collect_rollout())  # 8 transitions, then the process "dies" after its checkpoint
     first.save_checkpoint()
     del first
-    resumed = Trainer(small_config(tiny_encoder_path, tmp_path / "b", resume=True), make_two_hop_episodes(30, 0))
+    resumed = Trainer(config(tmp_path / "b", resume=True), make_two_hop_episodes(30, 0))
     resumed.train()
 
     assert resumed.transitions == full.transitions == 16
@@ -112,3 +118,58 @@ def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Pat
     assert any('"losses/td_loss"' in line for line in lines) and any('"eval/return"' in line for line in lines)
     best = QNetwork.from_pretrained(tmp_path / "best")
     assert evaluate(best, val, cfg.env)["return"] == pytest.approx(summary["best_metric"])
+
+
+def test_frozen_chunk_tower_trains_the_state_tower_only_and_embeds_each_chunk_once(
+    tiny_encoder_path: Path, tmp_path: Path
+) -> None:
+    cfg = small_config(tiny_encoder_path, tmp_path, minibatch_size=8)
+    cfg.model.train_towers = "state"
+    episodes = make_two_hop_episodes(20, 0)
+    trainer = Trainer(cfg, episodes)
+    online = trainer.online
+    assert online.chunk_tower_frozen and trainer.chunk_store is not None
+    assert all(not p.requires_grad for p in online.chunk_tower.parameters())
+    calls: list[int] = []
+    embed = online.embed_chunks
+    online.embed_chunks = lambda texts, **kw: (calls.append(len(texts)), embed(texts, **kw))[1]  # type: ignore[method-assign]
+    before = copy.deepcopy(online.state_dict())
+    for _ in range(2):
+        trainer.update(trainer.collect_rollout())
+    after = online.state_dict()
+    for name in after:
+        moved = not torch.equal(after[name], before[name])
+        assert moved == name.startswith("state_tower."), name
+    # Acting, both rollouts and the updates read the run-long cache: no text was embedded twice.
+    distinct = {t for e in episodes for t in e.chunks}
+    assert sum(calls) == len(trainer.chunk_store) <= len(distinct)
+    # The target's chunk tower is the same frozen encoder: its vectors come from the same cache.
+    assert trainer.target.chunk_vectors_key() == online.chunk_vectors_key()
+    # A checkpoint of a frozen-chunk-tower run holds the state tower only.
+    trainer.save_checkpoint()
+    saved = QNetwork.from_pretrained(tmp_path / "last" / "model")
+    assert saved.chunk_tower_frozen
+    for name, value in saved.state_dict().items():
+        torch.testing.assert_close(value, after[name], rtol=0, atol=0, msg=name)
+
+
+def test_frozen_chunk_tower_forward_with_cached_vectors_equals_forward_with_ids(tiny_encoder_path: Path) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", position_mode="relative",
+                                 max_chunk_tokens=16, max_state_piece_tokens=16)
+    chunks = ["Mary went to the kitchen.", "John took the milk there."]
+    states = qnet.tokenize_states(["Where is the milk?", "Where is Mary?"], [[], [chunks[0]]])
+    positions = torch.tensor([3.0, 21.5])
+    by_ids = qnet(states, qnet.tokenize_chunks(chunks), positions)
+    by_vectors = qnet(states, qnet.embed_chunks(chunks), positions)
+    for a, b in zip(by_ids, by_vectors, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    both = QNetwork.from_encoder(str(tiny_encoder_path))
+    with pytest.raises(ValueError, match="train_towers='state'"):
+        both(states, both.embed_chunks(chunks))
+    # An untrained network with the same chunk settings shares the frozen one's chunk vectors; a network
+    # whose chunk tower trains keys its vectors by itself.
+    twin = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", max_chunk_tokens=16)
+    assert twin.chunk_vectors_key() == qnet.chunk_vectors_key()
+    assert QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", max_chunk_tokens=8).chunk_vectors_key() \
+        != qnet.chunk_vectors_key()
+    assert both.chunk_vectors_key() == f"network:{id(both)}"
