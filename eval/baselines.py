@@ -23,9 +23,9 @@ from typing import Protocol
 import torch
 
 from training.data import Episode
-from training.index import ChunkIndex, model_lock
+from training.index import ChunkIndex, ChunkVectorCache
 from training.qnet import CONFIG_FILE, QNetwork
-from training.search import MultiHopSearcher, SearchConfig, load_model
+from training.search import SearchConfig, SearchResult, load_model, search_many
 from training.shipped import resolve_checkpoint, shipped_names
 
 METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
@@ -46,7 +46,8 @@ class Retrieval:
     encoder_calls: int
     """Query-side encoder passes for this question."""
     seconds: float
-    """Wall-clock retrieval time for this question; building the chunk index of the corpus is not included."""
+    """Wall-clock retrieval time for this question; building the chunk index of the corpus is not included.
+    Questions retrieved together share their batch's time equally."""
 
 
 class Retriever(Protocol):
@@ -101,35 +102,27 @@ class BM25Retriever:
 
 
 class _IndexCache:
-    """Chunk indexes for the episodes being evaluated, with chunk vectors cached by text per model.
+    """Chunk indexes for the episodes being evaluated, with chunk vectors cached by text per chunk tower.
 
-    A chunk vector depends only on the model and the chunk's text, and haystacks built from the same books
-    share most of their sentences, so a sweep embeds each distinct sentence once per model instead of once
-    per episode (the 32K cells go from hours to minutes on a CPU). Methods sharing a model share the
-    vectors. At most `max_texts` vectors are kept per model; past that the cache starts afresh.
+    A chunk vector depends only on the chunk tower and the chunk's text, and haystacks built from the same
+    books share most of their sentences, so a sweep embeds each distinct sentence once per chunk tower
+    (`ChunkVectorCache`) instead of once per episode (the 32K cells go from hours to minutes on a CPU).
+    Methods whose models share a chunk tower (`QNetwork.chunk_vectors_key`) share the vectors.
     """
 
-    def __init__(self, max_texts: int = 1_000_000) -> None:
+    def __init__(self, stores: Sequence[ChunkVectorCache] = (), max_texts: int = 1_000_000) -> None:
         self.max_texts = max_texts
-        self._key: tuple[int, str, int] | None = None
+        self._key: tuple[str, str, int] | None = None
         self._index: ChunkIndex | None = None
-        self._vectors: dict[int, dict[str, torch.Tensor]] = {}
+        self._stores = {s.key: s for s in stores}
 
     def get(self, model: QNetwork, episode: Episode) -> ChunkIndex:
-        key = (id(model), episode.id, hash(episode.chunks))
+        tower = model.chunk_vectors_key()
+        key = (tower, episode.id, hash(episode.chunks))
         if key != self._key or self._index is None:
+            store = self._stores.setdefault(tower, ChunkVectorCache(tower, max_texts=self.max_texts))
             texts = list(episode.chunks)
-            known = self._vectors.setdefault(id(model), {})
-            missing = list(dict.fromkeys(t for t in texts if t not in known))
-            if len(known) + len(missing) > self.max_texts:
-                known.clear()
-                missing = list(dict.fromkeys(texts))
-            if missing:
-                with model_lock(model):
-                    fresh = model.embed_chunks(missing).cpu()  # (M, D)
-                known.update(zip(missing, fresh, strict=True))
-            vectors = torch.stack([known[t] for t in texts]).to(model.device)  # (N, D)
-            self._index = ChunkIndex(vectors, texts, encoder=model.config.encoder)
+            self._index = ChunkIndex(store.vectors(model, texts), texts, encoder=model.config.encoder)
             self._key = key
         return self._index
 
@@ -143,20 +136,20 @@ class DenseRetriever:
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        indexes = [self._cache.get(self.model, ep) for ep in episodes]
+        start = time.perf_counter()
         out = []
-        for ep in episodes:
-            index = self._cache.get(self.model, ep)
-            start = time.perf_counter()
-            k = _budget(ep, self.budget)
-            with torch.no_grad():
-                state = self.model.embed_states([ep.question], [[]])  # (1, D)
+        with torch.no_grad():
+            states = self.model.embed_states([ep.question for ep in episodes], [[] for _ in episodes])  # (B, D)
+            for ep, index, state in zip(episodes, indexes, states, strict=True):
+                k = _budget(ep, self.budget)
                 empty = torch.zeros(1, len(index), dtype=torch.bool, device=index.device)  # (1, N)
                 positions = self.model.positions(empty)  # (1, N) or None
-                scores = self.model.score(state.to(index.device), index.vectors, positions)  # (1, N)
+                scores = self.model.score(state[None].to(index.device), index.vectors, positions)  # (1, N)
                 top, rows = scores[0].topk(k)  # (k,)
-            out.append(Retrieval([int(r) for r in rows.tolist()], 0, [float(q) for q in top.tolist()], 1,
-                                 time.perf_counter() - start))
-        return out
+                out.append((ep, [int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
+        each = (time.perf_counter() - start) / max(1, len(episodes))
+        return [Retrieval(rows, 0, qs, 1, each) for _, rows, qs in out]
 
 
 class MultiHopRetriever:
@@ -178,17 +171,21 @@ class MultiHopRetriever:
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        indexes = [self._cache.get(self.model, ep) for ep in episodes]
+        start = time.perf_counter()
+        budgets = [None if self.adaptive else _budget(ep, self.budget) for ep in episodes]
+        results: list[SearchResult | None] = [None] * len(episodes)
+        for k in dict.fromkeys(budgets):  # questions with the same budget search together
+            cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=self.stop_threshold if k is None else None)
+            group = [i for i, b in enumerate(budgets) if b == k]
+            found = search_many(self.model, [episodes[i].question for i in group], [indexes[i] for i in group], cfg)
+            for i, result in zip(group, found, strict=True):
+                results[i] = result
+        each = (time.perf_counter() - start) / max(1, len(episodes))
         out = []
-        for ep in episodes:
-            index = self._cache.get(self.model, ep)
-            start = time.perf_counter()
-            if self.adaptive:
-                cfg = SearchConfig(k=None, max_hops=self.max_hops, stop_threshold=self.stop_threshold)
-            else:
-                k = _budget(ep, self.budget)
-                cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=None)
-            result = MultiHopSearcher(self.model, index, cfg).search_one(ep.question)
-            hops = min(len(result.hits), cfg.max_hops)
+        for ep, result in zip(episodes, results, strict=True):
+            assert result is not None
+            hops = min(len(result.hits), self.max_hops)
             if self.adaptive:
                 # The hop whose Q fell below the threshold was encoded too, unless the search ran out of hops.
                 calls = min(result.hops_kept + 1, self.max_hops, ep.num_chunks)
@@ -196,30 +193,34 @@ class MultiHopRetriever:
                 # Past max_hops the searcher tops up from one more state encoding (no further hops).
                 calls = hops + (1 if len(result.hits) > hops else 0)
             out.append(Retrieval([int(h.chunk.id) for h in result.hits], hops, [h.q_value for h in result.hits],
-                                 calls, time.perf_counter() - start))
+                                 calls, each))
         return out
 
 
 def make_retrievers(
     methods: Sequence[str],
     *,
-    encoder: str = "all-MiniLM-L6-v2",
-    checkpoint: str | None = None,
+    encoder: str | QNetwork = "all-MiniLM-L6-v2",
+    checkpoint: str | QNetwork | None = None,
     budget: int | None = None,
     max_hops: int = 4,
     stop_threshold: float = 0.5,
     device: str | None = None,
+    chunk_stores: Sequence[ChunkVectorCache] = (),
 ) -> list[Retriever]:
     """Build the named retrievers, sharing one untrained model and one index cache.
 
     Args:
         methods: Names from `METHODS`.
-        encoder: Encoder name/path for the untrained baselines (dense, multihop).
-        checkpoint: A trained Q-RAG checkpoint folder (`QNetwork.save_pretrained`), needed by qrag methods.
+        encoder: Encoder name/path for the untrained baselines (dense, multihop), or an untrained `QNetwork`.
+        checkpoint: A trained Q-RAG checkpoint folder (`QNetwork.save_pretrained`) or `QNetwork`, needed by
+            the qrag methods.
         budget: Results per question for non-adaptive methods (None: |SF|).
         max_hops: Most hops for the multi-hop methods.
         stop_threshold: The stop rule's threshold for 'qrag+stop'.
         device: Torch device for the encoders (default: CPU).
+        chunk_stores: Chunk vectors already computed, one cache per chunk tower (a model trained with
+            `train_towers='state'` and its untrained start share one).
 
     Raises:
         ValueError: an unknown method, or a qrag method without a checkpoint.
@@ -229,14 +230,14 @@ def make_retrievers(
         raise ValueError(f"unknown method(s) {unknown}; valid methods: {', '.join(METHODS)}.")
     if any(m in NEEDS_CHECKPOINT for m in methods) and checkpoint is None:
         raise ValueError(f"methods {list(NEEDS_CHECKPOINT)} need a trained checkpoint: pass --model PATH.")
-    if checkpoint is not None and any(m in NEEDS_CHECKPOINT for m in methods):
+    if isinstance(checkpoint, str) and any(m in NEEDS_CHECKPOINT for m in methods):
         folder = resolve_checkpoint(checkpoint)
         if not (folder / CONFIG_FILE).is_file():
             raise ValueError(
                 f"--model {checkpoint!r} is not a trained qrag checkpoint (no {CONFIG_FILE} there); pass the "
                 f"folder written by qrag-train / QNetwork.save_pretrained, or a shipped name ({', '.join(shipped_names())})."
             )
-    cache = _IndexCache()
+    cache = _IndexCache(chunk_stores)
     untrained: QNetwork | None = None
     trained: QNetwork | None = None
     out: list[Retriever] = []
@@ -245,7 +246,7 @@ def make_retrievers(
             if m in ("dense", "multihop") and untrained is None:
                 untrained = load_model(encoder, device=device)
             if m in NEEDS_CHECKPOINT and trained is None:
-                trained = load_model(str(checkpoint), device=device)
+                trained = load_model(checkpoint if isinstance(checkpoint, QNetwork) else str(checkpoint), device=device)
             if m == "oracle":
                 out.append(OracleRetriever())
             elif m == "bm25":

@@ -26,6 +26,27 @@ BABILONG_LABELS: dict[str, tuple[str, ...]] = {
 FINAL_ANSWER = "final answer:"
 
 
+# --------------------------------------------------------------------------- comparisons
+def paired_margin(a: Sequence[float], b: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """Mean of `a[i] − b[i]` over paired samples and the half-width of its normal-approximation interval.
+
+    `z` = 1.96 gives a 95% interval; the standard error is the sample standard deviation of the
+    differences over √n. With n < 2 the half-width is infinite (no spread can be estimated).
+
+    Raises:
+        ValueError: the two lists differ in length or are empty.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired_margin needs two equally long, non-empty lists, got {len(a)} and {len(b)}.")
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    n = len(d)
+    mean = sum(d) / n
+    if n < 2:
+        return mean, float("inf")
+    var = sum((x - mean) ** 2 for x in d) / (n - 1)
+    return mean, z * (var / n) ** 0.5
+
+
 # --------------------------------------------------------------------------- retrieval
 def fact_scores(retrieved: Sequence[int], gold: Collection[int]) -> dict[str, float]:
     """Set precision, recall, F1 and EM (gold ⊆ retrieved) of retrieved chunk indices (METHOD.md §5).

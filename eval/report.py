@@ -97,6 +97,45 @@ def markdown_table(summary: dict[str, Any]) -> str:
     return f"Samples per (method, length), all tasks: {sorted(n)}\n\n" + "\n\n".join(parts) + "\n"
 
 
+def margins(records: Sequence[dict[str, Any]], method: str, baselines: Sequence[str],
+            metric: str = "fact_em") -> list[dict[str, Any]]:
+    """Per (task, length): `method` against the best of `baselines` there, paired by sample id.
+
+    The best baseline is the one with the highest mean `metric` in that cell; the margin is the mean
+    per-sample difference with its 95% interval (`metrics.paired_margin`), over the samples both have.
+    """
+    from eval.metrics import paired_margin
+
+    cells: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in records:
+        if metric in r:
+            cells[(r["task"], r["length"])][r["method"]][r["id"]] = float(r[metric])
+    out = []
+    for (task, length), by_method in cells.items():
+        ours = by_method.get(method)
+        others = {b: by_method[b] for b in baselines if by_method.get(b)}
+        if not ours or not others:
+            continue
+        best = max(others, key=lambda b: _mean(list(others[b].values())))
+        ids = sorted(set(ours) & set(others[best]))
+        margin, half = paired_margin([ours[i] for i in ids], [others[best][i] for i in ids])
+        out.append({"task": task, "length": length, "method": method, "best_baseline": best, "n": len(ids),
+                    "method_mean": _mean([ours[i] for i in ids]), "baseline_mean": _mean([others[best][i] for i in ids]),
+                    "margin": margin, "ci95": half, "ahead": margin - half > 0})
+    return out
+
+
+def margins_table(rows: Sequence[dict[str, Any]], metric: str = "fact_em") -> str:
+    """Markdown for `margins`: one line per (task, length)."""
+    lines = [f"| task | length | {metric}: method | best baseline | margin (95% CI, paired) | n | ahead |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['task']} | {r['length']} | {r['method']} {r['method_mean']:.3f} | {r['best_baseline']} "
+                     f"{r['baseline_mean']:.3f} | {r['margin']:+.3f} ± {r['ci95']:.3f} | {r['n']} | "
+                     f"{'yes' if r['ahead'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(summary: dict[str, Any], path: Path) -> Path:
     """Accuracy (or Fact EM without a reader) against context length, one line per method (Agg backend)."""
     import matplotlib

@@ -93,6 +93,9 @@ class RunConfig:
     """Reader tokens per answer."""
     device: str | None = None
     """Torch device for encoders and the reader."""
+    batch_size: int = 32
+    """Questions each retriever handles together (their `retrieval_s` is the batch's time shared equally;
+    1 measures single-question latency)."""
     progress: bool = True
     """Show progress bars."""
     lengths_resolved: list[tuple[str, int | None]] = field(default_factory=list, repr=False)
@@ -121,6 +124,8 @@ class RunConfig:
             raise ValueError(f"data file {self.data!r} does not exist.")
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {self.num_samples}.")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
         self.lengths_resolved = [(lab, _parse_length(lab, bench)) for lab in (self.lengths or bench.default_lengths)]
         if not self.lengths_resolved:
             self.lengths_resolved = [("-", None)]
@@ -143,7 +148,8 @@ def _parse_length(label: str, bench: Benchmark) -> int | None:
     return value
 
 
-def _episodes(cfg: RunConfig, task: str | None, length: int | None) -> list[Episode]:
+def cell_episodes(cfg: RunConfig, task: str | None, length: int | None) -> list[Episode]:
+    """The samples of one (task, length) cell of a validated sweep (deterministic: the same every call)."""
     bench = BENCHMARKS[cfg.benchmark]
     kw: dict[str, Any] = {"task": task, "num_samples": cfg.num_samples, "seed": cfg.seed}
     if bench.source in ("babilong", "ruler_niah"):
@@ -243,29 +249,36 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     new = 0
     with path.open("a", encoding="utf-8") as fh:
         for task, label, value in iter_cells(cfg):
-            episodes = _episodes(cfg, task, value)
+            episodes = cell_episodes(cfg, task, value)
             desc = f"{cfg.benchmark} {task or ''} {label}".strip()
-            for ep in tqdm(episodes, desc=desc, disable=not cfg.progress, unit="q"):
+            bar = tqdm(total=len(episodes), desc=desc, disable=not cfg.progress, unit="q")
+            for start in range(0, len(episodes), cfg.batch_size):
+                group = episodes[start : start + cfg.batch_size]
                 for retriever in retrievers:
-                    key = sample_key(cfg.benchmark, task, label, retriever.name, ep.id)
-                    if key in done:
+                    todo = [ep for ep in group
+                            if sample_key(cfg.benchmark, task, label, retriever.name, ep.id) not in done]
+                    if not todo:
                         continue
-                    r = retriever.retrieve([ep])[0]
-                    start = time.perf_counter()
-                    rec = _record(cfg, task, label, ep, retriever.name, r)
-                    if reader is not None:
-                        # The reader sees the retrieved chunks in document order, whatever order they came in.
-                        context = [ep.chunks[i] for i in sorted(set(r.indices))]
-                        prompt = build_prompt(BENCHMARKS[cfg.benchmark].source, task, ep.question, context)
-                        output = reader.generate([prompt])[0]
-                        rec.update({"output": output, "answer": ep.answer, **score_answer(cfg.benchmark, ep, output)})
-                    rec["latency_s"] = r.seconds + time.perf_counter() - start
-                    fh.write(json.dumps(rec) + "\n")
-                    fh.flush()
-                    done.add(key)
-                    new += 1
-                    if stop_after is not None and new >= stop_after:
-                        return _finish(cfg, path, summarize, write_reports)
+                    for ep, r in zip(todo, retriever.retrieve(todo), strict=True):
+                        start_read = time.perf_counter()
+                        rec = _record(cfg, task, label, ep, retriever.name, r)
+                        if reader is not None:
+                            # The reader sees the retrieved chunks in document order, whatever order they came in.
+                            context = [ep.chunks[i] for i in sorted(set(r.indices))]
+                            prompt = build_prompt(BENCHMARKS[cfg.benchmark].source, task, ep.question, context)
+                            output = reader.generate([prompt])[0]
+                            rec.update({"output": output, "answer": ep.answer,
+                                        **score_answer(cfg.benchmark, ep, output)})
+                        rec["latency_s"] = r.seconds + time.perf_counter() - start_read
+                        fh.write(json.dumps(rec) + "\n")
+                        fh.flush()
+                        done.add(rec["key"])
+                        new += 1
+                        if stop_after is not None and new >= stop_after:
+                            bar.close()
+                            return _finish(cfg, path, summarize, write_reports)
+                bar.update(len(group))
+            bar.close()
     return _finish(cfg, path, summarize, write_reports)
 
 

@@ -270,7 +270,7 @@ class MultiHopSearcher:
                     continue
                 # Greedy adaptive search stops early (no more encoder calls); beams decide at the end.
                 best_q = max(x.qs[-1] for x in new)
-                if cfg.beam_size == 1 and not explicit and thr is not None and t >= cfg.min_hops and best_q < thr:
+                if cfg.beam_size == 1 and not explicit and _stops(cfg, t, best_q):
                     live[b] = False
                     continue
                 beams[b] = self._prune(new, cfg.beam_size)
@@ -373,6 +373,92 @@ class MultiHopSearcher:
         positions = self.model.positions(torch.zeros(1, len(index), dtype=torch.bool, device=index.device))
         assert positions is not None
         return rotate_halves(index.vectors, positions[0])  # (N, D): absolute positions never change
+
+
+def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[ChunkIndex],
+                config: SearchConfig | None = None) -> list[SearchResult]:
+    """Greedy search of each question in its own corpus (one haystack per question), in shared batches.
+
+    Result `b` equals `MultiHopSearcher(model, indexes[b], config).search_one(questions[b])`; what is shared
+    is the work: every hop encodes the states of all live questions in one batch and scores each against its
+    own corpus (padded to the longest). This is how an evaluation over many haystacks runs at batch speed.
+    Greedy only (`beam_size=1`); a question whose `k` exceeds `max_hops` (results topped up after the last
+    hop) is searched on its own.
+
+    Raises:
+        SearchError: `beam_size > 1`, mismatched lengths, or an index whose dim differs from the model's.
+    """
+    cfg = (config or SearchConfig()).validate()
+    if cfg.beam_size != 1:
+        raise SearchError(f"search_many is greedy: beam_size must be 1, got {cfg.beam_size}; use MultiHopSearcher.")
+    if len(questions) != len(indexes):
+        raise SearchError(f"got {len(questions)} questions but {len(indexes)} indexes; pass one index per question.")
+    for ix in indexes:
+        if ix.dim != model.dim:
+            raise SearchError(f"the model's vectors have dim {model.dim} but an index holds dim {ix.dim}.")
+    model.eval()
+    explicit, thr = cfg.k is not None, cfg.stop_threshold
+    results: list[SearchResult | None] = [None] * len(questions)
+    for start in range(0, len(questions), cfg.batch_size):
+        group = list(range(start, min(start + cfg.batch_size, len(questions))))
+        alone = [b for b in group if cfg.k is not None and cfg.k > cfg.max_hops and len(indexes[b]) > cfg.max_hops]
+        for b in alone:
+            results[b] = MultiHopSearcher(model, indexes[b], cfg).search_one(questions[b])
+        batch = [b for b in group if b not in alone]
+        if not batch:
+            continue
+        for b, (taken, qs) in zip(batch, _greedy_hops(model, [questions[b] for b in batch],
+                                                      [indexes[b] for b in batch], cfg), strict=True):
+            kept = _stop_point(qs, thr, cfg.min_hops)
+            hits = [Hit(indexes[b].chunk(i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
+            hits = hits if explicit else [h for h in hits if not h.past_stop]
+            results[b] = SearchResult(questions[b], MultiHopSearcher._ordered(hits, cfg.order),
+                                      sum(not h.past_stop for h in hits))
+    return [r for r in results if r is not None]
+
+
+def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex],
+                 cfg: SearchConfig) -> list[tuple[list[int], list[float]]]:
+    """Per question, the rows taken hop by hop and their Q-values (greedy, the stop rule applied live)."""
+    sizes = [len(ix) for ix in indexes]
+    n, device = max(sizes), model.device
+    vectors = torch.zeros(len(indexes), n, model.dim, device=device)  # (B, N, D) zero-padded
+    valid = torch.zeros(len(indexes), n, dtype=torch.bool, device=device)  # (B, N)
+    for b, ix in enumerate(indexes):
+        vectors[b, : sizes[b]] = ix.vectors.to(device)
+        valid[b, : sizes[b]] = True
+    horizon = [min(cfg.k if cfg.k is not None else cfg.max_hops, cfg.max_hops, sz) for sz in sizes]
+    taken: list[list[int]] = [[] for _ in indexes]
+    qs: list[list[float]] = [[] for _ in indexes]
+    live = [True] * len(indexes)
+    for t in range(max(horizon, default=0)):
+        rows = [b for b in range(len(indexes)) if live[b] and t < horizon[b]]
+        if not rows:
+            break
+        document = model.config.state_order == "document"
+        texts = [[indexes[b].texts[i] for i in (sorted(taken[b]) if document else taken[b])] for b in rows]
+        with model_lock(model):
+            states = model.embed_states([questions[b] for b in rows], texts)  # (R, D)
+        selected = torch.zeros(len(rows), n, dtype=torch.bool, device=device)  # (R, N)
+        for r, b in enumerate(rows):
+            selected[r, taken[b]] = True
+        row_valid = valid[rows]  # (R, N)
+        positions = model.positions(selected, row_valid)  # (R, N) or None
+        scores = model.score(states, vectors[rows], positions)  # (R, N)
+        scores = scores.masked_fill(selected | ~row_valid, -math.inf)
+        best, idx = scores.max(dim=1)  # (R,), (R,)
+        for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):
+            if cfg.k is None and _stops(cfg, t, q):
+                live[b] = False
+                continue
+            taken[b].append(int(i))
+            qs[b].append(float(q))
+    return list(zip(taken, qs, strict=True))
+
+
+def _stops(cfg: SearchConfig, hop: int, best_q: float) -> bool:
+    """Whether adaptive greedy search stops before hop `hop` whose best Q-value is `best_q`."""
+    return cfg.stop_threshold is not None and hop >= cfg.min_hops and best_q < cfg.stop_threshold
 
 
 def _stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> int:

@@ -123,4 +123,4 @@ def test_index_cache_embeds_each_distinct_text_once_and_matches_a_fresh_index(ti
     small = _IndexCache(max_texts=6)
     small.get(model, EP)
     small.get(model, other)  # 5 known + 1 new fits; a third corpus past the bound starts afresh
-    assert len(small._vectors[id(model)]) == 6
+    assert len(small._stores[model.chunk_vectors_key()]) == 6

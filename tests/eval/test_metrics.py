@@ -99,3 +99,36 @@ def test_token_f1_hand_computed() -> None:
     assert token_f1("Eiffel tower, Paris", "the Eiffel Tower") == pytest.approx(0.8)
     assert exact_match("Eiffel tower, Paris", "the Eiffel Tower") == 0.0
     assert token_f1("London", "Paris") == 0.0
+
+
+def test_paired_margin_by_hand() -> None:
+    from eval.metrics import paired_margin
+
+    # Differences 1, 0, 0, 1: mean 0.5, sample sd = sqrt(1/3), se = sqrt(1/3)/2 = 0.288675.
+    mean, half = paired_margin([1, 1, 0, 1], [0, 1, 0, 0])
+    assert mean == pytest.approx(0.5)
+    assert half == pytest.approx(1.96 * (1 / 3) ** 0.5 / 2)
+    assert paired_margin([1.0, 1.0], [0.0, 0.0]) == (1.0, 0.0)  # no spread: a zero-width interval
+    assert paired_margin([1.0], [0.0])[1] == float("inf")
+    with pytest.raises(ValueError, match="equally long"):
+        paired_margin([1.0, 0.0], [1.0])
+
+
+def test_margins_pick_the_best_baseline_per_cell_and_pair_by_id() -> None:
+    from eval.report import margins, margins_table
+
+    def rec(method: str, i: int, em: float, task: str = "qa2") -> dict[str, object]:
+        return {"method": method, "id": f"s{i}", "task": task, "length": "4k", "fact_em": em}
+
+    records = [rec("qrag", i, em) for i, em in enumerate([1, 1, 1, 0])]
+    records += [rec("bm25", i, em) for i, em in enumerate([0, 0, 0, 0])]
+    records += [rec("multihop", i, em) for i, em in enumerate([1, 0, 0, 0])]
+    records += [rec("multihop", 9, 1.0)]  # a sample qrag lacks is not paired
+    records += [rec("bm25", 0, 1.0, task="qa3")]  # a cell without qrag is skipped
+    (row,) = margins(records, "qrag", ["bm25", "multihop", "dense"])
+    assert row["best_baseline"] == "multihop" and row["n"] == 4
+    assert row["method_mean"] == 0.75 and row["baseline_mean"] == 0.25
+    assert row["margin"] == pytest.approx(0.5)  # differences 0, 1, 1, 0
+    assert row["ci95"] == pytest.approx(1.96 * (1 / 3) ** 0.5 / 2)
+    assert row["ahead"] is False  # 0.5 − 0.566 < 0: not significant with four samples
+    assert "| qa2 | 4k | qrag 0.750 | multihop 0.250 | +0.500 ± 0.566 | 4 | no |" in margins_table([row])

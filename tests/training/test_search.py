@@ -224,3 +224,35 @@ def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  
     (tmp_path / "s" / "search.json").write_text("[]")
     with pytest.raises(SearchError, match="corrupt"):
         MultiHopSearcher.load(tmp_path / "s")
+
+
+@pytest.mark.parametrize("mode,order", [("relative", "document"), ("none", "selection"), ("absolute", "selection")])
+def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, mode: str, order: str) -> None:  # type: ignore[no-untyped-def]
+    from training.search import search_many
+
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), position_mode=mode, state_order=order)
+    words = ["kitchen", "garden", "milk", "Mary", "John", "office", "apple", "hallway", "Sandra", "ball"]
+    corpora = [[f"{words[(i * 3 + j) % 10]} {words[(i + 2 * j) % 10]} number {j}." for j in range(n)]
+               for i, n in enumerate([7, 12, 3, 9, 1])]  # different sizes: padding must not matter
+    questions = ["Where is the milk?", "Where is Mary?", "Who has the apple?", "Where is John?", "What?"]
+    indexes = [ChunkIndex.from_texts(qnet, c, show_progress=False) for c in corpora]
+    qs = [h.q_value for ix, q in zip(indexes, questions, strict=True)
+          for h in MultiHopSearcher(qnet, ix).search_one(q, k=3, max_hops=3).hits]
+    mid = sorted(qs)[len(qs) // 2 - 1 : len(qs) // 2 + 1]
+    threshold = sum(mid) / 2  # between two Q-values: the stop rule cuts some questions early, not others
+    configs = [SearchConfig(k=None, max_hops=3, stop_threshold=threshold, order="document"),
+               SearchConfig(k=2, max_hops=3), SearchConfig(k=5, max_hops=3, stop_threshold=threshold),
+               SearchConfig(k=None, max_hops=4, stop_threshold=None, batch_size=2)]
+    for cfg in configs:
+        many = search_many(qnet, questions, indexes, cfg)
+        for ix, q, got in zip(indexes, questions, many, strict=True):
+            want = MultiHopSearcher(qnet, ix, cfg).search_one(q)
+            assert [(h.chunk.id, h.hop, h.past_stop) for h in got.hits] == \
+                [(h.chunk.id, h.hop, h.past_stop) for h in want.hits], (cfg, q)
+            assert [h.q_value for h in got.hits] == pytest.approx([h.q_value for h in want.hits], abs=1e-5)
+            assert got.hops_kept == want.hops_kept
+    assert any(len(r.hits) < 3 for r in search_many(qnet, questions, indexes, configs[0]))  # the rule did cut
+    with pytest.raises(SearchError, match="beam_size"):
+        search_many(qnet, questions, indexes, SearchConfig(beam_size=2))
+    with pytest.raises(SearchError, match="one index per question"):
+        search_many(qnet, questions, indexes[:2])
