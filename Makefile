@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m training.demo
+	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.demo $(ARGS)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
