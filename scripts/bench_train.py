@@ -1,12 +1,14 @@
 """Training throughput and peak memory of `Trainer` on the bundled MiniLM, per train_mode, side by side.
 
     .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out docs/bench_train.json
+    .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out docs/bench_train_levers.json
     python3 scripts/bench_train.py --gpu --preset babilong --encoder .gpu/minilm --mixed-precision bf16 \
         --num-envs 16 --num-sentences 160 --out $OUT/bench_train_gpu.json      # on the GPU machine
 
 Each (mode, repeat) runs in its own process so peak RSS (and peak GPU memory) is that configuration's own.
 Reports the median over repeats of transitions/s (acting + updates) and optimiser steps/s, and the ratio to
-the first mode. Default episodes: BabiLong-style bAbI qa1 haystacks of 20 sentences; 8 environments × 4
+the first mode. With a frozen chunk tower (`:state`) every training chunk is embedded once before timing
+(`prefill_s`), as the main job does. Default episodes: BabiLong-style bAbI qa1 haystacks of 20 sentences; 8 environments × 4
 steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set (the GPU
 machine) the haystacks come from the carried text pack (scripts/gpu/offline.py).
 """
@@ -38,7 +40,10 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     maybe_install_text_pack()
     torch.set_num_threads(args.threads)
     config = load_preset(args.preset)
-    config.model.train_mode = mode  # type: ignore[assignment]
+    parts = mode.split(":")
+    train_mode, towers, precision = parts + ["lora", "both", args.mixed_precision][len(parts):]
+    config.model.train_mode = train_mode  # type: ignore[assignment]
+    config.model.train_towers = towers  # type: ignore[assignment]
     if args.encoder:
         config.model.encoder = args.encoder
     config.data.num_train, config.data.num_val = 200, 1
@@ -47,10 +52,15 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     if args.num_envs:
         config.trainer.num_envs = args.num_envs
     config.trainer.cpu = not args.gpu
-    config.trainer.mixed_precision = args.mixed_precision
+    config.trainer.mixed_precision = precision  # type: ignore[assignment]
     config.trainer.output_dir = tempfile.mkdtemp()
     train, _ = build_episodes(config.data)
     trainer = Trainer(config, train)
+    prefill = time.perf_counter()
+    if trainer.chunk_store is not None:  # a frozen chunk tower: embed every training chunk once, untimed
+        with trainer.accelerator.autocast():
+            trainer.chunk_store.vectors(trainer.online, [c for e in train for c in e.chunks])
+    prefill = time.perf_counter() - prefill
     trainer.update(trainer.collect_rollout())  # warm-up (allocations, tokenizer caches)
     t0, tr0, up0 = time.perf_counter(), trainer.transitions, trainer.updates
     for _ in range(args.rollouts):
@@ -59,6 +69,7 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
     return {
         "peak_gpu_mb": gpu_mb,
+        "prefill_s": prefill,
         "transitions_per_s": (trainer.transitions - tr0) / seconds,
         "optimizer_steps_per_s": (trainer.updates - up0) / seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -68,7 +79,9 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default="full,top_layers,lora")
+    parser.add_argument("--modes", default="full,top_layers,lora",
+                        help="comma-separated TRAIN_MODE[:TOWERS[:PRECISION]], e.g. lora:state:bf16 "
+                             "(towers both|state, default both; precision no|bf16|fp16, default --mixed-precision)")
     parser.add_argument("--rollouts", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -97,10 +110,10 @@ def main() -> int:
     for mode in modes:
         table[mode] = {k: statistics.median(r[k] for r in runs[mode]) for k in runs[mode][0]}
     base = table[modes[0]]["transitions_per_s"]
-    print(f"{'mode':<12}{'transitions/s':>15}{'opt steps/s':>13}{'peak RSS MB':>13}{'peak GPU MB':>13}"
+    print(f"{'mode':<20}{'transitions/s':>15}{'opt steps/s':>13}{'peak RSS MB':>13}{'peak GPU MB':>13}"
           f"{'trainable':>12}{'vs ' + modes[0]:>10}")
     for mode, row in table.items():
-        print(f"{mode:<12}{row['transitions_per_s']:>15.1f}{row['optimizer_steps_per_s']:>13.2f}"
+        print(f"{mode:<20}{row['transitions_per_s']:>15.1f}{row['optimizer_steps_per_s']:>13.2f}"
               f"{row['peak_rss_mb']:>13.0f}{row['peak_gpu_mb']:>13.0f}{int(row['trainable_params']):>12,}"
               f"{row['transitions_per_s'] / base:>9.2f}x")
     import torch
