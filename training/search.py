@@ -381,7 +381,8 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
 
     Result `b` equals `MultiHopSearcher(model, indexes[b], config).search_one(questions[b])`; what is shared
     is the work: every hop encodes the states of all live questions in one batch and scores each against its
-    own corpus (padded to the longest). This is how an evaluation over many haystacks runs at batch speed.
+    own corpus (padded to the longest, so `batch_size` × the longest corpus's vectors are held at once). This
+    is how an evaluation over many haystacks runs at batch speed.
     Greedy only (`beam_size=1`); a question whose `k` exceeds `max_hops` (results topped up after the last
     hop) is searched on its own.
 
@@ -444,7 +445,12 @@ def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex
             selected[r, taken[b]] = True
         row_valid = valid[rows]  # (R, N)
         positions = model.positions(selected, row_valid)  # (R, N) or None
-        scores = model.score(states, vectors[rows], positions)  # (R, N)
+        step = max(1, ROTATE_BUDGET // max(1, n * model.dim))  # rotated (rows, N, D) vectors held at once
+        scores = torch.cat([
+            model.score(states[i : i + step], vectors[rows[i : i + step]],
+                        positions[i : i + step] if positions is not None else None)
+            for i in range(0, len(rows), step)
+        ])  # (R, N)
         scores = scores.masked_fill(selected | ~row_valid, -math.inf)
         best, idx = scores.max(dim=1)  # (R,), (R,)
         for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):

@@ -227,7 +227,8 @@ def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  
 
 
 @pytest.mark.parametrize("mode,order", [("relative", "document"), ("none", "selection"), ("absolute", "selection")])
-def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, mode: str, order: str) -> None:  # type: ignore[no-untyped-def]
+def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeypatch, mode: str, order: str) -> None:  # type: ignore[no-untyped-def]
+    import training.search
     from training.search import search_many
 
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), position_mode=mode, state_order=order)
@@ -252,6 +253,10 @@ def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, mode: s
             assert [h.q_value for h in got.hits] == pytest.approx([h.q_value for h in want.hits], abs=1e-5)
             assert got.hops_kept == want.hops_kept
     assert any(len(r.hits) < 3 for r in search_many(qnet, questions, indexes, configs[0]))  # the rule did cut
+    whole = search_many(qnet, questions, indexes, configs[1])
+    monkeypatch.setattr(training.search, "ROTATE_BUDGET", 1)  # score one state row at a time: same result
+    sliced = search_many(qnet, questions, indexes, configs[1])
+    assert [[h.chunk.id for h in r.hits] for r in sliced] == [[h.chunk.id for h in r.hits] for r in whole]
     with pytest.raises(SearchError, match="beam_size"):
         search_many(qnet, questions, indexes, SearchConfig(beam_size=2))
     with pytest.raises(SearchError, match="one index per question"):
