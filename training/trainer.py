@@ -322,8 +322,14 @@ class Trainer:
         self._prepare_output_dir()
         main = self.accelerator.is_main_process
         writer = SummaryWriter(str(self.output_dir / "tb")) if main else None
-        bar = tqdm(total=tc.total_transitions, initial=min(self.transitions, tc.total_transitions),
-                   disable=not (tc.progress and main), unit="tr", dynamic_ncols=True)
+        # The bar follows the limit that binds: the time budget when there is one, else the transitions.
+        budget_s = round(60 * tc.max_minutes) if tc.max_minutes else 0
+        bar = tqdm(total=budget_s or tc.total_transitions,
+                   initial=0 if budget_s else min(self.transitions, tc.total_transitions),
+                   disable=not (tc.progress and main), unit="s" if budget_s else "tr", dynamic_ncols=True,
+                   bar_format="{percentage:3.0f}%|{bar}| {elapsed}<{remaining} of the time budget{postfix}"
+                   if budget_s else None)
+        postfix: dict[str, str] = {}
         next_log = self._next_multiple(tc.log_every)
         next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
         next_save = self._next_multiple(tc.save_every)
@@ -333,7 +339,10 @@ class Trainer:
         while self.transitions < tc.total_transitions:
             before = self.transitions
             stats = self.update(self.collect_rollout())
-            bar.update(min(self.transitions, tc.total_transitions) - min(before, tc.total_transitions))
+            if budget_s:
+                bar.update(min(round(time.perf_counter() - started), budget_s) - bar.n)
+            else:
+                bar.update(min(self.transitions, tc.total_transitions) - min(before, tc.total_transitions))
             if self.transitions >= next_log:
                 next_log = self._next_multiple(tc.log_every)
                 sps = (self.transitions - start_transitions) / max(1e-9, time.perf_counter() - started)
@@ -341,14 +350,18 @@ class Trainer:
                 stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
                               "charts/alpha": self.alpha, "charts/updates": self.updates})
                 self._log(stats, writer)
-                bar.set_postfix(ret=f"{stats.get('charts/episodic_return', 0):.3f}",
-                                recall=f"{stats.get('charts/fact_recall', 0):.2f}",
-                                loss=f"{stats['losses/td_loss']:.4f}", sps=f"{sps:.1f}")
+                postfix.update(tr=str(self.transitions), ret=f"{stats.get('charts/episodic_return', 0):.3f}",
+                               recall=f"{stats.get('charts/fact_recall', 0):.2f}",
+                               loss=f"{stats['losses/td_loss']:.4f}", sps=f"{sps:.1f}")
+                bar.set_postfix(postfix)
             out_of_time = time.perf_counter() >= deadline
             finished = self.transitions >= tc.total_transitions or out_of_time
             if self.transitions >= next_eval or (finished and self.val_episodes):
                 next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
                 last_eval = self._evaluate_and_keep_best(writer)
+                if last_eval:
+                    postfix["val_em"] = f"{last_eval['fact_em']:.3f}"
+                    bar.set_postfix(postfix)
             if self.transitions >= next_save or finished:
                 next_save = self._next_multiple(tc.save_every)
                 self.save_checkpoint()
