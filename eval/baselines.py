@@ -31,6 +31,8 @@ from training.shipped import resolve_checkpoint, shipped_names
 METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
 """Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
 NEEDS_CHECKPOINT = ("qrag", "qrag+stop")
+BASELINES = ("bm25", "dense", "multihop")
+"""The untrained methods a trained one is measured against (the oracle is a ceiling, not a baseline)."""
 
 
 @dataclass(frozen=True)

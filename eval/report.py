@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-SUMMARY_FILE, TABLE_FILE, PLOT_FILE = "summary.json", "table.md", "plot.png"
+SUMMARY_FILE, TABLE_FILE, PLOT_FILE, MARGINS_FILE = "summary.json", "table.md", "plot.png", "margins.md"
 METRICS = ("accuracy", "answer_em", "answer_f1", "fact_f1", "fact_em", "fact_precision", "fact_recall",
            "recall_at_1", "num_retrieved", "hops", "encoder_calls", "num_tokens", "retrieval_s", "latency_s")
 TABLE_METRICS = ("accuracy", "answer_f1", "fact_f1", "fact_em", "recall_at_1", "num_retrieved", "hops",
@@ -134,6 +134,15 @@ def margins_table(rows: Sequence[dict[str, Any]], metric: str = "fact_em") -> st
                      f"{r['baseline_mean']:.3f} | {r['margin']:+.3f} ± {r['ci95']:.3f} | {r['n']} | "
                      f"{'yes' if r['ahead'] else 'no'} |")
     return "\n".join(lines) + "\n"
+
+
+def write_margins(records: Sequence[dict[str, Any]], methods: Sequence[str], baselines: Sequence[str], out: Path,
+                  metric: str = "fact_em") -> Path:
+    """Write margins.md into `out`: each of `methods` against the best of `baselines` per cell (`margins`)."""
+    path = out / MARGINS_FILE
+    path.write_text("\n".join(margins_table(margins(records, m, baselines, metric), metric) for m in methods),
+                    encoding="utf-8")
+    return path
 
 
 def plot(summary: dict[str, Any], path: Path) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 from tqdm import tqdm
 
 from eval import metrics
-from eval.baselines import METHODS, Retrieval, Retriever, make_retrievers
+from eval.baselines import BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
 from eval.reader import Reader, build_prompt, load_reader
 from training.data import Episode, load_episodes
 
@@ -235,7 +235,7 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
         ValueError: bad names or paths (before anything is written).
         ReaderLoadError: the reader cannot be loaded (records already in the results file are kept).
     """
-    from eval.report import summarize, write_reports
+    from eval.report import summarize, write_margins, write_reports
 
     cfg.validate()
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -276,16 +276,20 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
                         new += 1
                         if stop_after is not None and new >= stop_after:
                             bar.close()
-                            return _finish(cfg, path, summarize, write_reports)
+                            return _finish(cfg, path, summarize, write_reports, write_margins)
                 bar.update(len(group))
             bar.close()
-    return _finish(cfg, path, summarize, write_reports)
+    return _finish(cfg, path, summarize, write_reports, write_margins)
 
 
-def _finish(cfg: RunConfig, path: Path, summarize: Any, write_reports: Any) -> dict[str, Any]:
+def _finish(cfg: RunConfig, path: Path, summarize: Any, write_reports: Any, write_margins: Any) -> dict[str, Any]:
     cells = {(cfg.benchmark, t or "-", lab, m) for t, lab, _ in iter_cells(cfg) for m in cfg.methods}
     records = [r for r in read_results(path) if (r["benchmark"], r["task"], r["length"], r["method"]) in cells]
     settings = {k: v for k, v in asdict(cfg).items() if k not in ("out", "progress", "lengths_resolved", "device")}
     summary = summarize(records, settings)
     write_reports(summary, cfg.out)
+    trained = [m for m in cfg.methods if m in NEEDS_CHECKPOINT]
+    baselines = [m for m in cfg.methods if m in BASELINES]
+    if trained and baselines:
+        write_margins(records, trained, baselines, cfg.out)
     return summary

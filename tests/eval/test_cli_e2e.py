@@ -42,6 +42,9 @@ def test_qrag_eval_end_to_end_with_reader(tmp_path: Path, tiny_encoder_path: Pat
     assert "| qrag+stop |" in table and "answer accuracy" in table
     image = matplotlib.image.imread(out / "plot.png")
     assert image.ndim == 3 and image.shape[0] > 100
+    rows = [line for line in (out / "margins.md").read_text().splitlines() if line.startswith("| qa")]
+    assert len(rows) == 2 * 2 * 2  # (qrag, qrag+stop) × tasks × lengths, never against the oracle
+    assert all(row.split(" | ")[3].split()[0] in ("bm25", "dense", "multihop") for row in rows)
 
 
 def test_resumed_sweep_matches_uninterrupted(tmp_path: Path, tiny_encoder_path: Path) -> None:
@@ -50,6 +53,7 @@ def test_resumed_sweep_matches_uninterrupted(tmp_path: Path, tiny_encoder_path: 
                          lengths=("12",), num_samples=3, encoder=str(tiny_encoder_path), progress=False)
 
     full = run(cfg(tmp_path / "full"))
+    assert not (tmp_path / "full" / "margins.md").exists()  # nothing trained to compare
     part = tmp_path / "part"
     run(cfg(part), stop_after=7)
     assert len(read_results(part / "results.jsonl")) == 7
