@@ -1,6 +1,7 @@
 """The main job: train a Q-RAG retriever on CPU, prove it against the baselines, use it in a LangChain chain.
 
     make demo        # = python -m eval.demo [--minutes 15] [--output-dir runs/demo] [--samples 200]
+    make demo ARGS="--model qrag/babilong-minilm-cpu --output-dir runs/shipped"   # no training: a shipped model
 
 Five phases, each resumable (interrupt it with Ctrl-C or kill, run the same command again, it continues):
 
@@ -20,7 +21,8 @@ Five phases, each resumable (interrupt it with Ctrl-C or kill, run the same comm
 
 The budget (`--minutes`, default 15) covers phases 1–5 on the machine it runs on; the training phase gets
 what is left after an estimate of the evaluation and the chain (`--reserve-minutes`). OUT/job.json records
-each phase's time.
+each phase's time. `--model` skips training and runs phases 4–5 on a trained checkpoint instead (a shipped
+name or a folder); an output folder holds the results of one model only.
 """
 
 from __future__ import annotations
@@ -37,23 +39,23 @@ from typing import Any
 
 import torch
 
-from eval.baselines import make_retrievers
-from eval.report import margins, margins_table
+from eval.baselines import BASELINES, NEEDS_CHECKPOINT, make_retrievers
+from eval.report import margins
 from eval.runner import BABILONG_SENTENCES, RunConfig, cell_episodes, read_results, run
 from training.cli import build_episodes
 from training.config import TrainConfig, load_preset
 from training.data.episode import Episode
 from training.index import ChunkVectorCache, IndexLoadError
-from training.qnet import QNetwork
+from training.qnet import CheckpointError, QNetwork
 from training.trainer import Trainer
 
 PRESET = "babilong-cpu"
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 LENGTHS = ("1k", "4k", "32k")
-METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop")
-BASELINES = ("bm25", "dense", "multihop")
+METHODS = BASELINES + NEEDS_CHECKPOINT
 MUST_SHOW = (("qa2", "4k"), ("qa2", "32k"), ("qa3", "4k"), ("qa3", "32k"))
 JOB_FILE = "job.json"
+TRAINED_HERE = "trained by this job"
 
 
 class Job:
@@ -195,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--train-minutes", type=float, default=None,
                         help="training time (default: what the budget leaves after --reserve-minutes)")
     parser.add_argument("--lengths", default=",".join(LENGTHS), help="held-out lengths (default 1k,4k,32k)")
+    parser.add_argument("--model", default=None,
+                        help="evaluate and serve this trained checkpoint (a shipped name such as "
+                             "qrag/babilong-minilm-cpu, or a folder) instead of training one")
     parser.add_argument("--reader", default="smollm2",
                         help="reader LLM of the chain: 'smollm2' (bundled, default), a transformers folder, or "
                              "'none' to show the hops without an LLM")
@@ -207,11 +212,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [x for x in args.lengths if x not in BABILONG_SENTENCES]
     if bad or not args.lengths:
         parser.error(f"--lengths {','.join(bad) or '(empty)'}: use lengths from {', '.join(BABILONG_SENTENCES)}.")
+    model = None
+    if args.model is not None:
+        try:
+            model = QNetwork.from_pretrained(args.model)
+        except CheckpointError as e:
+            parser.error(f"--model: {e}")
+    out = Path(args.output_dir)
+    source = args.model or TRAINED_HERE
+    job = Job(out)
+    before = job.state.get("model", TRAINED_HERE) if job.path.is_file() else source  # older job.json: trained
+    if before != source:
+        parser.error(f"{out} holds the results of {before}, not {source}: pass another --output-dir (an output "
+                     "folder holds one model's results).")
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     torch.set_num_threads(args.threads or torch.get_num_threads())
-    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    job = Job(out)
+    job.state["model"] = source
     config = load_preset(PRESET)
     config.trainer.output_dir = str(out / "train")
     config.trainer.resume = True
@@ -225,17 +242,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"qrag main job: budget {args.minutes:g} min on {torch.get_num_threads()} threads ({precision}), "
           f"output {out} (already spent: {job.spent() / 60:.1f} min)")
     try:
-        return _main(args, out, job, config, precision)
+        return _main(args, out, job, config, precision, model)
     except KeyboardInterrupt:
         print(f"\ninterrupted: everything finished so far is kept in {out}; run the same command to resume.")
         return 130
 
 
-def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, precision: str) -> int:
+def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, precision: str,
+          model: QNetwork | None) -> int:
     store_dir = out / "chunk_vectors"
     with job.phase("data", "1/5 data"):
         untrained = QNetwork.from_config(config.model)  # the untrained start: the multi-hop and dense baselines
-        train, val = build_episodes(config.data)
+        train, val = build_episodes(config.data) if model is None else ([], [])
         cfg = eval_config(out, args.samples, args.lengths)
         test = [ep for task, _, value in _cells(cfg) for ep in cell_episodes(cfg, task, value)]
         print(f"training {len(train)} and validation {len(val)} episodes (qa1–qa5, {config.data.num_sentences} "
@@ -251,7 +269,9 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
             store.save(store_dir)
     with job.phase("train", "3/5 training (soft Q(λ), state tower, live progress; validation every "
                    f"{config.trainer.eval_every} transitions)"):
-        if not job.is_done("train"):
+        if model is not None:
+            print(f"skipped: evaluating {args.model} (trained elsewhere)")
+        elif not job.is_done("train"):
             budget = args.minutes - args.reserve_minutes - job.spent() / 60
             config.trainer.max_minutes = args.train_minutes or max(0.5, budget)
             print(f"training budget {config.trainer.max_minutes:.1f} min (resumes from {config.trainer.output_dir}/last)")
@@ -260,22 +280,21 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
                   f"{json.dumps(json.loads((out / 'train' / 'best' / 'eval.json').read_text()))}")
             job.finish("train")
     with job.phase("eval", "4/5 held-out evaluation"):
-        trained = QNetwork.from_pretrained(out / "train" / "best")
+        trained = model or QNetwork.from_pretrained(out / "train" / "best")
         retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, max_hops=config.env.max_steps,
                                      chunk_stores=[store])
         with precision_context(precision):
             run(cfg, retrievers=retrievers)
         records = read_results(cfg.out / "results.jsonl")
         print_results(records, args.samples, args.lengths)
-        (cfg.out / "margins.md").write_text(
-            "\n".join(margins_table(margins(records, m, BASELINES)) for m in ("qrag", "qrag+stop")), encoding="utf-8")
         print(f"\ntable, plot and per-sample records: {cfg.out}/{{table.md,plot.png,margins.md,results.jsonl}}")
     with job.phase("chain", "5/5 one question through a LangChain chain (QRAGRetriever | prompt | local LLM)"):
         episode = next(ep for ep in cell_episodes(cfg, "qa2", cfg.lengths_resolved[-1][1]))
         with precision_context(precision):
             run_chain(trained, episode, config.env.max_steps, args.reader)
+    where = args.model or f"{out}/train/best"
     print(f"\ndone in {job.spent() / 60:.1f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in job.state['seconds'].items())}); "
-          f"the trained model is {out}/train/best: QRAGRetriever.from_texts(texts, model='{out}/train/best')")
+          f"the trained model is {where}: QRAGRetriever.from_texts(texts, model='{where}')")
     return 0
 
 

@@ -48,8 +48,26 @@ def test_main_job_runs_every_phase_and_resumes_after_an_interrupt(tmp_path: Path
 
 
 def test_main_job_rejects_bad_flags(tmp_path: Path) -> None:
-    for bad in (["--lengths", "3q"], ["--samples", "0"], ["--train-minutes", "-1"]):
+    for bad in (["--lengths", "3q"], ["--samples", "0"], ["--train-minutes", "-1"], ["--model", "qrag/nope"]):
         with pytest.raises(SystemExit) as e:
             demo.main([*bad, "--output-dir", str(tmp_path)])
         assert e.value.code == 2
     assert not (tmp_path / "job.json").exists()  # nothing was started
+
+
+def test_main_job_serves_a_shipped_model_without_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(demo, "Trainer", lambda *a, **k: pytest.fail("--model must not train"))
+    args = [*ARGS, "--output-dir", str(tmp_path), "--model", "qrag/babilong-minilm-cpu"]
+    assert demo.main(args) == 0
+    out = capsys.readouterr().out
+    assert "skipped: evaluating qrag/babilong-minilm-cpu" in out and "hop 0: Q=" in out
+    assert not (tmp_path / "train").exists()
+    records = read_results(tmp_path / "eval" / "results.jsonl")
+    assert {r["method"] for r in records} == set(demo.METHODS) and len(records) == 5 * 2 * len(demo.METHODS)
+    assert json.loads((tmp_path / "job.json").read_text())["model"] == "qrag/babilong-minilm-cpu"
+    for other in ([], ["--model", "qrag/babilong-minilm"]):  # the folder holds this model's results only
+        with pytest.raises(SystemExit) as e:
+            demo.main([*ARGS, "--output-dir", str(tmp_path), *other])
+        assert e.value.code == 2
+    assert "holds the results of qrag/babilong-minilm-cpu" in capsys.readouterr().err
