@@ -1,11 +1,17 @@
-"""Re-base a trained LoRA checkpoint on the bundled all-MiniLM-L6-v2 and write it where qrag ships checkpoints.
+"""Write a trained checkpoint where qrag ships checkpoints, as adapters beside the bundled all-MiniLM-L6-v2.
 
     python scripts/ship_checkpoint.py .gpu/runs/qa15/best babilong-minilm --trained-on .gpu/minilm
+    python scripts/ship_checkpoint.py runs/demo30/train/best babilong-minilm-cpu --rank 32
 
-A GPU run trains against the carried fp16 copy of MiniLM (`.gpu/minilm`), so its checkpoint names that
-folder and that copy's fingerprint. The adapters are moved onto the bundled fp32 encoder (same weights up
-to fp16 rounding), the encoder name becomes the bundled alias, and the result is written (atomically) to
-`training/checkpoints/NAME`, loadable as `qrag/NAME`. The checkpoint's eval.json is copied beside it.
+A LoRA or top-layers checkpoint is re-based: a GPU run trains against the carried fp16 copy of MiniLM
+(`.gpu/minilm`), so its checkpoint names that folder and that copy's fingerprint; the trained part is moved
+onto the bundled fp32 encoder (same weights up to fp16 rounding) and the encoder name becomes the bundled
+alias. A full fine-tune (the CPU main job trains the whole state tower, ~87 MB) is re-expressed as rank
+`--rank` LoRA adapters of its weight changes (`training.compress.low_rank_adapters`); evaluate the result
+(`qrag-eval babilong --model qrag/NAME`) against the full model before relying on it.
+
+The result is written (atomically) to `training/checkpoints/NAME`, loadable as `qrag/NAME`; the checkpoint's
+eval.json is copied beside it. The model card (MODEL_CARD.md) and scores.json are written by hand.
 """
 
 from __future__ import annotations
@@ -15,30 +21,49 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from training.compress import low_rank_adapters
 from training.encoders import BUNDLED_MINILM
 from training.qnet import QNetwork
 from training.shipped import CHECKPOINTS_DIR
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a trained checkpoint folder (train_mode lora or top_layers)")
-    parser.add_argument("name", help="shipped name (becomes qrag/NAME)")
-    parser.add_argument("--trained-on", default=None, help="where the checkpoint's base encoder is on this machine")
-    args = parser.parse_args()
-    trained = QNetwork.from_pretrained(args.checkpoint, encoder=args.trained_on)
-    if trained.config.train_mode == "full":
-        raise SystemExit("a full fine-tune is self-contained and ~180 MB: ship adapters or top layers only.")
+def rebase(trained: QNetwork) -> QNetwork:
+    """The trained part of an adapter / top-layers checkpoint on the bundled encoder."""
     options = {k: v for k, v in dataclasses.asdict(trained.config).items() if k != "encoder"}
     rebased = QNetwork.from_encoder(BUNDLED_MINILM, **options)
     missing, unexpected = rebased.load_state_dict(trained.trainable_state_dict(), strict=False)
     assert not unexpected and not set(missing) & set(rebased.trainable_state_dict()), (missing, unexpected)
+    return rebased
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="a trained checkpoint folder")
+    parser.add_argument("name", help="shipped name (becomes qrag/NAME)")
+    parser.add_argument("--trained-on", default=None, help="where the checkpoint's base encoder is on this machine")
+    parser.add_argument("--rank", type=int, default=None, help="adapter rank for a full fine-tune (required for one)")
+    args = parser.parse_args()
+    trained = QNetwork.from_pretrained(args.checkpoint, encoder=args.trained_on)
+    if trained.config.train_mode == "full":
+        if args.rank is None:
+            parser.error(f"{args.checkpoint} is a full fine-tune (~87 MB per tower): pass --rank (e.g. 32) to ship "
+                         "it as low-rank adapters.")
+        shipped, report = low_rank_adapters(trained, args.rank, base=BUNDLED_MINILM)
+        print(f"rank {report.rank} adapters on {report.matrices} weight matrices ({report.adapter_parameters:,} "
+              f"parameters): least energy kept {report.min_energy_kept:.3f}, change reset to the base "
+              f"{report.dropped_fraction:.3f} of the fine-tune's norm")
+    else:
+        if args.rank is not None:
+            parser.error(f"--rank applies to full fine-tunes; {args.checkpoint} is train_mode "
+                         f"{trained.config.train_mode!r} and ships as it is.")
+        shipped = rebase(trained)
     target = CHECKPOINTS_DIR / args.name
-    rebased.save_pretrained(target)
+    shipped.save_pretrained(target)
     evaluation = Path(args.checkpoint) / "eval.json"
     if evaluation.is_file():
         shutil.copy(evaluation, target / "eval.json")
-    print(f"wrote {target} (load it as qrag/{args.name})")
+    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    print(f"wrote {target} ({size / 2**20:.1f} MB; load it as qrag/{args.name})")
     return 0
 
 

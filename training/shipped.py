@@ -1,9 +1,10 @@
 """Trained checkpoints that ship inside the qrag package, loadable by name with no training and no network.
 
 `QNetwork.from_pretrained("qrag/babilong-minilm")`, `load_model(...)`, `QRAGRetriever.from_texts(texts,
-model="qrag/babilong-minilm")` all accept a shipped name. Each checkpoint stores only its LoRA adapters
-(about 1 MB) and names the bundled all-MiniLM-L6-v2 as its base; its folder holds a MODEL_CARD.md that says
-how it was trained and what it scores (docs/RESULTS.md has the commands).
+model="qrag/babilong-minilm")` all accept a shipped name: `qrag/babilong-minilm` (LoRA trained on a GPU,
+1.2 MB) and `qrag/babilong-minilm-cpu` (the CPU main job's state-tower fine-tune as rank-32 adapters,
+5.3 MB). Each stores only its LoRA adapters and names the bundled all-MiniLM-L6-v2 as its base; its folder
+holds a MODEL_CARD.md that says how it was trained and what it scores (docs/RESULTS.md has the commands).
 """
 
 from __future__ import annotations
