@@ -16,6 +16,7 @@ then re-encodes only the state. Three ways to serve them:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import threading
@@ -43,6 +44,11 @@ INDEX_VERSION = 1
 INDEX_FILE = "index.json"
 _VECTOR_FILES: dict[str, str] = {"safetensors": "vectors.safetensors", "numpy": "vectors.npy"}
 PROGRESS_MIN_CHUNKS = 10_000  # show a progress bar by default from this corpus size on
+
+
+TRANSIENT_KEY_PREFIX = "network:"
+"""`QNetwork.chunk_vectors_key` of a chunk tower that can train: valid for one network object only, so its
+vectors are never written to disk by a `ChunkVectorFolder`."""
 
 
 class IndexLoadError(ValueError):
@@ -196,6 +202,61 @@ class ChunkVectorCache:
         cache = cls(key)
         cache._append([str(t) for t in texts], vectors.float())
         return cache
+
+
+
+class ChunkVectorFolder:
+    """Chunk-vector caches kept in a folder between runs, one sub-folder per chunk tower.
+
+    `get(key)` loads that chunk tower's `ChunkVectorCache` the first time it is asked for (or starts an
+    empty one); `save()` writes back each cache that grew since. A sweep run again, resumed, or extended to
+    more lengths or methods then embeds no sentence twice. Sub-folders are named by a digest of the key
+    (the key itself is inside, checked on load). Vectors are kept in the precision they were computed in.
+    Only frozen chunk towers are kept (untrained encoders, checkpoints trained with `train_towers='state'`):
+    the vectors of a trained chunk tower are cached in memory for the run and computed again the next.
+
+    Args:
+        folder: Where the caches live (created by the first `save`).
+        max_texts: Most vectors per cache (see `ChunkVectorCache`).
+
+    Raises:
+        ValueError: `folder` exists and is not a folder.
+    """
+
+    def __init__(self, folder: str | Path, max_texts: int = 2_000_000) -> None:
+        self.folder, self.max_texts = Path(folder), max_texts
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ValueError(f"chunk-vector folder {str(self.folder)!r} is a file; pass a folder (it is created "
+                             "if missing).")
+        self._caches: dict[str, ChunkVectorCache] = {}
+        self._saved: dict[str, int] = {}
+
+    def path(self, key: str) -> Path:
+        """The sub-folder of chunk tower `key`."""
+        return self.folder / hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+
+    def get(self, key: str) -> ChunkVectorCache:
+        """The cache of chunk tower `key`, loaded from its sub-folder when there is one.
+
+        Raises:
+            IndexLoadError: the sub-folder is incomplete or corrupt (the message says to delete it).
+        """
+        if key not in self._caches:
+            path = self.path(key)
+            kept = path.exists() and not key.startswith(TRANSIENT_KEY_PREFIX)
+            cache = ChunkVectorCache.load(path, key) if kept else ChunkVectorCache(key, self.max_texts)
+            cache.max_texts = self.max_texts
+            self._caches[key], self._saved[key] = cache, len(cache)
+        return self._caches[key]
+
+    def save(self) -> list[Path]:
+        """Write each cache that changed since it was loaded or last saved (atomically); the paths written."""
+        written = []
+        for key, cache in self._caches.items():
+            if len(cache) != self._saved[key] and not key.startswith(TRANSIENT_KEY_PREFIX):
+                written.append(cache.save(self.path(key)))
+                self._saved[key] = len(cache)
+        return written
 
 
 class ChunkIndex:

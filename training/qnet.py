@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, 
 from training.atomic import atomic_dir
 from training.config import ConfigError, ModelConfig
 from training.encoders import EncoderLoadError, load_encoder, resolve_encoder
+from training.index import TRANSIENT_KEY_PREFIX
 from training.positions import absolute_positions, relative_positions, rotate_halves
 from training.shipped import resolve_checkpoint, shipped_names
 
@@ -137,7 +138,7 @@ class QNetwork(nn.Module):
         network object itself (its chunk tower may change as it trains).
         """
         if not self.chunk_tower_frozen:
-            return f"network:{id(self)}"
+            return f"{TRANSIENT_KEY_PREFIX}{id(self)}"
         if self._base_key is None:
             self._base_key = f"base:{self.base_fingerprint()}"
         return f"{self._base_key}:tokens={self.config.max_chunk_tokens}:scale={self.config.scale:g}"

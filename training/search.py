@@ -483,7 +483,9 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
     A folder holding `qrag_config.json`, or the name of a checkpoint shipped with qrag ("qrag/babilong-minilm"),
     loads as a trained checkpoint; anything else is passed to
     `QNetwork.from_encoder` (an *untrained* model: both towers are the base encoder, its Q-values are not
-    calibrated, so use an explicit `k` rather than the stop rule).
+    calibrated, so use an explicit `k` rather than the stop rule). An untrained model's chunk tower is marked
+    frozen (`train_towers='state'`), so its chunk vectors are keyed by the base encoder and shared with
+    checkpoints trained that way, in memory and in a `ChunkVectorFolder`.
 
     Raises:
         CheckpointError / EncoderLoadError: the path or name cannot be loaded (the message says why).
@@ -493,7 +495,8 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
         qnet = model
     elif isinstance(model, (str, Path)):
         p = resolve_checkpoint(model)
-        qnet = QNetwork.from_pretrained(p) if (p / CONFIG_FILE).is_file() else QNetwork.from_encoder(str(model))
+        qnet = (QNetwork.from_pretrained(p) if (p / CONFIG_FILE).is_file()
+                else QNetwork.from_encoder(str(model), train_towers="state"))
     else:
         raise TypeError(
             f"model must be a QNetwork, a checkpoint folder or an encoder name, got {type(model).__name__}."

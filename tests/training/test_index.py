@@ -142,3 +142,40 @@ def test_chunk_vector_cache_embeds_each_text_once_and_survives_a_round_trip(tiny
     small.vectors(qnet, TEXTS[:3])
     torch.testing.assert_close(small.vectors(qnet, TEXTS[5:9]), embed(TEXTS[5:9]))  # past the bound: afresh
     assert len(small) == 4
+
+
+def test_chunk_vector_folder_keeps_one_cache_per_tower_between_runs(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    from training.index import ChunkVectorFolder
+    from training.qnet import QNetwork
+
+    frozen = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    scaled = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", scale=2.0)  # other vectors
+    trainable = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="both")  # its key is this object's
+    assert len({frozen.chunk_vectors_key(), scaled.chunk_vectors_key(), trainable.chunk_vectors_key()}) == 3
+    folder = ChunkVectorFolder(tmp_path / "vectors")
+    assert folder.save() == []  # nothing asked for, nothing written (and no folder created)
+    assert not (tmp_path / "vectors").exists()
+    folder.get(frozen.chunk_vectors_key()).vectors(frozen, TEXTS[:4])
+    folder.get(scaled.chunk_vectors_key()).vectors(scaled, TEXTS[:2])
+    folder.get(trainable.chunk_vectors_key()).vectors(trainable, TEXTS[:2])
+    written = folder.save()  # a chunk tower that can train is not kept: its key means nothing to another run
+    assert sorted(written) == sorted([folder.path(frozen.chunk_vectors_key()), folder.path(scaled.chunk_vectors_key())])
+    assert sorted(p.name for p in (tmp_path / "vectors").iterdir()) == sorted(p.name for p in written)
+    assert folder.save() == []  # unchanged since the save
+
+    calls: list[list[str]] = []
+    embed = frozen.embed_chunks
+    frozen.embed_chunks = lambda texts, **kw: (calls.append(list(texts)), embed(texts, **kw))[1]  # type: ignore[method-assign]
+    again = ChunkVectorFolder(tmp_path / "vectors")
+    cache = again.get(frozen.chunk_vectors_key())
+    assert len(cache) == 4 and again.get(frozen.chunk_vectors_key()) is cache
+    torch.testing.assert_close(cache.vectors(frozen, TEXTS[2:6]), embed(TEXTS[2:6]))
+    assert calls == [TEXTS[4:6]]  # only the two new texts were embedded
+    assert again.save() == [again.path(frozen.chunk_vectors_key())]  # the grown cache only
+    assert len(ChunkVectorFolder(tmp_path / "vectors").get(frozen.chunk_vectors_key())) == 6
+
+    with pytest.raises(ValueError, match="is a file; pass a folder"):
+        ChunkVectorFolder(tmp_path / "vectors" / folder.path(frozen.chunk_vectors_key()).name / "texts.json")
+    folder.path(scaled.chunk_vectors_key()).joinpath("texts.json").write_text("[", encoding="utf-8")
+    with pytest.raises(IndexLoadError, match="cannot be read.*delete it"):
+        ChunkVectorFolder(tmp_path / "vectors").get(scaled.chunk_vectors_key())
