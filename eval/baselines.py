@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 
 from training.data import Episode
-from training.index import ChunkIndex, ChunkVectorCache
+from training.index import ChunkIndex, ChunkVectorCache, ChunkVectorFolder
 from training.qnet import CONFIG_FILE, QNetwork
 from training.search import SearchConfig, SearchResult, load_model, search_many
 from training.shipped import resolve_checkpoint, shipped_names
@@ -109,11 +109,13 @@ class _IndexCache:
     A chunk vector depends only on the chunk tower and the chunk's text, and haystacks built from the same
     books share most of their sentences, so a sweep embeds each distinct sentence once per chunk tower
     (`ChunkVectorCache`) instead of once per episode (the 32K cells go from hours to minutes on a CPU).
-    Methods whose models share a chunk tower (`QNetwork.chunk_vectors_key`) share the vectors.
+    Methods whose models share a chunk tower (`QNetwork.chunk_vectors_key`) share the vectors. A tower
+    without a given store takes its cache from `folder` (kept between runs) or starts an empty one.
     """
 
-    def __init__(self, stores: Sequence[ChunkVectorCache] = (), max_texts: int = 1_000_000) -> None:
-        self.max_texts = max_texts
+    def __init__(self, stores: Sequence[ChunkVectorCache] = (), max_texts: int = 1_000_000,
+                 folder: ChunkVectorFolder | None = None) -> None:
+        self.max_texts, self.folder = max_texts, folder
         self._key: tuple[str, str, int] | None = None
         self._index: ChunkIndex | None = None
         self._stores = {s.key: s for s in stores}
@@ -122,7 +124,10 @@ class _IndexCache:
         tower = model.chunk_vectors_key()
         key = (tower, episode.id, hash(episode.chunks))
         if key != self._key or self._index is None:
-            store = self._stores.setdefault(tower, ChunkVectorCache(tower, max_texts=self.max_texts))
+            if tower not in self._stores:
+                self._stores[tower] = (self.folder.get(tower) if self.folder is not None
+                                       else ChunkVectorCache(tower, max_texts=self.max_texts))
+            store = self._stores[tower]
             texts = list(episode.chunks)
             self._index = ChunkIndex(store.vectors(model, texts), texts, encoder=model.config.encoder)
             self._key = key
@@ -209,6 +214,7 @@ def make_retrievers(
     stop_threshold: float = 0.5,
     device: str | None = None,
     chunk_stores: Sequence[ChunkVectorCache] = (),
+    chunk_vectors: ChunkVectorFolder | None = None,
 ) -> list[Retriever]:
     """Build the named retrievers, sharing one untrained model and one index cache.
 
@@ -223,6 +229,8 @@ def make_retrievers(
         device: Torch device for the encoders (default: CPU).
         chunk_stores: Chunk vectors already computed, one cache per chunk tower (a model trained with
             `train_towers='state'` and its untrained start share one).
+        chunk_vectors: Where the caches of the other chunk towers are kept between runs (the caller saves
+            it, `ChunkVectorFolder.save`); None: in memory only.
 
     Raises:
         ValueError: an unknown method, or a qrag method without a checkpoint.
@@ -239,7 +247,7 @@ def make_retrievers(
                 f"--model {checkpoint!r} is not a trained qrag checkpoint (no {CONFIG_FILE} there); pass the "
                 f"folder written by qrag-train / QNetwork.save_pretrained, or a shipped name ({', '.join(shipped_names())})."
             )
-    cache = _IndexCache(chunk_stores)
+    cache = _IndexCache(chunk_stores, folder=chunk_vectors)
     untrained: QNetwork | None = None
     trained: QNetwork | None = None
     out: list[Retriever] = []

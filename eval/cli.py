@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default=None)
         p.add_argument("--batch-size", type=int, default=32,
                        help="questions retrieved together (default 32; 1 measures single-question latency)")
+        p.add_argument("--chunk-vectors", type=Path, default=None, metavar="DIR",
+                       help="folder that keeps chunk vectors between runs, one cache per chunk tower: a repeated, "
+                            "resumed or extended sweep embeds no sentence twice (created if missing)")
         p.add_argument("--no-progress", action="store_true")
         if bench.tasks:
             p.add_argument("--tasks", type=_csv, default=None, help=f"comma-separated, from: {', '.join(bench.tasks)}")
@@ -67,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lengths=getattr(args, "lengths", None), num_samples=args.num_samples, model=args.model,
         encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None), budget=args.budget,
         max_hops=args.max_hops, stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
-        device=args.device, progress=not args.no_progress, batch_size=args.batch_size,
+        device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
     )
     try:
         summary = run(cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,11 @@ from eval import metrics
 from eval.baselines import BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
 from eval.reader import Reader, build_prompt, load_reader
 from training.data import Episode, load_episodes
+from training.index import ChunkVectorFolder
 
 RESULTS_FILE = "results.jsonl"
+NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors")
+"""RunConfig fields that say where and how a sweep runs, not what it measures (left out of summary.json)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ class RunConfig:
     """Reader tokens per answer."""
     device: str | None = None
     """Torch device for encoders and the reader."""
+    chunk_vectors: Path | None = None
+    """Folder that keeps chunk vectors between runs (`ChunkVectorFolder`); None: embed afresh each run."""
     batch_size: int = 32
     """Questions each retriever handles together (their `retrieval_s` is the batch's time shared equally;
     1 measures single-question latency)."""
@@ -224,7 +230,7 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
 
     Args:
         cfg: The sweep.
-        retrievers: Prebuilt retrievers (default: built from `cfg`).
+        retrievers: Prebuilt retrievers (default: built from `cfg`; `cfg.chunk_vectors` applies to those only).
         reader: A prebuilt reader (default: loaded from `cfg.reader` when set).
         stop_after: Stop after this many new records (tests use it to simulate an interrupted sweep).
 
@@ -238,16 +244,18 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     from eval.report import summarize, write_margins, write_reports
 
     cfg.validate()
+    folder = ChunkVectorFolder(cfg.chunk_vectors) if cfg.chunk_vectors is not None and retrievers is None else None
     cfg.out.mkdir(parents=True, exist_ok=True)
     path = cfg.out / RESULTS_FILE
     done = {rec["key"] for rec in read_results(path)}
     if retrievers is None:
         retrievers = make_retrievers(cfg.methods, encoder=cfg.encoder, checkpoint=cfg.model, budget=cfg.budget,
-                                     max_hops=cfg.max_hops, stop_threshold=cfg.stop_threshold, device=cfg.device)
+                                     max_hops=cfg.max_hops, stop_threshold=cfg.stop_threshold, device=cfg.device,
+                                     chunk_vectors=folder)
     if reader is None and cfg.reader is not None:
         reader = load_reader(cfg.reader, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
     new = 0
-    with path.open("a", encoding="utf-8") as fh:
+    with _saved_on_exit(folder), path.open("a", encoding="utf-8") as fh:
         for task, label, value in iter_cells(cfg):
             episodes = cell_episodes(cfg, task, value)
             desc = f"{cfg.benchmark} {task or ''} {label}".strip()
@@ -282,10 +290,20 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     return _finish(cfg, path, summarize, write_reports, write_margins)
 
 
+@contextmanager
+def _saved_on_exit(folder: ChunkVectorFolder | None) -> Iterator[None]:
+    """Write the chunk vectors computed so far when the sweep ends, finished or interrupted."""
+    try:
+        yield
+    finally:
+        if folder is not None:
+            folder.save()
+
+
 def _finish(cfg: RunConfig, path: Path, summarize: Any, write_reports: Any, write_margins: Any) -> dict[str, Any]:
     cells = {(cfg.benchmark, t or "-", lab, m) for t, lab, _ in iter_cells(cfg) for m in cfg.methods}
     records = [r for r in read_results(path) if (r["benchmark"], r["task"], r["length"], r["method"]) in cells]
-    settings = {k: v for k, v in asdict(cfg).items() if k not in ("out", "progress", "lengths_resolved", "device")}
+    settings = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}
     summary = summarize(records, settings)
     write_reports(summary, cfg.out)
     trained = [m for m in cfg.methods if m in NEEDS_CHECKPOINT]

@@ -74,3 +74,41 @@ def test_resumed_sweep_matches_uninterrupted(tmp_path: Path, tiny_encoder_path: 
         return json.dumps(data, sort_keys=True)
 
     assert strip(resumed) == strip(full)
+
+
+def test_chunk_vectors_folder_spares_a_second_sweep_every_embedding(tmp_path: Path, tiny_encoder_path: Path,
+                                                                    tiny_checkpoint: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from training.qnet import QNetwork
+
+    embedded: list[int] = []
+    embed = QNetwork.embed_chunks
+
+    def counting(self: QNetwork, texts: list[str], **kw: object) -> object:
+        embedded.append(len(texts))
+        return embed(self, texts, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(QNetwork, "embed_chunks", counting)
+    # Trained with a frozen chunk tower: it shares the untrained baselines' chunk vectors.
+    frozen = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state").save_pretrained(tmp_path / "frozen")
+    vectors = tmp_path / "vectors"
+    flags = ("--methods", "dense,multihop,qrag", "--model", str(frozen), "--chunk-vectors", str(vectors))
+    assert main(_args(tmp_path / "first", tiny_encoder_path, *flags)) == 0, capsys.readouterr().err
+    assert sum(embedded) > 0 and len(list(vectors.iterdir())) == 1  # one chunk tower for the three methods
+    embedded.clear()
+    assert main(_args(tmp_path / "second", tiny_encoder_path, *flags)) == 0, capsys.readouterr().err
+    assert embedded == []  # every chunk vector came from the folder
+    # A checkpoint whose chunk tower was trained: its vectors are computed afresh and not kept.
+    assert main(_args(tmp_path / "both", tiny_encoder_path, "--methods", "dense,qrag", "--model", str(tiny_checkpoint),
+                      "--chunk-vectors", str(vectors))) == 0, capsys.readouterr().err
+    assert sum(embedded) > 0 and len(list(vectors.iterdir())) == 1
+
+    def fact_scores(out: Path) -> list[tuple]:
+        return sorted((r["key"], r["retrieved"], r["fact_em"]) for r in read_results(out / "results.jsonl"))
+
+    assert fact_scores(tmp_path / "first") == fact_scores(tmp_path / "second")
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    assert main(_args(tmp_path / "third", tiny_encoder_path, "--chunk-vectors", str(tmp_path / "a-file"))) == 2
+    assert "'" + str(tmp_path / "a-file") + "' is a file; pass a folder" in capsys.readouterr().err
+    assert not (tmp_path / "third").exists()  # refused before anything was written
