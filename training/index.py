@@ -45,7 +45,6 @@ INDEX_FILE = "index.json"
 _VECTOR_FILES: dict[str, str] = {"safetensors": "vectors.safetensors", "numpy": "vectors.npy"}
 PROGRESS_MIN_CHUNKS = 10_000  # show a progress bar by default from this corpus size on
 
-
 TRANSIENT_KEY_PREFIX = "network:"
 """`QNetwork.chunk_vectors_key` of a chunk tower that can train: valid for one network object only, so its
 vectors are never written to disk by a `ChunkVectorFolder`."""
@@ -202,7 +201,6 @@ class ChunkVectorCache:
         cache = cls(key)
         cache._append([str(t) for t in texts], vectors.float())
         return cache
-
 
 
 class ChunkVectorFolder:
