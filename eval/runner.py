@@ -20,6 +20,7 @@ from tqdm import tqdm
 from eval import metrics
 from eval.baselines import BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
 from eval.reader import Reader, build_prompt, load_reader
+from eval.report import summarize, write_margins, write_reports
 from training.data import Episode, load_episodes
 from training.index import ChunkVectorFolder
 
@@ -241,8 +242,6 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
         ValueError: bad names or paths (before anything is written).
         ReaderLoadError: the reader cannot be loaded (records already in the results file are kept).
     """
-    from eval.report import summarize, write_margins, write_reports
-
     cfg.validate()
     folder = ChunkVectorFolder(cfg.chunk_vectors) if cfg.chunk_vectors is not None and retrievers is None else None
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -284,10 +283,10 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
                         new += 1
                         if stop_after is not None and new >= stop_after:
                             bar.close()
-                            return _finish(cfg, path, summarize, write_reports, write_margins)
+                            return _finish(cfg, path)
                 bar.update(len(group))
             bar.close()
-    return _finish(cfg, path, summarize, write_reports, write_margins)
+    return _finish(cfg, path)
 
 
 @contextmanager
@@ -300,7 +299,7 @@ def _saved_on_exit(folder: ChunkVectorFolder | None) -> Iterator[None]:
             folder.save()
 
 
-def _finish(cfg: RunConfig, path: Path, summarize: Any, write_reports: Any, write_margins: Any) -> dict[str, Any]:
+def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
     cells = {(cfg.benchmark, t or "-", lab, m) for t, lab, _ in iter_cells(cfg) for m in cfg.methods}
     records = [r for r in read_results(path) if (r["benchmark"], r["task"], r["length"], r["method"]) in cells]
     settings = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}

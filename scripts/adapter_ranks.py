@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from eval.baselines import NEEDS_CHECKPOINT, make_retrievers
-from eval.runner import RunConfig, read_results, run
+from eval.runner import RunConfig, run
 from training.compress import low_rank_adapters
 from training.index import ChunkVectorCache
 from training.qnet import QNetwork
@@ -36,13 +36,13 @@ def score(qnet: QNetwork, args: argparse.Namespace, stores: list[ChunkVectorCach
     cfg = RunConfig(benchmark="babilong", out=out, methods=NEEDS_CHECKPOINT, tasks=TASKS, lengths=tuple(args.lengths),
                     num_samples=args.num_samples, progress=False).validate()
     with torch.no_grad():
-        run(cfg, retrievers=make_retrievers(cfg.methods, checkpoint=qnet, max_hops=args.max_hops, chunk_stores=stores))
-    records = read_results(out / "results.jsonl")
+        summary = run(cfg, retrievers=make_retrievers(cfg.methods, checkpoint=qnet, max_hops=args.max_hops,
+                                                      chunk_stores=stores))
     result: dict[str, dict] = {}
     for method in cfg.methods:
         per_task = {}
-        for task in TASKS:
-            values = [r["fact_em"] for r in records if r["method"] == method and r["task"] == task]
+        for task in TASKS:  # the mean over lengths of each cell's mean (every cell has num_samples samples)
+            values = [c["fact_em"] for c in summary["cells"] if c["method"] == method and c["task"] == task]
             per_task[task] = sum(values) / len(values)
         result[method] = {"mean": sum(per_task.values()) / len(per_task), **per_task}
     return result

@@ -29,8 +29,7 @@ from training.shipped import CHECKPOINTS_DIR
 
 def rebase(trained: QNetwork) -> QNetwork:
     """The trained part of an adapter / top-layers checkpoint on the bundled encoder."""
-    options = {k: v for k, v in dataclasses.asdict(trained.config).items() if k != "encoder"}
-    rebased = QNetwork.from_encoder(BUNDLED_MINILM, **options)
+    rebased = QNetwork.from_config(dataclasses.replace(trained.config, encoder=BUNDLED_MINILM))
     missing, unexpected = rebased.load_state_dict(trained.trainable_state_dict(), strict=False)
     assert not unexpected and not set(missing) & set(rebased.trainable_state_dict()), (missing, unexpected)
     return rebased

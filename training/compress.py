@@ -66,10 +66,9 @@ def low_rank_adapters(trained: QNetwork, rank: int, *, base: str | None = None) 
                          f"{trained.config.train_mode!r} and its checkpoint already holds only its trained part.")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"rank must be a positive integer, got {rank!r}.")
-    options = {k: v for k, v in dataclasses.asdict(trained.config).items() if k != "encoder"}
-    options.update(train_mode="lora", lora_rank=rank, lora_alpha=float(rank), lora_dropout=0.0,
-                   lora_target_modules=list(LINEAR_TARGETS))
-    adapted = QNetwork.from_encoder(base or trained.config.encoder, **options)
+    adapted = QNetwork.from_config(dataclasses.replace(
+        trained.config, encoder=base or trained.config.encoder, train_mode="lora", lora_rank=rank,
+        lora_alpha=float(rank), lora_dropout=0.0, lora_target_modules=list(LINEAR_TARGETS)))
     if trained.chunk_tower_frozen and adapted.base_fingerprint() != trained.base_fingerprint():
         raise ValueError(f"base encoder {base or trained.config.encoder!r} is not the one this network was trained "
                          "from (its embeddings differ); pass base= with that encoder.")
