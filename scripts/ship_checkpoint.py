@@ -47,7 +47,10 @@ def main() -> int:
         if args.rank is None:
             parser.error(f"{args.checkpoint} is a full fine-tune (~87 MB per tower): pass --rank (e.g. 32) to ship "
                          "it as low-rank adapters.")
-        shipped, report = low_rank_adapters(trained, args.rank, base=BUNDLED_MINILM)
+        try:
+            shipped, report = low_rank_adapters(trained, args.rank, base=BUNDLED_MINILM)
+        except ValueError as e:
+            parser.error(f"--rank {args.rank}: {e}")
         print(f"rank {report.rank} adapters on {report.matrices} weight matrices ({report.adapter_parameters:,} "
               f"parameters): least energy kept {report.min_energy_kept:.3f}, change reset to the base "
               f"{report.dropped_fraction:.3f} of the fine-tune's norm")
