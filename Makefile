@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.demo $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m qrag.eval.demo $(ARGS)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
@@ -30,7 +30,7 @@ test-all: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m ''
 
 lint: $(STAMP)
-	$(BIN)/ruff check training qrag_integrations eval tests examples scripts
+	$(BIN)/ruff check qrag training qrag_integrations eval tests examples scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -22,11 +22,11 @@ from typing import Protocol
 
 import torch
 
-from training.data import Episode
-from training.index import ChunkIndex, ChunkVectorCache, ChunkVectorFolder
-from training.qnet import CONFIG_FILE, QNetwork
-from training.search import SearchConfig, SearchResult, load_model, search_many
-from training.shipped import resolve_checkpoint, shipped_names
+from qrag.training.data import Episode
+from qrag.training.index import ChunkIndex, ChunkVectorCache, ChunkVectorFolder
+from qrag.training.qnet import CONFIG_FILE, QNetwork
+from qrag.training.search import SearchConfig, SearchResult, load_model, search_many
+from qrag.training.shipped import resolve_checkpoint, shipped_names
 
 METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
 """Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""

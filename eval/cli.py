@@ -14,10 +14,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.baselines import METHODS
-from eval.reader import ReaderLoadError
-from eval.report import PLOT_FILE, SUMMARY_FILE, TABLE_FILE
-from eval.runner import BENCHMARKS, RESULTS_FILE, RunConfig, run
+from qrag.eval.baselines import METHODS
+from qrag.eval.reader import ReaderLoadError
+from qrag.eval.report import PLOT_FILE, SUMMARY_FILE, TABLE_FILE
+from qrag.eval.runner import BENCHMARKS, RESULTS_FILE, RunConfig, run
 
 
 def _csv(text: str) -> tuple[str, ...]:

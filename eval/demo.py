@@ -1,6 +1,6 @@
 """The main job: train a Q-RAG retriever on CPU, prove it against the baselines, use it in a LangChain chain.
 
-    make demo        # = python -m eval.demo [--minutes 15] [--output-dir runs/demo] [--samples 200]
+    make demo        # = python -m qrag.eval.demo [--minutes 15] [--output-dir runs/demo] [--samples 200]
     make demo ARGS="--model qrag/babilong-minilm-cpu --output-dir runs/shipped"   # no training: a shipped model
 
 Five phases, each resumable (interrupt it with Ctrl-C or kill, run the same command again, it continues):
@@ -39,15 +39,15 @@ from typing import Any
 
 import torch
 
-from eval.baselines import BASELINES, NEEDS_CHECKPOINT, make_retrievers
-from eval.report import margins
-from eval.runner import BABILONG_SENTENCES, RunConfig, cell_episodes, read_results, run
-from training.cli import build_episodes
-from training.config import TrainConfig, load_preset
-from training.data.episode import Episode
-from training.index import ChunkVectorCache, IndexLoadError
-from training.qnet import CheckpointError, QNetwork
-from training.trainer import Trainer
+from qrag.eval.baselines import BASELINES, NEEDS_CHECKPOINT, make_retrievers
+from qrag.eval.report import margins
+from qrag.eval.runner import BABILONG_SENTENCES, RunConfig, cell_episodes, read_results, run
+from qrag.training.cli import build_episodes
+from qrag.training.config import TrainConfig, load_preset
+from qrag.training.data.episode import Episode
+from qrag.training.index import ChunkVectorCache, IndexLoadError
+from qrag.training.qnet import CheckpointError, QNetwork
+from qrag.training.trainer import Trainer
 
 PRESET = "babilong-cpu"
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
@@ -150,9 +150,9 @@ def run_chain(model: QNetwork, episode: Episode, max_hops: int, reader_name: str
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
-    from eval.reader import build_prompt, load_reader
-    from qrag_integrations import QRAGRetriever
-    from training.search import MultiHopSearcher, SearchConfig
+    from qrag.eval.reader import build_prompt, load_reader
+    from qrag.integrations import QRAGRetriever
+    from qrag.training.search import MultiHopSearcher, SearchConfig
 
     task = str(episode.metadata.get("task"))
     retriever = QRAGRetriever.from_texts(list(episode.chunks), model=model, k=None, max_hops=max_hops,

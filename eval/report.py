@@ -104,7 +104,7 @@ def margins(records: Sequence[dict[str, Any]], method: str, baselines: Sequence[
     The best baseline is the one with the highest mean `metric` in that cell; the margin is the mean
     per-sample difference with its 95% interval (`metrics.paired_margin`), over the samples both have.
     """
-    from eval.metrics import paired_margin
+    from qrag.eval.metrics import paired_margin
 
     cells: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:

@@ -2,7 +2,7 @@
 
 Results go to `OUT/results.jsonl`, appended and flushed after every sample, so an interrupted sweep keeps
 what it finished and a rerun with the same settings skips it (the key is benchmark|task|length|method|id).
-After the sweep the summary, table and plot are written next to it (`eval.report`).
+After the sweep the summary, table and plot are written next to it (`qrag.eval.report`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval import metrics
-from eval.baselines import BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
-from eval.reader import Reader, build_prompt, load_reader
-from eval.report import summarize, write_margins, write_reports
-from training.data import Episode, load_episodes
-from training.index import ChunkVectorFolder
+from qrag.eval import metrics
+from qrag.eval.baselines import BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
+from qrag.eval.reader import Reader, build_prompt, load_reader
+from qrag.eval.report import summarize, write_margins, write_reports
+from qrag.training.data import Episode, load_episodes
+from qrag.training.index import ChunkVectorFolder
 
 RESULTS_FILE = "results.jsonl"
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors")
@@ -34,7 +34,7 @@ class Benchmark:
     """How a `qrag-eval` benchmark maps to a data source."""
 
     source: str
-    """The `training.data` source."""
+    """The `qrag.training.data` source."""
     tasks: tuple[str, ...] | None
     """Valid tasks (None: the source has none)."""
     length_kind: str | None
@@ -71,7 +71,7 @@ class RunConfig:
     out: Path
     """Folder for results.jsonl, summary.json, table.md and the plot."""
     methods: tuple[str, ...] = ("bm25", "dense", "multihop", "oracle")
-    """Retrievers to compare (names from `eval.baselines.METHODS`)."""
+    """Retrievers to compare (names from `qrag.eval.baselines.METHODS`)."""
     tasks: tuple[str, ...] | None = None
     """Tasks to run (None: all of the benchmark's)."""
     lengths: tuple[str, ...] | None = None

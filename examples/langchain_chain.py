@@ -16,7 +16,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 
-from qrag_integrations import QRAGRetriever
+from qrag import QRAGRetriever
 
 STORY = [
     "Mary moved to the bathroom.", "John went to the hallway.", "Mary took the milk there.",

@@ -14,7 +14,7 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import TextNode
 
-from qrag_integrations import QRAGLlamaIndexRetriever
+from qrag import QRAGLlamaIndexRetriever
 
 STORY = [
     "Mary moved to the bathroom.", "John went to the hallway.", "Mary took the milk there.",

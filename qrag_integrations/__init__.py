@@ -1,10 +1,10 @@
 """Thin LangChain and LlamaIndex adapters over qrag's multi-hop search.
 
-Frameworks are imported only when a class is first used, so `import qrag_integrations` works without
+Frameworks are imported only when a class is first used, so `import qrag.integrations` works without
 LangChain or LlamaIndex installed:
 
-    from qrag_integrations import QRAGRetriever             # needs qrag[langchain]
-    from qrag_integrations import QRAGLlamaIndexRetriever   # needs qrag[llama-index]
+    from qrag.integrations import QRAGRetriever             # needs qrag[langchain]
+    from qrag.integrations import QRAGLlamaIndexRetriever   # needs qrag[llama-index]
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from qrag_integrations.langchain_embeddings import LangChainChunkStore, QRAGEmbeddings
-    from qrag_integrations.langchain_retriever import QRAGRetriever
-    from qrag_integrations.llama_index_embeddings import QRAGLlamaIndexEmbedding
-    from qrag_integrations.llama_index_retriever import QRAGHopEvent, QRAGLlamaIndexRetriever
+    from qrag.integrations.langchain_embeddings import LangChainChunkStore, QRAGEmbeddings
+    from qrag.integrations.langchain_retriever import QRAGRetriever
+    from qrag.integrations.llama_index_embeddings import QRAGLlamaIndexEmbedding
+    from qrag.integrations.llama_index_retriever import QRAGHopEvent, QRAGLlamaIndexRetriever
 
 _EXPORTS = {
     "QRAGRetriever": ("langchain_retriever", "qrag[langchain]"),
@@ -39,10 +39,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'qrag_integrations' has no attribute {name!r}")
+        raise AttributeError(f"module 'qrag.integrations' has no attribute {name!r}")
     module, extra = _EXPORTS[name]
     try:
-        mod = importlib.import_module(f"qrag_integrations.{module}")
+        mod = importlib.import_module(f"qrag.integrations.{module}")
     except ImportError as e:
         raise ImportError(f"{name} needs an optional dependency ({e.name}): pip install '{extra}'.") from e
     return getattr(mod, name)

@@ -14,9 +14,9 @@ import torch
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from training.index import Chunk, ScoredChunk, model_lock
-from training.qnet import QNetwork
-from training.search import load_model
+from qrag.training.index import Chunk, ScoredChunk, model_lock
+from qrag.training.qnet import QNetwork
+from qrag.training.search import load_model
 
 POSITION_KEY = "qrag_position"
 
@@ -54,7 +54,7 @@ class QRAGEmbeddings(Embeddings):
 
 
 class LangChainChunkStore:
-    """A `training.index.ChunkStore` over a LangChain `VectorStore` that searches by vector with scores.
+    """A `qrag.training.index.ChunkStore` over a LangChain `VectorStore` that searches by vector with scores.
 
     The store must rank by the raw inner product (e.g. Qdrant with `Distance.DOT`) and hold vectors from
     the same model's chunk tower (`QRAGEmbeddings`). Taken chunks are masked by over-fetching

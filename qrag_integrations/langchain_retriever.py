@@ -22,9 +22,9 @@ from langchain_core.runnables.config import get_config_list
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 
-from training.index import ChunkIndex
-from training.qnet import QNetwork
-from training.search import MultiHopSearcher, SearchResult, load_model
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher, SearchResult, load_model
 
 CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order")
 SAVE_FILE = "retriever.json"
@@ -36,7 +36,7 @@ class QRAGRetriever(BaseRetriever):
 
     `k=None` (default) lets the stop rule choose how many chunks (at most `max_hops`); an explicit `k`
     returns exactly `min(k, N)` documents, flagging those past the stop rule with `past_stop=True`
-    (see `training.search`). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
+    (see `qrag.training.search`). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
     `Document.id` is the chunk id. Each hop is sent as a custom event `qrag_hop`.
     Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=...)`.
 
@@ -92,7 +92,7 @@ class QRAGRetriever(BaseRetriever):
         cls, store: VectorStore, model: QNetwork | str | Path, *, id_key: str | None = None, **kwargs: Any
     ) -> QRAGRetriever:
         """Hops against an external store holding `QRAGEmbeddings` vectors with a dot-product metric."""
-        from qrag_integrations.langchain_embeddings import LangChainChunkStore
+        from qrag.integrations.langchain_embeddings import LangChainChunkStore
 
         return cls(searcher=MultiHopSearcher(load_model(model), LangChainChunkStore(store, id_key=id_key)), **kwargs)
 

@@ -9,9 +9,9 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import PrivateAttr
 
-from training.index import model_lock
-from training.qnet import QNetwork
-from training.search import load_model
+from qrag.training.index import model_lock
+from qrag.training.qnet import QNetwork
+from qrag.training.search import load_model
 
 
 class QRAGLlamaIndexEmbedding(BaseEmbedding):

@@ -16,9 +16,9 @@ from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
-from training.index import ChunkIndex
-from training.qnet import QNetwork
-from training.search import MultiHopSearcher, load_model
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher, load_model
 
 TRACE_KEYS = ("hop", "q_value", "past_stop")
 SAVE_FILE = "retriever.json"
@@ -46,7 +46,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     `similarity_top_k=None` (default) lets the stop rule choose how many nodes (at most `max_hops`); an
     explicit value returns exactly `min(similarity_top_k, N)` nodes, those past the stop rule flagged
-    `past_stop` (see `training.search`). `NodeWithScore.score` is the Q-value; `hop`, `q_value` and
+    `past_stop` (see `qrag.training.search`). `NodeWithScore.score` is the Q-value; `hop`, `q_value` and
     `past_stop` go in node metadata, excluded from LLM and embedding text. Each hop emits a `QRAGHopEvent`.
 
     Example:

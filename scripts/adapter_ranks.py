@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python scripts/adapter_ranks.py runs/demo30/train/best \
         --ranks 4,8,16,32,64 --chunk-vectors runs/demo30/chunk_vectors --out docs/adapter_ranks.json
 
-The full model and `training.compress.low_rank_adapters` at each rank answer the same BabiLong-style test
+The full model and `qrag.training.compress.low_rank_adapters` at each rank answer the same BabiLong-style test
 samples (qrag-eval's: split `test`, seed 0, `--num-samples` per task, qa1–qa5 at `--lengths`) with exactly
 |SF| hops ('qrag') and with the stop rule ('qrag+stop', Q < 0.5, at most `--max-hops`), in fp32. Prints a
 table and writes JSON with the command and machine. `--chunk-vectors` (a `ChunkVectorCache` folder of the
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from eval.baselines import NEEDS_CHECKPOINT, make_retrievers
-from eval.runner import RunConfig, run
-from training.compress import low_rank_adapters
-from training.index import ChunkVectorCache
-from training.qnet import QNetwork
+from qrag.eval.baselines import NEEDS_CHECKPOINT, make_retrievers
+from qrag.eval.runner import RunConfig, run
+from qrag.training.compress import low_rank_adapters
+from qrag.training.index import ChunkVectorCache
+from qrag.training.qnet import QNetwork
 
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 

@@ -7,7 +7,7 @@ A LoRA or top-layers checkpoint is re-based: a GPU run trains against the carrie
 (`.gpu/minilm`), so its checkpoint names that folder and that copy's fingerprint; the trained part is moved
 onto the bundled fp32 encoder (same weights up to fp16 rounding) and the encoder name becomes the bundled
 alias. A full fine-tune (the CPU main job trains the whole state tower, ~87 MB) is re-expressed as rank
-`--rank` LoRA adapters of its weight changes (`training.compress.low_rank_adapters`); evaluate the result
+`--rank` LoRA adapters of its weight changes (`qrag.training.compress.low_rank_adapters`); evaluate the result
 (`qrag-eval babilong --model qrag/NAME`) against the full model before relying on it.
 
 The result is written (atomically) to `training/checkpoints/NAME`, loadable as `qrag/NAME`; the checkpoint's
@@ -21,10 +21,10 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from training.compress import low_rank_adapters
-from training.encoders import BUNDLED_MINILM
-from training.qnet import QNetwork
-from training.shipped import CHECKPOINTS_DIR
+from qrag.training.compress import low_rank_adapters
+from qrag.training.encoders import BUNDLED_MINILM
+from qrag.training.qnet import QNetwork
+from qrag.training.shipped import CHECKPOINTS_DIR
 
 
 def rebase(trained: QNetwork) -> QNetwork:

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from training.cli import build_episodes
-from training.config import TrainConfig, load_preset
-from training.data.episode import Episode
-from training.index import ChunkVectorCache
-from training.qnet import QNetwork
-from training.trainer import Trainer, evaluate
+from qrag.training.cli import build_episodes
+from qrag.training.config import TrainConfig, load_preset
+from qrag.training.data.episode import Episode
+from qrag.training.index import ChunkVectorCache
+from qrag.training.qnet import QNetwork
+from qrag.training.trainer import Trainer, evaluate
 
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 

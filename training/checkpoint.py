@@ -1,7 +1,7 @@
 """Training-state checkpoints: safetensors + JSON only (no pickle), written atomically.
 
 A run folder holds `last/` (everything needed to resume) and `best/` (the best model on the validation
-split, a plain `QNetwork` folder). Both are written with `training.atomic.atomic_dir`.
+split, a plain `QNetwork` folder). Both are written with `qrag.training.atomic.atomic_dir`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from training.atomic import atomic_dir, previous_dir
+from qrag.training.atomic import atomic_dir, previous_dir
 
 TRAINER_STATE = "trainer_state.json"
 TENSORS = "trainer_tensors.safetensors"

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import tyro
 
-from training.checkpoint import ResumeError
-from training.config import ConfigError, DataConfig, TrainConfig, load_preset, load_yaml, preset_names
-from training.data import Episode, EpisodeError, load_episodes
-from training.encoders import EncoderLoadError
-from training.qnet import CheckpointError
+from qrag.training.checkpoint import ResumeError
+from qrag.training.config import ConfigError, DataConfig, TrainConfig, load_preset, load_yaml, preset_names
+from qrag.training.data import Episode, EpisodeError, load_episodes
+from qrag.training.encoders import EncoderLoadError
+from qrag.training.qnet import CheckpointError
 
 VALIDATION_SEED_OFFSET = 1_000_003  # generated validation sets use a seed disjoint from the training set's
 
@@ -81,7 +81,7 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.trainer import Trainer, read_best_eval
+    from qrag.training.trainer import Trainer, read_best_eval
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:

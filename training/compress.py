@@ -23,7 +23,7 @@ import torch
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
-from training.qnet import QNetwork, Tower
+from qrag.training.qnet import QNetwork, Tower
 
 LINEAR_TARGETS = ("query", "key", "value", "dense")
 """The linear layers of a BERT-style encoder: attention projections, attention output, feed-forward."""

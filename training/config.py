@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
-from training.positions import PositionMode
+from qrag.training.positions import PositionMode
 
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]
@@ -159,7 +159,7 @@ class OptimConfig:
 
 @dataclass
 class DataConfig:
-    """Where training and validation episodes come from (see `training.data.load_episodes`)."""
+    """Where training and validation episodes come from (see `qrag.training.data.load_episodes`)."""
 
     source: str = "babilong"
     """Data source: babi, babilong, ruler_niah, hotpotqa, musique, 2wiki, jsonl, ..."""

@@ -14,8 +14,8 @@ from typing import Literal
 
 import torch
 
-from training.config import EnvConfig
-from training.data.episode import Episode
+from qrag.training.config import EnvConfig
+from qrag.training.data.episode import Episode
 
 StateOrder = Literal["document", "selection"]
 

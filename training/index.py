@@ -8,7 +8,7 @@ then re-encodes only the state. Three ways to serve them:
 - `ChunkIndex` with `backend="torch"` (default): exact inner-product search, CPU or GPU; the only store
   that serves position modes 'relative' and 'absolute' (they need every unrotated vector each hop).
 - `ChunkIndex` with `backend="faiss"`: a FAISS `IndexFlatIP` over the same vectors (position mode 'none').
-- Any object implementing `ChunkStore` (e.g. `qrag_integrations.LangChainChunkStore` over a vector
+- Any object implementing `ChunkStore` (e.g. `qrag.integrations.LangChainChunkStore` over a vector
   database with a dot-product metric), for corpora beyond one machine (position mode 'none').
 
 `ChunkIndex.save` writes JSON + safetensors (or NumPy `.npy`), never pickle.
@@ -31,10 +31,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from training.atomic import atomic_dir
+from qrag.training.atomic import atomic_dir
 
 if TYPE_CHECKING:
-    from training.qnet import QNetwork
+    from qrag.training.qnet import QNetwork
 
 Backend = Literal["torch", "faiss"]
 VectorFormat = Literal["safetensors", "numpy"]
@@ -269,7 +269,7 @@ class ChunkIndex:
         encoder: The name of the encoder the vectors came from, recorded for error messages.
 
     Example:
-        >>> from training.qnet import QNetwork
+        >>> from qrag.training.qnet import QNetwork
         >>> qnet = QNetwork.from_encoder("all-MiniLM-L6-v2")
         >>> index = ChunkIndex.from_texts(qnet, ["Mary went to the kitchen.", "Mary took the milk."])
         >>> states = qnet.embed_states(["Where is the milk?"], [[]])  # (1, 384)

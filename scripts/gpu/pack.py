@@ -34,11 +34,11 @@ GPU_DIR = REPO / ".gpu"
 # transformers, so ours does not replace it; LoRA parameter names have been stable across peft versions).
 # typing-extensions travels because typeguard needs >= 4.14 and the image's version is not known.
 WHEELS: dict[str, str] = {
-    "tyro": "1.0.17",  # training.cli; needs docstring-parser, typeguard, typing-extensions
+    "tyro": "1.0.17",  # qrag.training.cli; needs docstring-parser, typeguard, typing-extensions
     "docstring-parser": "0.18.0",
     "typeguard": "4.6.0",  # needs typing_extensions >= 4.14
     "typing-extensions": "4.16.0",
-    "pysbd": "0.3.4",  # training.data.text_sources (only if a sentence is split there; the pack avoids it)
+    "pysbd": "0.3.4",  # qrag.training.data.text_sources (only if a sentence is split there; the pack avoids it)
     "bm25s": "0.3.16",  # the BM25 baseline's tokenizer and stop words (scripts/gpu/scale_eval.py)
 }
 PIP_PLATFORM = ("--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
@@ -60,7 +60,7 @@ def pack_minilm(dst: Path, force: bool) -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from training.encoders import bundled_minilm_path, load_encoder
+    from qrag.training.encoders import bundled_minilm_path, load_encoder
 
     if (dst / "model.safetensors").is_file() and not force:
         print(f"minilm: kept {dst} (use --force-minilm to rebuild)")

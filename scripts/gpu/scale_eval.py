@@ -69,16 +69,16 @@ METHODS = ("qrag", "qrag+stop", "dense", "bm25")
 # ---------------------------------------------------------------------------------------- episodes
 def bench_tasks(bench: str) -> tuple[str, ...]:
     if bench == "babilong":
-        from training.data.babi import TASKS
+        from qrag.training.data.babi import TASKS
 
         return tuple(TASKS)
-    from training.data.ruler import NIAH_TASKS
+    from qrag.training.data.ruler import NIAH_TASKS
 
     return tuple(NIAH_TASKS)
 
 
 def bench_sources(bench: str, sources: str | None) -> tuple[str, ...]:
-    from training.data.text_sources import TEXT_SOURCES
+    from qrag.training.data.text_sources import TEXT_SOURCES
 
     if sources:
         return tuple(s.strip() for s in sources.split(",") if s.strip())
@@ -87,14 +87,14 @@ def bench_sources(bench: str, sources: str | None) -> tuple[str, ...]:
 
 
 def length_tokens(length: str) -> int:
-    from training.data.babilong import parse_length
+    from qrag.training.data.babilong import parse_length
 
     return parse_length(length)
 
 
 def num_sentences(bench: str, length: str) -> int | None:
     """Sentences per BabiLong haystack (BENCHMARKS.md §2 table); NIAH fills a token budget instead."""
-    from training.data.babilong import sentences_for_tokens
+    from qrag.training.data.babilong import sentences_for_tokens
 
     return sentences_for_tokens(length_tokens(length)) if bench == "babilong" else None
 
@@ -104,7 +104,7 @@ _BABI: dict[tuple[str, str, int], tuple[list[Any], Iterator[Any]]] = {}
 
 def babi_sample(task: str, split: str, seed: int, i: int) -> Any:
     """Sample i of the bAbI stream `iter_babilong` draws from (kept per process, extended on demand)."""
-    from training.data.babi import iter_samples
+    from qrag.training.data.babi import iter_samples
 
     key = (task, split, seed)
     if key not in _BABI:
@@ -123,7 +123,7 @@ def make_episode(bench: str, task: str, length: str, split: str, seed: int, i: i
     library skips the sample (a bAbI story with more facts than the haystack has sentences).
     """
     if bench == "babilong":
-        from training.data.babilong import babilong_episode
+        from qrag.training.data.babilong import babilong_episode
 
         n = num_sentences(bench, length)
         assert n is not None
@@ -132,7 +132,7 @@ def make_episode(bench: str, task: str, length: str, split: str, seed: int, i: i
             return None
         rng = random.Random(f"qrag-babilong/{task}/{split}/{seed}/{i}")
         return babilong_episode(sample, n, rng, sources=sources, id=f"babilong-{task}-{split}-{seed}-{i}")
-    from training.data.ruler import niah_episode
+    from qrag.training.data.ruler import niah_episode
 
     rng = random.Random(f"qrag-ruler/{task}/{split}/{seed}/{i}")
     return niah_episode(task, rng, num_tokens=length_tokens(length), sources=sources, id=f"ruler-{task}-{split}-{seed}-{i}")
@@ -142,7 +142,7 @@ class Universe:
     """Every sentence of the text sources once, numbered in a fixed order (the same in every process)."""
 
     def __init__(self, sources: Sequence[str]) -> None:
-        from training.data import text_sources as ts
+        from qrag.training.data import text_sources as ts
 
         self.texts: list[str] = []
         self.row: dict[str, int] = {}
@@ -242,7 +242,7 @@ class _NoMeta(Sequence[dict[str, Any]]):
 def episode_index(vectors: Any, texts: Sequence[str]) -> Any:
     """A `ChunkIndex` (exact torch backend) over precomputed vectors without its per-chunk id, metadata and
     row lists: at 400 000 chunks building those costs ~0.5 s per episode and nothing here reads them."""
-    from training.index import ChunkIndex
+    from qrag.training.index import ChunkIndex
 
     class EpisodeIndex(ChunkIndex):
         def __init__(self) -> None:  # noqa: D107 - deliberately skips ChunkIndex.__init__
@@ -513,7 +513,7 @@ def flops_per_chunk(model: Any, texts: Sequence[str], sample: int = 4096) -> dic
 
 
 def load_models(args: argparse.Namespace, device: Any) -> tuple[Any, Any]:
-    from training.search import load_model
+    from qrag.training.search import load_model
 
     qnet = load_model(args.model)
     if args.merge_lora:
@@ -535,8 +535,8 @@ def scale_phase(run: Run, bench: str, task: str, length: str, universe: Universe
     """Index one haystack from scratch (throughput) and time 1…H-hop queries on it (latency, QPS)."""
     import torch
 
-    from training.index import ChunkIndex
-    from training.search import MultiHopSearcher, SearchConfig
+    from qrag.training.index import ChunkIndex
+    from qrag.training.search import MultiHopSearcher, SearchConfig
 
     a = run.args
     t = time.perf_counter()
@@ -621,7 +621,7 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
              cuda: bool, mem: GpuMemory) -> dict[str, Any]:
     import torch
 
-    from training.search import MultiHopSearcher, SearchConfig
+    from qrag.training.search import MultiHopSearcher, SearchConfig
 
     a = run.args
     mem.reset()

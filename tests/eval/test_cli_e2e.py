@@ -8,8 +8,8 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from eval.cli import main
-from eval.runner import RunConfig, read_results, run
+from qrag.eval.cli import main
+from qrag.eval.runner import RunConfig, read_results, run
 
 
 def _args(out: Path, encoder: Path, *extra: str) -> list[str]:
@@ -80,7 +80,7 @@ def test_chunk_vectors_folder_spares_a_second_sweep_every_embedding(tmp_path: Pa
                                                                     tiny_checkpoint: Path,
                                                                     monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from training.qnet import QNetwork
+    from qrag.training.qnet import QNetwork
 
     embedded: list[int] = []
     embed = QNetwork.embed_chunks

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from eval import demo
-from eval.runner import read_results
+from qrag.eval import demo
+from qrag.eval.runner import read_results
 
 ARGS = ["--samples", "2", "--num-train", "10", "--num-val", "5", "--lengths", "1k", "--train-minutes", "0.05",
         "--reader", "none", "--minutes", "5", "--threads", "2"]

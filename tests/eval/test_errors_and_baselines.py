@@ -6,10 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from eval.baselines import BM25Retriever, DenseRetriever, MultiHopRetriever, OracleRetriever, make_retrievers
-from eval.cli import main
-from eval.runner import read_results
-from training.data import Episode
+from qrag.eval.baselines import (
+    BM25Retriever,
+    DenseRetriever,
+    MultiHopRetriever,
+    OracleRetriever,
+    make_retrievers,
+)
+from qrag.eval.cli import main
+from qrag.eval.runner import read_results
+from qrag.training.data import Episode
 
 EP = Episode(
     "Where is the football?",
@@ -103,9 +109,9 @@ def test_other_benchmarks_run(tmp_path: Path, args: list[str]) -> None:
 
 
 def test_index_cache_embeds_each_distinct_text_once_and_matches_a_fresh_index(tiny_encoder_path: Path) -> None:
-    from eval.baselines import _IndexCache
-    from training.index import ChunkIndex
-    from training.search import load_model
+    from qrag.eval.baselines import _IndexCache
+    from qrag.training.index import ChunkIndex
+    from qrag.training.search import load_model
 
     model = load_model(str(tiny_encoder_path))
     calls: list[int] = []

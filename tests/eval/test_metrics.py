@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval.metrics import (
+from qrag.eval.metrics import (
     babilong_correct,
     exact_match,
     fact_scores,
@@ -102,7 +102,7 @@ def test_token_f1_hand_computed() -> None:
 
 
 def test_paired_margin_by_hand() -> None:
-    from eval.metrics import paired_margin
+    from qrag.eval.metrics import paired_margin
 
     # Differences 1, 0, 0, 1: mean 0.5, sample sd = sqrt(1/3), se = sqrt(1/3)/2 = 0.288675.
     mean, half = paired_margin([1, 1, 0, 1], [0, 1, 0, 0])
@@ -115,7 +115,7 @@ def test_paired_margin_by_hand() -> None:
 
 
 def test_margins_pick_the_best_baseline_per_cell_and_pair_by_id() -> None:
-    from eval.report import margins, margins_table
+    from qrag.eval.report import margins, margins_table
 
     def rec(method: str, i: int, em: float, task: str = "qa2") -> dict[str, object]:
         return {"method": method, "id": f"s{i}", "task": task, "length": "4k", "fact_em": em}

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from eval.baselines import Retrieval
-from eval.reader import ReaderLoadError, TransformersReader, VLLMReader, build_prompt, load_reader
-from eval.runner import RunConfig, read_results, run
-from training.data import Episode
+from qrag.eval.baselines import Retrieval
+from qrag.eval.reader import ReaderLoadError, TransformersReader, VLLMReader, build_prompt, load_reader
+from qrag.eval.runner import RunConfig, read_results, run
+from qrag.training.data import Episode
 
 
 class _FakeVLLM(types.ModuleType):
@@ -103,7 +103,7 @@ def test_reader_sees_chunks_in_document_order(tmp_path: Path) -> None:
                     num_samples=2, progress=False)
     run(cfg, retrievers=[_Reversed()], reader=reader)  # type: ignore[list-item]
     rec = read_results(tmp_path / "results.jsonl")[0]
-    from training.data import load_episodes
+    from qrag.training.data import load_episodes
 
     ep = load_episodes("babilong", task="qa4", split="test", num_samples=1, num_sentences=12)[0]
     first, second = (ep.chunks[i] for i in sorted(ep.supporting))

@@ -53,7 +53,7 @@ def text_pack(offline: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture()
 def packed(offline: ModuleType, text_pack: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The pack installed for one test; the package-backed `sentence_pool` comes back afterwards."""
-    from training.data import text_sources as ts
+    from qrag.training.data import text_sources as ts
 
     monkeypatch.setattr(ts, "sentence_pool", ts.sentence_pool)
     offline.install_text_pack(text_pack)
@@ -61,7 +61,7 @@ def packed(offline: ModuleType, text_pack: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def _episodes() -> list:  # type: ignore[type-arg]
-    from training.data import load_episodes
+    from qrag.training.data import load_episodes
 
     return [
         *load_episodes("babilong", task="qa2", split="test", num_samples=2, num_sentences=300, sources=SOURCES),
@@ -72,7 +72,7 @@ def _episodes() -> list:  # type: ignore[type-arg]
 
 def test_text_pack_gives_the_same_episodes_as_the_packages(offline: ModuleType, text_pack: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from training.data import text_sources as ts
+    from qrag.training.data import text_sources as ts
 
     before = _episodes()
     monkeypatch.setattr(ts, "sentence_pool", ts.sentence_pool)
@@ -85,8 +85,8 @@ def test_text_pack_gives_the_same_episodes_as_the_packages(offline: ModuleType, 
 
 
 def test_make_episode_is_the_librarys_ith_episode(scale_eval: ModuleType, packed: Path) -> None:
-    from training.data import load_episodes
-    from training.data.babilong import sentences_for_tokens
+    from qrag.training.data import load_episodes
+    from qrag.training.data.babilong import sentences_for_tokens
 
     lib = load_episodes("babilong", task="qa3", split="test", num_samples=3, num_sentences=sentences_for_tokens(4000),
                         sources=SOURCES)
@@ -134,7 +134,7 @@ class _Ep:
 
 
 def test_scale_eval_end_to_end_json(scale_eval: ModuleType, packed: Path, tmp_path: Path) -> None:
-    from training.qnet import QNetwork
+    from qrag.training.qnet import QNetwork
 
     enc = make_tiny_encoder(tmp_path / "enc")
     QNetwork.from_encoder(str(enc), position_mode="relative", state_order="document", train_mode="lora",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from training.index import ChunkIndex
-from training.qnet import QNetwork
-from training.search import MultiHopSearcher
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher
 
 TEXTS = [
     "Mary went to the kitchen.", "John picked up the apple.", "Mary took the milk there.",

@@ -12,8 +12,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from pydantic import ValidationError
 
-from qrag_integrations import QRAGRetriever
-from training.search import MultiHopSearcher
+from qrag.integrations import QRAGRetriever
+from qrag.training.search import MultiHopSearcher
 
 
 def _ids(docs: list[Document]) -> list[str | None]:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from qrag_integrations import QRAGRetriever
-from training.search import MultiHopSearcher
+from qrag.integrations import QRAGRetriever
+from qrag.training.search import MultiHopSearcher
 
 
 class TestQRAGRetrieverStandard(RetrieversIntegrationTests):

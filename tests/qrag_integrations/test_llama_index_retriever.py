@@ -15,8 +15,8 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import Document, MetadataMode, NodeWithScore, TextNode
 
-from qrag_integrations import QRAGHopEvent, QRAGLlamaIndexRetriever
-from training.qnet import QNetwork
+from qrag.integrations import QRAGHopEvent, QRAGLlamaIndexRetriever
+from qrag.training.qnet import QNetwork
 
 
 @pytest.fixture(scope="module")

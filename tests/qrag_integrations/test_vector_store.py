@@ -9,10 +9,10 @@ import pytest
 import torch
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from qrag_integrations import LangChainChunkStore, QRAGEmbeddings, QRAGLlamaIndexEmbedding, QRAGRetriever
-from training.index import ChunkIndex
-from training.qnet import QNetwork
-from training.search import MultiHopSearcher, SearchError
+from qrag.integrations import LangChainChunkStore, QRAGEmbeddings, QRAGLlamaIndexEmbedding, QRAGRetriever
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher, SearchError
 
 
 def _ids(n: int) -> list[str]:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrag.training.cli import main
+from qrag.training.data import write_jsonl
+from qrag.training.qnet import QNetwork
 from tests.training.two_hop import make_two_hop_episodes
-from training.cli import main
-from training.data import write_jsonl
-from training.qnet import QNetwork
 
 SMALL = ["--trainer.num_envs", "2", "--trainer.rollout_steps", "2", "--trainer.minibatch_size", "4",
          "--trainer.log_every", "4", "--trainer.eval_every", "8", "--trainer.save_every", "4",
@@ -51,7 +51,7 @@ def test_custom_jsonl_on_bundled_minilm(qa_file: Path, tmp_path: Path, capsys: p
 
 def test_killed_run_resumes(qa_file: Path, tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "training.cli", "--data.source", "jsonl", "--data.train_path", str(qa_file),
+    args = [sys.executable, "-m", "qrag.training.cli", "--data.source", "jsonl", "--data.train_path", str(qa_file),
             "--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(out), *SMALL]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([*args, "--trainer.total_transitions", "100000"], env=env,

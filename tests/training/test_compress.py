@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrag.training.compress import LINEAR_TARGETS, low_rank_adapters
+from qrag.training.qnet import QNetwork
 from tests.conftest import make_tiny_encoder
-from training.compress import LINEAR_TARGETS, low_rank_adapters
-from training.qnet import QNetwork
 
 CHUNKS = ["Mary went to the kitchen.", "Mary took the milk there.", "The grass is green."]
 QUESTION = ["Where is the milk?"]

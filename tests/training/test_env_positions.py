@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from training.config import EnvConfig
-from training.data.episode import Episode
-from training.env import RetrievalEnv, completion_reward
-from training.positions import relative_positions, rotate_halves
+from qrag.training.config import EnvConfig
+from qrag.training.data.episode import Episode
+from qrag.training.env import RetrievalEnv, completion_reward
+from qrag.training.positions import relative_positions, rotate_halves
 
 EP = Episode("where is the milk?", ["a", "b", "c", "d", "e", "f"], (1, 4), "x", "ep")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.index import ChunkIndex, ChunkStore, IndexLoadError
+from qrag.training.index import ChunkIndex, ChunkStore, IndexLoadError
 
 TEXTS = [f"Sentence number {i} talks about topic {i % 3} and item {i * 7}." for i in range(12)]
 
@@ -106,8 +106,8 @@ def test_bad_corpus_input_gets_clear_errors() -> None:
 
 def test_chunk_vector_cache_embeds_each_text_once_and_survives_a_round_trip(tiny_encoder_path: Path,
                                                                            tmp_path: Path) -> None:
-    from training.index import ChunkVectorCache
-    from training.qnet import QNetwork
+    from qrag.training.index import ChunkVectorCache
+    from qrag.training.qnet import QNetwork
 
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
     calls: list[list[str]] = []
@@ -145,8 +145,8 @@ def test_chunk_vector_cache_embeds_each_text_once_and_survives_a_round_trip(tiny
 
 
 def test_chunk_vector_folder_keeps_one_cache_per_tower_between_runs(tiny_encoder_path: Path, tmp_path: Path) -> None:
-    from training.index import ChunkVectorFolder
-    from training.qnet import QNetwork
+    from qrag.training.index import ChunkVectorFolder
+    from qrag.training.qnet import QNetwork
 
     frozen = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
     scaled = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", scale=2.0)  # other vectors

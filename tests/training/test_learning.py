@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from qrag.training.qnet import QNetwork
+from qrag.training.trainer import Trainer, evaluate
 from tests.conftest import make_tiny_encoder
 from tests.training.two_hop import learning_config, make_two_hop_episodes
-from training.qnet import QNetwork
-from training.trainer import Trainer, evaluate
 
 
 @pytest.fixture(scope="module")

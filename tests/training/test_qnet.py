@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrag.training.config import ConfigError
+from qrag.training.encoders import EncoderLoadError
+from qrag.training.positions import rotate_halves
+from qrag.training.qnet import CheckpointError, QNetwork
 from tests.conftest import make_tiny_encoder
-from training.config import ConfigError
-from training.encoders import EncoderLoadError
-from training.positions import rotate_halves
-from training.qnet import CheckpointError, QNetwork
 
 CHUNKS = ["Mary went to the kitchen.", "Mary took the milk there.", "The grass is green.", "John left."]
 
@@ -107,7 +107,7 @@ def test_save_replaces_atomically_and_keeps_old_on_failure(tiny_qnet: QNetwork, 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("training.qnet.save_file", boom)
+    monkeypatch.setattr("qrag.training.qnet.save_file", boom)
     with pytest.raises(RuntimeError):
         tiny_qnet.save_pretrained(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before

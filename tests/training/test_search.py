@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from training.index import ChunkIndex
-from training.positions import relative_positions, rotate_halves
-from training.qnet import QNetwork
-from training.search import MultiHopSearcher, SearchConfig, SearchError, load_model
+from qrag.training.index import ChunkIndex
+from qrag.training.positions import relative_positions, rotate_halves
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher, SearchConfig, SearchError, load_model
 
 TEXTS = [
     "Mary went to the kitchen.", "John picked up the apple.", "Mary took the milk there.",
@@ -228,8 +228,8 @@ def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  
 
 @pytest.mark.parametrize("mode,order", [("relative", "document"), ("none", "selection"), ("absolute", "selection")])
 def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeypatch, mode: str, order: str) -> None:  # type: ignore[no-untyped-def]
-    import training.search
-    from training.search import search_many
+    import qrag.training.search
+    from qrag.training.search import search_many
 
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), position_mode=mode, state_order=order)
     words = ["kitchen", "garden", "milk", "Mary", "John", "office", "apple", "hallway", "Sandra", "ball"]
@@ -254,7 +254,7 @@ def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeyp
             assert got.hops_kept == want.hops_kept
     assert any(len(r.hits) < 3 for r in search_many(qnet, questions, indexes, configs[0]))  # the rule did cut
     whole = search_many(qnet, questions, indexes, configs[1])
-    monkeypatch.setattr(training.search, "ROTATE_BUDGET", 1)  # score one state row at a time: same result
+    monkeypatch.setattr(qrag.training.search, "ROTATE_BUDGET", 1)  # score one state row at a time: same result
     sliced = search_many(qnet, questions, indexes, configs[1])
     assert [[h.chunk.id for h in r.hits] for r in sliced] == [[h.chunk.id for h in r.hits] for r in whole]
     with pytest.raises(SearchError, match="beam_size"):

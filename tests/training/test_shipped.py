@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from training.encoders import BUNDLED_MINILM
-from training.qnet import CheckpointError, QNetwork
-from training.search import load_model
-from training.shipped import shipped_names, shipped_path
+from qrag.training.encoders import BUNDLED_MINILM
+from qrag.training.qnet import CheckpointError, QNetwork
+from qrag.training.search import load_model
+from qrag.training.shipped import shipped_names, shipped_path
 
 NAME = "qrag/babilong-minilm"  # LoRA r16 trained on an H100
 CPU_NAME = "qrag/babilong-minilm-cpu"  # the CPU main job's full state-tower fine-tune as rank-32 adapters
@@ -34,7 +34,7 @@ def test_shipped_checkpoint_loads_by_name_and_hops_through_the_story(name: str) 
     qnet = QNetwork.from_pretrained(name)
     assert qnet.config.encoder == BUNDLED_MINILM and qnet.config.train_mode == "lora"
     assert load_model(name).trainable_state_dict().keys() == qnet.trainable_state_dict().keys()
-    from qrag_integrations import QRAGRetriever
+    from qrag.integrations import QRAGRetriever
 
     docs = QRAGRetriever.from_texts(STORY, model=qnet).invoke("Where is the milk?")  # the stop rule decides
     texts = [d.page_content for d in docs]
@@ -54,7 +54,7 @@ def test_unknown_name_lists_what_ships() -> None:
 @pytest.mark.parametrize("name", [NAME, CPU_NAME])
 def test_shipped_checkpoint_reproduces_its_documented_cpu_scores(tmp_path: Path, name: str) -> None:
     """`qrag-eval` at 1K on CPU gives the model card's figures (scores.json) within sampling error."""
-    from eval.cli import main
+    from qrag.eval.cli import main
 
     documented = json.loads((shipped_path(name) / "scores.json").read_text())["cpu_1k"]  # type: ignore[operator]
     n = documented["num_samples"]

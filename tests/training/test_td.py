@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from training import td
+from qrag.training import td
 
 
 def loop_lambda_returns(rewards, dones, next_values, gamma, lam):  # type: ignore[no-untyped-def]

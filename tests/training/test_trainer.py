@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrag.training.checkpoint import ResumeError
+from qrag.training.config import TrainConfig
+from qrag.training.qnet import QNetwork
+from qrag.training.trainer import Trainer, evaluate
 from tests.training.two_hop import make_two_hop_episodes
-from training.checkpoint import ResumeError
-from training.config import TrainConfig
-from training.qnet import QNetwork
-from training.trainer import Trainer, evaluate
 
 
 def small_config(encoder: Path, out: Path, **trainer: object) -> TrainConfig:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from training.config import TrainConfig
-from training.data.episode import Episode
+from qrag.training.config import TrainConfig
+from qrag.training.data.episode import Episode
 
 PEOPLE = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "henry"]
 OBJECTS = ["ball", "cup", "key", "book", "hat", "pen", "lamp", "coin"]

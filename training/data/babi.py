@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from training.data.episode import Episode, EpisodeError
+from qrag.training.data.episode import Episode, EpisodeError
 
 Task = Literal["qa1", "qa2", "qa3", "qa4", "qa5"]
 Split = Literal["train", "test"]

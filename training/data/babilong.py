@@ -24,9 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from training.data.babi import BabiSample, Split, check_task, infer_sample, iter_samples, parse_fact
-from training.data.episode import Episode, EpisodeError
-from training.data.text_sources import TEXT_SOURCES, background_sentences, estimate_tokens
+from qrag.training.data.babi import BabiSample, Split, check_task, infer_sample, iter_samples, parse_fact
+from qrag.training.data.episode import Episode, EpisodeError
+from qrag.training.data.text_sources import TEXT_SOURCES, background_sentences, estimate_tokens
 
 TokenCount = Literal["estimate", "minilm"]
 
@@ -255,7 +255,7 @@ def release_episode(rec: dict[str, Any], task: str, *, id: str, where: str) -> E
     Facts are the sentences that parse as bAbI statements; replaying them gives the supporting slots.
     When replay disagrees with `target` the episode keeps no supporting indices and says why in metadata.
     """
-    from training.data.text_sources import _segmenter
+    from qrag.training.data.text_sources import _segmenter
 
     missing = [k for k in ("input", "question", "target") if k not in rec]
     if missing:

@@ -1,6 +1,6 @@
 """Benchmark (a script, not a test): time and peak memory to build one BabiLong sample per length.
 
-    python -m training.data.bench --lengths 32k 128k 1M 10M --task qa2 --json bench-data.json
+    python -m qrag.training.data.bench --lengths 32k 128k 1M 10M --task qa2 --json bench-data.json
 
 Each length runs in a fresh process (so peak RSS is that build's alone) after the sentence cache has been
 prepared once; the preparation time (cold: splitting all text with pysbd; warm: reading the cache) is
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 _ONE = """
 import json, resource, sys, time
-from training.data.babilong import generate_babilong
+from qrag.training.data.babilong import generate_babilong
 t0 = time.perf_counter()
 ep = generate_babilong(sys.argv[1], 1, num_tokens=sys.argv[2], seed=0)[0]
 dt = time.perf_counter() - t0
@@ -31,13 +31,13 @@ print(json.dumps({"length": sys.argv[2], "seconds": round(dt, 2), "peak_rss_mb":
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print a table of build time and peak memory per length; optionally write JSON."""
-    ap = argparse.ArgumentParser(prog="python -m training.data.bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m qrag.training.data.bench", description=__doc__)
     ap.add_argument("--lengths", nargs="+", default=["32k", "128k", "1M", "10M"])
     ap.add_argument("--task", default="qa2")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
 
-    from training.data.text_sources import TEXT_SOURCES, sentence_pool
+    from qrag.training.data.text_sources import TEXT_SOURCES, sentence_pool
 
     t0 = time.perf_counter()
     cached = all(sentence_pool(s).cache_file.is_file() for s in TEXT_SOURCES)

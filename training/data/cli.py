@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from itertools import islice
 from typing import Any
 
-from training.data.episode import EpisodeError, write_jsonl
-from training.data.sources import DEFAULT_NUM_SAMPLES, SOURCES, iter_episodes
+from qrag.training.data.episode import EpisodeError, write_jsonl
+from qrag.training.data.sources import DEFAULT_NUM_SAMPLES, SOURCES, iter_episodes
 
 
 def _parser() -> argparse.ArgumentParser:

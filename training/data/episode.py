@@ -1,6 +1,6 @@
 """The `Episode`: one question, its chunks in document order, and the gold supporting-chunk indices.
 
-Every data source (generators and loaders in `training.data`) produces episodes; the environment, the
+Every data source (generators and loaders in `qrag.training.data`) produces episodes; the environment, the
 trainer, the searcher and the evaluation consume them. The custom JSON Lines format of BENCHMARKS.md §5
 is the episode's on-disk form:
 

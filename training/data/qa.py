@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from training.data.episode import Episode, EpisodeError, iter_json_lines, iter_jsonl
+from qrag.training.data.episode import Episode, EpisodeError, iter_json_lines, iter_jsonl
 
 QAKind = Literal["hotpotqa", "2wiki", "musique"]
 QA_KINDS: tuple[QAKind, ...] = get_args(QAKind)

@@ -26,8 +26,8 @@ from itertools import cycle
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from training.data.episode import Episode, EpisodeError
-from training.data.text_sources import estimate_tokens, iter_background
+from qrag.training.data.episode import Episode, EpisodeError
+from qrag.training.data.text_sources import estimate_tokens, iter_background
 
 NiahTask = Literal[
     "niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
@@ -202,7 +202,7 @@ def iter_niah(
     sources: Sequence[str] = ("britannica", "wikipedia"),
 ) -> Iterator[Episode]:
     """An endless deterministic stream of NIAH episodes (one generator per sample, train/test disjoint)."""
-    from training.data.babilong import parse_length
+    from qrag.training.data.babilong import parse_length
 
     t = check_niah_task(task)
     nt = parse_length(num_tokens) if num_tokens is not None else None
@@ -259,7 +259,7 @@ def _squad(path: str | Path) -> tuple[list[str], list[_QARecord]]:
 
 
 def _hotpot(path: str | Path) -> tuple[list[str], list[_QARecord]]:
-    from training.data.qa import hotpot_paragraphs
+    from qrag.training.data.qa import hotpot_paragraphs
 
     data = _read_json(path, "HotpotQA")
     if not isinstance(data, list):
@@ -291,7 +291,7 @@ def iter_ruler_qa(
         num_docs: Or pad to exactly this many documents (capped by the pool).
         seed: Seed of the distractor choice and the shuffle.
     """
-    from training.data.babilong import parse_length
+    from qrag.training.data.babilong import parse_length
 
     if task not in RULER_QA_TASKS:
         raise ValueError(f"unknown RULER QA task {task!r}; valid tasks: {', '.join(RULER_QA_TASKS)}.")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from training.data.episode import Episode
+from qrag.training.data.episode import Episode
 
 DEFAULT_NUM_SAMPLES = 100
 
@@ -45,13 +45,13 @@ class SourceInfo:
 
 
 def _babi_tasks() -> tuple[str, ...]:
-    from training.data.babi import TASKS
+    from qrag.training.data.babi import TASKS
 
     return TASKS
 
 
 def _niah_tasks() -> tuple[str, ...]:
-    from training.data.ruler import NIAH_TASKS
+    from qrag.training.data.ruler import NIAH_TASKS
 
     return NIAH_TASKS
 
@@ -160,7 +160,7 @@ _Adapter = Callable[[Any, Any, int, Any, Any, Any, dict[str, Any]], Iterator[Epi
 
 
 def _split(split: str) -> Any:
-    from training.data.babi import SPLITS
+    from qrag.training.data.babi import SPLITS
 
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}.")
@@ -168,7 +168,7 @@ def _split(split: str) -> Any:
 
 
 def _babi(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
-    from training.data.babi import iter_samples
+    from qrag.training.data.babi import iter_samples
 
     for i, s in enumerate(iter_samples(task, seed=seed, split=_split(split))):
         yield s.to_episode(f"babi-{task}-{split}-{seed}-{i}", {"source": "babi"})
@@ -177,7 +177,7 @@ def _babi(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict
 def _babi_file(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
     from pathlib import Path
 
-    from training.data.babi import read_babi_file
+    from qrag.training.data.babi import read_babi_file
 
     stem = Path(path).stem
     for i, s in enumerate(read_babi_file(path, task=task)):
@@ -185,8 +185,8 @@ def _babi_file(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o:
 
 
 def _babilong(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
-    from training.data.babilong import iter_babilong
-    from training.data.text_sources import TEXT_SOURCES
+    from qrag.training.data.babilong import iter_babilong
+    from qrag.training.data.text_sources import TEXT_SOURCES
 
     yield from iter_babilong(
         task, num_sentences=ns, num_tokens=nt, seed=seed, split=_split(split),
@@ -196,7 +196,7 @@ def _babilong(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: 
 
 
 def _babilong_file(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
-    from training.data.babilong import load_babilong_hub, read_babilong_release
+    from qrag.training.data.babilong import load_babilong_hub, read_babilong_release
 
     if path is not None:
         yield from read_babilong_release(path, task)
@@ -205,7 +205,7 @@ def _babilong_file(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any
 
 
 def _ruler_niah(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
-    from training.data.ruler import iter_niah
+    from qrag.training.data.ruler import iter_niah
 
     yield from iter_niah(
         task, num_sentences=ns, num_tokens=nt, seed=seed, split=_split(split),
@@ -214,14 +214,14 @@ def _ruler_niah(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o
 
 
 def _ruler_qa(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
-    from training.data.ruler import iter_ruler_qa
+    from qrag.training.data.ruler import iter_ruler_qa
 
     yield from iter_ruler_qa(task, path, num_tokens=nt, num_docs=o.get("num_docs"), seed=seed)
 
 
 def _qa(kind: str) -> _Adapter:
     def run(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
-        from training.data import qa
+        from qrag.training.data import qa
 
         if path is not None:
             yield from qa.iter_qa_file(kind, path)  # type: ignore[arg-type]
@@ -232,7 +232,7 @@ def _qa(kind: str) -> _Adapter:
 
 
 def _jsonl(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
-    from training.data.qa import iter_custom_jsonl
+    from qrag.training.data.qa import iter_custom_jsonl
 
     yield from iter_custom_jsonl(path)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from qrag.training.data.babi import TASKS, generate_samples, infer_sample, read_babi_file
+from qrag.training.data.episode import EpisodeError
 from tests.training.data.babi_replay import replay
-from training.data.babi import TASKS, generate_samples, infer_sample, read_babi_file
-from training.data.episode import EpisodeError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FACT_RANGES = {"qa1": (2, 10), "qa2": (2, 68), "qa3": (4, 32), "qa4": (2, 2), "qa5": (2, 126)}

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.data.babi_replay import replay
-from training.data.babi import TASKS, generate_samples, iter_samples, parse_fact
-from training.data.babilong import (
+from qrag.training.data.babi import TASKS, generate_samples, iter_samples, parse_fact
+from qrag.training.data.babilong import (
     babilong_episode,
     generate_babilong,
     iter_babilong,
@@ -21,8 +20,9 @@ from training.data.babilong import (
     read_babilong_release,
     sentences_for_tokens,
 )
-from training.data.episode import EpisodeError
-from training.data.text_sources import TEXT_SOURCES, load_documents
+from qrag.training.data.episode import EpisodeError
+from qrag.training.data.text_sources import TEXT_SOURCES, load_documents
+from tests.training.data.babi_replay import replay
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

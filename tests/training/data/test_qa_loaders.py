@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from training.data import load_episodes
-from training.data.episode import EpisodeError
+from qrag.training.data import load_episodes
+from qrag.training.data.episode import EpisodeError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from training.data import load_episodes
-from training.data.ruler import DEPTHS, NIAH_CONFIGS, NIAH_TASKS, NOISE, niah_episode
+from qrag.training.data import load_episodes
+from qrag.training.data.ruler import DEPTHS, NIAH_CONFIGS, NIAH_TASKS, NOISE, niah_episode
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NEEDLE = re.compile(r"^One of the special magic (numbers|uuids|words) for (\S+) is: (\S+)\.$")

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from training.data import SOURCES, load_episodes, read_jsonl
-from training.data.cli import main
+from qrag.training.data import SOURCES, load_episodes, read_jsonl
+from qrag.training.data.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[3]
 
 _DUMP = """
 import json, sys
-from training.data import load_episodes
+from qrag.training.data import load_episodes
 for source, kw in json.loads(sys.argv[1]):
     for ep in load_episodes(source, **kw):
         print(json.dumps(ep.to_json(), ensure_ascii=False))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.data import text_sources as ts
+from qrag.training.data import text_sources as ts
 
 
 def test_every_source_has_real_books() -> None:

@@ -1,0 +1,274 @@
+"""Retrievers compared by `qrag-eval`, all behind one interface: `retrieve(episodes) -> list[Retrieval]`.
+
+Each episode is its own corpus (its chunks in document order); a retriever returns, per episode, the
+chunk indices it picked, best first, with the hops and Q-values where it has them.
+
+Retrieval budget (the fair-comparison rule): a non-adaptive method returns exactly `k` chunks per
+question, with `k` = the episode's number of gold supporting chunks |SF| by default (`budget=None`) or a
+fixed number. At k = |SF| precision equals recall, so Fact F1 and Fact EM measure the same thing for
+every method and no method wins by returning more text. Only `qrag+stop` is adaptive: it stops where its
+Q-values fall below `stop_threshold` (at most `max_hops` hops), which is the stop rule's effect we report.
+
+`encoder_calls` counts query-side (state-tower) encodings per question; chunk vectors are computed once
+per corpus and not counted (a deployed index holds them already).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from qrag.training.data import Episode
+from qrag.training.index import ChunkIndex, ChunkVectorCache, ChunkVectorFolder
+from qrag.training.qnet import CONFIG_FILE, QNetwork
+from qrag.training.search import SearchConfig, SearchResult, load_model, search_many
+from qrag.training.shipped import resolve_checkpoint, shipped_names
+
+METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
+"""Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
+NEEDS_CHECKPOINT = ("qrag", "qrag+stop")
+BASELINES = ("bm25", "dense", "multihop")
+"""The untrained methods a trained one is measured against (the oracle is a ceiling, not a baseline)."""
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What one retriever returned for one episode."""
+
+    indices: list[int]
+    """Retrieved chunk indices into `episode.chunks`, best (or first hop) first."""
+    hops: int
+    """Hops taken (state encodings that picked a chunk); 0 for single-shot methods."""
+    q_values: list[float]
+    """Score of each retrieved chunk (Q-value, inner product or BM25 score)."""
+    encoder_calls: int
+    """Query-side encoder passes for this question."""
+    seconds: float
+    """Wall-clock retrieval time for this question; building the chunk index of the corpus is not included.
+    Questions retrieved together share their batch's time equally."""
+
+
+class Retriever(Protocol):
+    """The interface every baseline implements."""
+
+    name: str
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]: ...
+
+
+def _budget(episode: Episode, budget: int | None) -> int:
+    k = len(episode.supporting) if budget is None else budget
+    return max(1, min(k, episode.num_chunks))
+
+
+class OracleRetriever:
+    """Exactly the gold chunks (the reader's ceiling)."""
+
+    name = "oracle"
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        return [Retrieval(list(e.supporting), 0, [1.0] * len(e.supporting), 0, 0.0) for e in episodes]
+
+
+class BM25Retriever:
+    """Okapi BM25 over the episode's chunks (`bm25s`, English stop words), top `k`."""
+
+    name = "bm25"
+
+    def __init__(self, budget: int | None = None) -> None:
+        try:
+            import bm25s
+        except ImportError as e:
+            raise ImportError("the bm25 baseline needs `bm25s`: pip install 'qrag[eval]'.") from e
+        self._bm25s = bm25s
+        self.budget = budget
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        out = []
+        for ep in episodes:
+            start = time.perf_counter()
+            k = _budget(ep, self.budget)
+            tok = self._bm25s.tokenize
+            index = self._bm25s.BM25()
+            index.index(tok(list(ep.chunks), stopwords="en", show_progress=False), show_progress=False)
+            # Token strings (not ids) for the query: ids from a second tokenize call use another vocabulary.
+            query = tok([ep.question], stopwords="en", return_ids=False, show_progress=False)
+            docs, scores = index.retrieve(query, k=k, show_progress=False)  # (1, k) each
+            out.append(Retrieval([int(i) for i in docs[0]], 0, [float(s) for s in scores[0]], 0,
+                                 time.perf_counter() - start))
+        return out
+
+
+class _IndexCache:
+    """Chunk indexes for the episodes being evaluated, with chunk vectors cached by text per chunk tower.
+
+    A chunk vector depends only on the chunk tower and the chunk's text, and haystacks built from the same
+    books share most of their sentences, so a sweep embeds each distinct sentence once per chunk tower
+    (`ChunkVectorCache`) instead of once per episode (the 32K cells go from hours to minutes on a CPU).
+    Methods whose models share a chunk tower (`QNetwork.chunk_vectors_key`) share the vectors. A tower
+    without a given store takes its cache from `folder` (kept between runs) or starts an empty one.
+    """
+
+    def __init__(self, stores: Sequence[ChunkVectorCache] = (), max_texts: int = 1_000_000,
+                 folder: ChunkVectorFolder | None = None) -> None:
+        self.max_texts, self.folder = max_texts, folder
+        self._key: tuple[str, str, int] | None = None
+        self._index: ChunkIndex | None = None
+        self._stores = {s.key: s for s in stores}
+
+    def get(self, model: QNetwork, episode: Episode) -> ChunkIndex:
+        tower = model.chunk_vectors_key()
+        key = (tower, episode.id, hash(episode.chunks))
+        if key != self._key or self._index is None:
+            if tower not in self._stores:
+                self._stores[tower] = (self.folder.get(tower) if self.folder is not None
+                                       else ChunkVectorCache(tower, max_texts=self.max_texts))
+            store = self._stores[tower]
+            texts = list(episode.chunks)
+            self._index = ChunkIndex(store.vectors(model, texts), texts, encoder=model.config.encoder)
+            self._key = key
+        return self._index
+
+
+class DenseRetriever:
+    """Single-hop dense top-k: state tower on the question alone, chunk tower on the chunks."""
+
+    def __init__(self, model: QNetwork, budget: int | None = None, cache: _IndexCache | None = None,
+                 name: str = "dense") -> None:
+        self.model, self.budget, self.name = model.eval(), budget, name
+        self._cache = cache or _IndexCache()
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        indexes = [self._cache.get(self.model, ep) for ep in episodes]
+        start = time.perf_counter()
+        out = []
+        with torch.no_grad():
+            states = self.model.embed_states([ep.question for ep in episodes], [[] for _ in episodes])  # (B, D)
+            for ep, index, state in zip(episodes, indexes, states, strict=True):
+                k = _budget(ep, self.budget)
+                empty = torch.zeros(1, len(index), dtype=torch.bool, device=index.device)  # (1, N)
+                positions = self.model.positions(empty)  # (1, N) or None
+                scores = self.model.score(state[None].to(index.device), index.vectors, positions)  # (1, N)
+                top, rows = scores[0].topk(k)  # (k,)
+                out.append((ep, [int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
+        each = (time.perf_counter() - start) / max(1, len(episodes))
+        return [Retrieval(rows, 0, qs, 1, each) for _, rows, qs in out]
+
+
+class MultiHopRetriever:
+    """`MultiHopSearcher` over the episode's chunks: untrained towers ('multihop') or a checkpoint ('qrag').
+
+    Args:
+        model: The Q-network.
+        budget: Fixed result count, or None for |SF|; ignored when `adaptive`. The first `max_hops` results
+            are hops; any more are the best remaining chunks for the state after the last hop.
+        adaptive: Let the stop rule decide how many hops (k=None).
+        max_hops: Most hops per question.
+        stop_threshold: The stop rule's threshold (adaptive only).
+    """
+
+    def __init__(self, model: QNetwork, *, name: str, budget: int | None = None, adaptive: bool = False,
+                 max_hops: int = 4, stop_threshold: float | None = 0.5, cache: _IndexCache | None = None) -> None:
+        self.model, self.name, self.budget, self.adaptive = model.eval(), name, budget, adaptive
+        self.max_hops, self.stop_threshold = max_hops, stop_threshold
+        self._cache = cache or _IndexCache()
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        indexes = [self._cache.get(self.model, ep) for ep in episodes]
+        start = time.perf_counter()
+        budgets = [None if self.adaptive else _budget(ep, self.budget) for ep in episodes]
+        results: list[SearchResult | None] = [None] * len(episodes)
+        for k in dict.fromkeys(budgets):  # questions with the same budget search together
+            cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=self.stop_threshold if k is None else None)
+            group = [i for i, b in enumerate(budgets) if b == k]
+            found = search_many(self.model, [episodes[i].question for i in group], [indexes[i] for i in group], cfg)
+            for i, result in zip(group, found, strict=True):
+                results[i] = result
+        each = (time.perf_counter() - start) / max(1, len(episodes))
+        out = []
+        for ep, result in zip(episodes, results, strict=True):
+            assert result is not None
+            hops = min(len(result.hits), self.max_hops)
+            if self.adaptive:
+                # The hop whose Q fell below the threshold was encoded too, unless the search ran out of hops.
+                calls = min(result.hops_kept + 1, self.max_hops, ep.num_chunks)
+            else:
+                # Past max_hops the searcher tops up from one more state encoding (no further hops).
+                calls = hops + (1 if len(result.hits) > hops else 0)
+            out.append(Retrieval([int(h.chunk.id) for h in result.hits], hops, [h.q_value for h in result.hits],
+                                 calls, each))
+        return out
+
+
+def make_retrievers(
+    methods: Sequence[str],
+    *,
+    encoder: str | QNetwork = "all-MiniLM-L6-v2",
+    checkpoint: str | QNetwork | None = None,
+    budget: int | None = None,
+    max_hops: int = 4,
+    stop_threshold: float = 0.5,
+    device: str | None = None,
+    chunk_stores: Sequence[ChunkVectorCache] = (),
+    chunk_vectors: ChunkVectorFolder | None = None,
+) -> list[Retriever]:
+    """Build the named retrievers, sharing one untrained model and one index cache.
+
+    Args:
+        methods: Names from `METHODS`.
+        encoder: Encoder name/path for the untrained baselines (dense, multihop), or an untrained `QNetwork`.
+        checkpoint: A trained Q-RAG checkpoint folder (`QNetwork.save_pretrained`) or `QNetwork`, needed by
+            the qrag methods.
+        budget: Results per question for non-adaptive methods (None: |SF|).
+        max_hops: Most hops for the multi-hop methods.
+        stop_threshold: The stop rule's threshold for 'qrag+stop'.
+        device: Torch device for the encoders (default: CPU).
+        chunk_stores: Chunk vectors already computed, one cache per chunk tower (a model trained with
+            `train_towers='state'` and its untrained start share one).
+        chunk_vectors: Where the caches of the other chunk towers are kept between runs (the caller saves
+            it, `ChunkVectorFolder.save`); None: in memory only.
+
+    Raises:
+        ValueError: an unknown method, or a qrag method without a checkpoint.
+    """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; valid methods: {', '.join(METHODS)}.")
+    if any(m in NEEDS_CHECKPOINT for m in methods) and checkpoint is None:
+        raise ValueError(f"methods {list(NEEDS_CHECKPOINT)} need a trained checkpoint: pass --model PATH.")
+    if isinstance(checkpoint, str) and any(m in NEEDS_CHECKPOINT for m in methods):
+        folder = resolve_checkpoint(checkpoint)
+        if not (folder / CONFIG_FILE).is_file():
+            raise ValueError(
+                f"--model {checkpoint!r} is not a trained qrag checkpoint (no {CONFIG_FILE} there); pass the "
+                f"folder written by qrag-train / QNetwork.save_pretrained, or a shipped name ({', '.join(shipped_names())})."
+            )
+    cache = _IndexCache(chunk_stores, folder=chunk_vectors)
+    untrained: QNetwork | None = None
+    trained: QNetwork | None = None
+    out: list[Retriever] = []
+    with torch.no_grad():
+        for m in methods:
+            if m in ("dense", "multihop") and untrained is None:
+                untrained = load_model(encoder, device=device)
+            if m in NEEDS_CHECKPOINT and trained is None:
+                trained = load_model(checkpoint if isinstance(checkpoint, QNetwork) else str(checkpoint), device=device)
+            if m == "oracle":
+                out.append(OracleRetriever())
+            elif m == "bm25":
+                out.append(BM25Retriever(budget))
+            elif m == "dense":
+                assert untrained is not None
+                out.append(DenseRetriever(untrained, budget, cache))
+            elif m == "multihop":
+                assert untrained is not None
+                out.append(MultiHopRetriever(untrained, name=m, budget=budget, max_hops=max_hops, cache=cache))
+            else:
+                assert trained is not None
+                out.append(MultiHopRetriever(trained, name=m, budget=budget, adaptive=m == "qrag+stop",
+                                             max_hops=max_hops, stop_threshold=stop_threshold, cache=cache))
+    return out

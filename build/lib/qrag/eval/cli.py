@@ -1,0 +1,89 @@
+"""`qrag-eval`: run a benchmark against baselines (and a reader) and write results, summary, table, plot.
+
+Examples:
+    qrag-eval babilong --tasks qa1,qa2 --lengths 1k,4k --methods bm25,dense,multihop,oracle --out runs/bl
+    qrag-eval babilong --model ckpt/ --methods qrag,qrag+stop,dense --reader smollm2 --num-samples 20 --out runs/q
+    qrag-eval ruler --tasks niah_multivalue --lengths 4k,16k --out runs/niah
+    qrag-eval hotpotqa --data hotpot_dev_distractor_v1.json --model ckpt/ --methods qrag,bm25 --out runs/hp
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from qrag.eval.baselines import METHODS
+from qrag.eval.reader import ReaderLoadError
+from qrag.eval.report import PLOT_FILE, SUMMARY_FILE, TABLE_FILE
+from qrag.eval.runner import BENCHMARKS, RESULTS_FILE, RunConfig, run
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="qrag-eval", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK",
+                                help=f"one of: {', '.join(BENCHMARKS)}")
+    for name, bench in BENCHMARKS.items():
+        p = sub.add_parser(name, help=f"{bench.source} ({'tasks × lengths' if bench.tasks else 'one file'})")
+        p.add_argument("--out", type=Path, required=True, help="output folder (results.jsonl is resumed)")
+        p.add_argument("--methods", type=_csv, default=("bm25", "dense", "multihop", "oracle"),
+                       help=f"comma-separated, from: {', '.join(METHODS)}")
+        p.add_argument("--model", default=None, help="trained Q-RAG checkpoint folder (for qrag, qrag+stop)")
+        p.add_argument("--encoder", default="all-MiniLM-L6-v2", help="encoder of the untrained dense baselines")
+        p.add_argument("--reader", default=None, help="'smollm2', 'vllm:NAME', or a transformers model folder/name")
+        p.add_argument("--num-samples", type=int, default=100, help="samples per (task, length)")
+        p.add_argument("--budget", type=int, default=None,
+                       help="chunks per question for non-adaptive methods (default: |SF| of each sample)")
+        p.add_argument("--max-hops", type=int, default=4, help="most hops of the multi-hop methods")
+        p.add_argument("--stop-threshold", type=float, default=0.5, help="stop rule of qrag+stop")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--max-new-tokens", type=int, default=32)
+        p.add_argument("--device", default=None)
+        p.add_argument("--batch-size", type=int, default=32,
+                       help="questions retrieved together (default 32; 1 measures single-question latency)")
+        p.add_argument("--chunk-vectors", type=Path, default=None, metavar="DIR",
+                       help="folder that keeps chunk vectors between runs, one cache per chunk tower: a repeated, "
+                            "resumed or extended sweep embeds no sentence twice (created if missing)")
+        p.add_argument("--no-progress", action="store_true")
+        if bench.tasks:
+            p.add_argument("--tasks", type=_csv, default=None, help=f"comma-separated, from: {', '.join(bench.tasks)}")
+        if bench.length_kind:
+            p.add_argument("--lengths", type=_csv, default=None,
+                           help=f"comma-separated, e.g. 1k,4k,32k or {bench.length_kind} "
+                                f"(default {','.join(bench.default_lengths)})")
+        if bench.needs_path:
+            p.add_argument("--data", required=True, help="the data file (official format, or custom JSON Lines)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `qrag-eval`; returns 0 on success, 2 on a user error (message on stderr)."""
+    args = build_parser().parse_args(argv)
+    cfg = RunConfig(
+        benchmark=args.benchmark, out=args.out, methods=args.methods, tasks=getattr(args, "tasks", None),
+        lengths=getattr(args, "lengths", None), num_samples=args.num_samples, model=args.model,
+        encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None), budget=args.budget,
+        max_hops=args.max_hops, stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
+        device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
+    )
+    try:
+        summary = run(cfg)
+    except (ValueError, ReaderLoadError, FileNotFoundError, ImportError) as e:
+        # CheckpointError / EncoderLoadError / EpisodeError are ValueErrors with user-facing messages.
+        print(f"qrag-eval: error: {e}", file=sys.stderr)
+        if (args.out / RESULTS_FILE).is_file():
+            print(f"qrag-eval: results finished so far are kept in {args.out / RESULTS_FILE}.", file=sys.stderr)
+        return 2
+    print((args.out / TABLE_FILE).read_text(encoding="utf-8") if summary["methods"] else "no results.")
+    print(f"wrote {args.out / RESULTS_FILE}, {SUMMARY_FILE}, {TABLE_FILE}, {PLOT_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

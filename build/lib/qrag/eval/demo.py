@@ -1,0 +1,302 @@
+"""The main job: train a Q-RAG retriever on CPU, prove it against the baselines, use it in a LangChain chain.
+
+    make demo        # = python -m qrag.eval.demo [--minutes 15] [--output-dir runs/demo] [--samples 200]
+    make demo ARGS="--model qrag/babilong-minilm-cpu --output-dir runs/shipped"   # no training: a shipped model
+
+Five phases, each resumable (interrupt it with Ctrl-C or kill, run the same command again, it continues):
+
+1. data: BabiLong-style qa1–qa5 (qrag's `babilong` source): training and validation haystacks of 160
+   sentences (split `train`), held-out test samples at 1K, 4K and 32K tokens (split `test`, `--samples`
+   per task and length).
+2. chunk vectors: the `babilong-cpu` preset trains the state tower only (`model.train_towers: state`), so
+   every distinct sentence of all those haystacks is embedded once, saved in OUT/chunk_vectors, and
+   shared by training, the held-out evaluation and the untrained baselines.
+3. training: soft Q(λ) until the training budget is spent, with a live progress bar and periodic
+   validation; the best validated model is OUT/train/best.
+4. held-out evaluation: qrag (exactly |SF| hops, the baselines' budget), qrag+stop (the stop rule), BM25,
+   single-hop dense and untrained multi-hop on the same test samples; the table, the accuracy-versus-length
+   plot and qrag's paired margin over the best baseline per cell with its 95% interval (OUT/eval).
+5. one question through a LangChain chain: `QRAGRetriever` with the trained model over a 32K-token test
+   haystack, then the bundled SmolLM2 reader; the hops with their Q-values and where the stop rule cut.
+
+The budget (`--minutes`, default 15) covers phases 1–5 on the machine it runs on; the training phase gets
+what is left after an estimate of the evaluation and the chain (`--reserve-minutes`). OUT/job.json records
+each phase's time. `--model` skips training and runs phases 4–5 on a trained checkpoint instead (a shipped
+name or a folder); an output folder holds the results of one model only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from qrag.eval.baselines import BASELINES, NEEDS_CHECKPOINT, make_retrievers
+from qrag.eval.report import margins
+from qrag.eval.runner import BABILONG_SENTENCES, RunConfig, cell_episodes, read_results, run
+from qrag.training.cli import build_episodes
+from qrag.training.config import TrainConfig, load_preset
+from qrag.training.data.episode import Episode
+from qrag.training.index import ChunkVectorCache, IndexLoadError
+from qrag.training.qnet import CheckpointError, QNetwork
+from qrag.training.trainer import Trainer
+
+PRESET = "babilong-cpu"
+TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
+LENGTHS = ("1k", "4k", "32k")
+METHODS = BASELINES + NEEDS_CHECKPOINT
+MUST_SHOW = (("qa2", "4k"), ("qa2", "32k"), ("qa3", "4k"), ("qa3", "32k"))
+JOB_FILE = "job.json"
+TRAINED_HERE = "trained by this job"
+
+
+class Job:
+    """OUT/job.json: seconds spent per phase (summed over interrupted and resumed runs) and what is done."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / JOB_FILE
+        self.state: dict[str, Any] = (json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file()
+                                      else {"seconds": {}, "done": []})
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1), encoding="utf-8")
+        tmp.replace(self.path)
+
+    def spent(self, phase: str | None = None) -> float:
+        seconds: dict[str, float] = self.state["seconds"]
+        return seconds.get(phase, 0.0) if phase else sum(seconds.values())
+
+    def is_done(self, phase: str) -> bool:
+        return phase in self.state["done"]
+
+    @contextmanager
+    def phase(self, name: str, title: str) -> Iterator[None]:
+        """Time a phase; its seconds are recorded even when it is interrupted."""
+        print(f"\n=== {title} ===", flush=True)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.state["seconds"][name] = self.spent(name) + time.perf_counter() - start
+            self.save()
+
+    def finish(self, name: str) -> None:
+        self.state["done"] = sorted(set(self.state["done"]) | {name})
+        self.save()
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def precision_context(precision: str) -> Any:
+    """bf16 autocast on the CPU for no-grad encoding (training uses the trainer's own setting)."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+
+
+def load_store(folder: Path, key: str) -> ChunkVectorCache:
+    """The chunk-vector cache of an earlier run, or an empty one (a cache of another tower is rebuilt)."""
+    if not folder.exists():
+        return ChunkVectorCache(key)
+    try:
+        return ChunkVectorCache.load(folder, key)
+    except IndexLoadError as e:
+        print(f"not reusing {folder}: {e}")
+        return ChunkVectorCache(key)
+
+
+def eval_config(out: Path, samples: int, lengths: Sequence[str]) -> RunConfig:
+    return RunConfig(benchmark="babilong", out=out / "eval", methods=METHODS, tasks=TASKS, lengths=tuple(lengths),
+                     num_samples=samples, progress=True).validate()
+
+
+def _cells(cfg: RunConfig) -> list[tuple[str, str, int | None]]:
+    return [(t, lab, v) for t in TASKS for lab, v in cfg.lengths_resolved]
+
+
+def print_results(records: Sequence[dict[str, Any]], samples: int, lengths: Sequence[str]) -> None:
+    """Fact EM per task and method at each length, then the paired margins on the must-show cells."""
+    cells: dict[tuple[str, str, str], list[float]] = {}
+    for r in records:
+        cells.setdefault((r["method"], r["task"], r["length"]), []).append(float(r["fact_em"]))
+    print(f"\nHeld-out fact EM (all supporting facts retrieved), {samples} test samples per task and length:")
+    print(f"{'length':<7}{'method':<11}" + "".join(f"{t:>7}" for t in TASKS) + f"{'mean':>7}")
+    for length in lengths:
+        for m in METHODS:
+            vals = [sum(v) / len(v) for t in TASKS if (v := cells.get((m, t, length)))]
+            if len(vals) == len(TASKS):
+                print(f"{length:<7}{m:<11}" + "".join(f"{x:>7.3f}" for x in vals) + f"{sum(vals) / len(vals):>7.3f}")
+    for method in ("qrag", "qrag+stop"):
+        rows = [r for r in margins(records, method, BASELINES) if (r["task"], r["length"]) in MUST_SHOW]
+        rows.sort(key=lambda r: (r["task"], BABILONG_SENTENCES[r["length"]]))
+        print(f"\n{method} against the best baseline of each cell (paired fact EM difference, 95% interval):")
+        for r in rows:
+            print(f"  {r['task']} {r['length']:>3}: {r['method_mean']:.3f} vs {r['best_baseline']} "
+                  f"{r['baseline_mean']:.3f}: {r['margin']:+.3f} ± {r['ci95']:.3f}  "
+                  f"{'ahead' if r['ahead'] else 'NOT significantly ahead'} (n={r['n']})")
+
+
+def run_chain(model: QNetwork, episode: Episode, max_hops: int, reader_name: str) -> None:
+    """One question through `QRAGRetriever | prompt | local LLM`, with the hops and the stop shown."""
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+
+    from qrag.eval.reader import build_prompt, load_reader
+    from qrag.integrations import QRAGRetriever
+    from qrag.training.search import MultiHopSearcher, SearchConfig
+
+    task = str(episode.metadata.get("task"))
+    retriever = QRAGRetriever.from_texts(list(episode.chunks), model=model, k=None, max_hops=max_hops,
+                                         order="document")
+    print(f"haystack: {episode.num_chunks} sentences (~{episode.metadata.get('num_tokens')} tokens), {task}; "
+          f"gold supporting sentences {list(episode.supporting)}, gold answer {episode.answer!r}")
+    print(f"Q: {episode.question}")
+    every_hop = MultiHopSearcher(model, retriever.searcher.store, SearchConfig(k=max_hops, max_hops=max_hops))
+    for hit in every_hop.search_one(episode.question).hits:
+        gold = "gold" if int(hit.chunk.id) in episode.supporting else "    "
+        cut = "   <- below the stop threshold: the retriever stops here" if hit.past_stop else ""
+        print(f"  hop {hit.hop}: Q={hit.q_value:+.3f} {gold} [{int(hit.chunk.id):4d}] {hit.chunk.text}{cut}")
+    if reader_name == "none":
+        return
+    reader = load_reader(reader_name, max_new_tokens=16)
+
+    def prompt(inputs: dict[str, Any]) -> str:
+        return build_prompt("babilong", task, inputs["question"], [d.page_content for d in inputs["docs"]])
+
+    chain = ({"docs": retriever, "question": RunnablePassthrough()} | RunnableLambda(prompt)
+             | RunnableLambda(lambda p: reader.generate([p])[0]) | StrOutputParser())
+    docs = retriever.invoke(episode.question)
+    found = {int(d.id) for d in docs if d.id is not None}
+    print(f"the retriever returned {len(docs)} sentences ({'all' if set(episode.supporting) <= found else 'not all'} "
+          f"supporting facts) to the reader ({reader_name}):")
+    answer = chain.invoke(episode.question).strip()
+    print(f"  answer: {answer!r}   (gold: {episode.answer!r})")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=15.0, help="time budget of the whole job (default 15)")
+    parser.add_argument("--reserve-minutes", type=float, default=2.5,
+                        help="part of the budget kept for the evaluation and the chain (default 2.5)")
+    parser.add_argument("--output-dir", default="runs/demo")
+    parser.add_argument("--samples", type=int, default=200, help="test samples per task and length (default 200)")
+    parser.add_argument("--num-train", type=int, default=None, help="training episodes (default: the preset's)")
+    parser.add_argument("--num-val", type=int, default=None, help="validation episodes (default: the preset's)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
+    parser.add_argument("--precision", choices=("bf16", "fp32"), default=None,
+                        help="CPU precision (default: the preset's bf16; fp32 on CPUs without fast bf16)")
+    parser.add_argument("--train-minutes", type=float, default=None,
+                        help="training time (default: what the budget leaves after --reserve-minutes)")
+    parser.add_argument("--lengths", default=",".join(LENGTHS), help="held-out lengths (default 1k,4k,32k)")
+    parser.add_argument("--model", default=None,
+                        help="evaluate and serve this trained checkpoint (a shipped name such as "
+                             "qrag/babilong-minilm-cpu, or a folder) instead of training one")
+    parser.add_argument("--reader", default="smollm2",
+                        help="reader LLM of the chain: 'smollm2' (bundled, default), a transformers folder, or "
+                             "'none' to show the hops without an LLM")
+    args = parser.parse_args(argv)
+    if args.minutes <= 0 or args.reserve_minutes < 0 or args.samples < 1:
+        parser.error("--minutes must be > 0, --reserve-minutes >= 0 and --samples >= 1.")
+    if args.train_minutes is not None and args.train_minutes <= 0:
+        parser.error(f"--train-minutes must be > 0, got {args.train_minutes}.")
+    args.lengths = tuple(x.strip().lower() for x in args.lengths.split(",") if x.strip())
+    bad = [x for x in args.lengths if x not in BABILONG_SENTENCES]
+    if bad or not args.lengths:
+        parser.error(f"--lengths {','.join(bad) or '(empty)'}: use lengths from {', '.join(BABILONG_SENTENCES)}.")
+    model = None
+    if args.model is not None:
+        try:
+            model = QNetwork.from_pretrained(args.model)
+        except CheckpointError as e:
+            parser.error(f"--model: {e}")
+    out = Path(args.output_dir)
+    source = args.model or TRAINED_HERE
+    job = Job(out)
+    before = job.state.get("model", TRAINED_HERE) if job.path.is_file() else source  # older job.json: trained
+    if before != source:
+        parser.error(f"{out} holds the results of {before}, not {source}: pass another --output-dir (an output "
+                     "folder holds one model's results).")
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    out.mkdir(parents=True, exist_ok=True)
+    job.state["model"] = source
+    config = load_preset(PRESET)
+    config.trainer.output_dir = str(out / "train")
+    config.trainer.resume = True
+    if args.num_train:
+        config.data.num_train = args.num_train
+    if args.num_val:
+        config.data.num_val = args.num_val
+    if args.precision:
+        config.trainer.mixed_precision = "bf16" if args.precision == "bf16" else "no"
+    precision = "bf16" if config.trainer.mixed_precision == "bf16" else "fp32"
+    print(f"qrag main job: budget {args.minutes:g} min on {torch.get_num_threads()} threads ({precision}), "
+          f"output {out} (already spent: {job.spent() / 60:.1f} min)")
+    try:
+        return _main(args, out, job, config, precision, model)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: everything finished so far is kept in {out}; run the same command to resume.")
+        return 130
+
+
+def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, precision: str,
+          model: QNetwork | None) -> int:
+    store_dir = out / "chunk_vectors"
+    with job.phase("data", "1/5 data"):
+        untrained = QNetwork.from_config(config.model)  # the untrained start: the multi-hop and dense baselines
+        train, val = build_episodes(config.data) if model is None else ([], [])
+        cfg = eval_config(out, args.samples, args.lengths)
+        test = [ep for task, _, value in _cells(cfg) for ep in cell_episodes(cfg, task, value)]
+        print(f"training {len(train)} and validation {len(val)} episodes (qa1–qa5, {config.data.num_sentences} "
+              f"sentences), {len(test)} held-out test samples ({args.samples} per task at {', '.join(args.lengths)})")
+    with job.phase("vectors", "2/5 chunk vectors (frozen chunk tower: each distinct sentence once)"):
+        store = load_store(store_dir, untrained.chunk_vectors_key())
+        texts = list(dict.fromkeys(t for ep in (*train, *val, *test) for t in ep.chunks))
+        missing = [t for t in texts if t not in store]
+        print(f"{len(texts)} distinct sentences, {len(texts) - len(missing)} already cached")
+        if missing:
+            with precision_context(precision):
+                store.vectors(untrained, missing, show_progress=True)
+            store.save(store_dir)
+    with job.phase("train", "3/5 training (soft Q(λ), state tower, live progress; validation every "
+                   f"{config.trainer.eval_every} transitions)"):
+        if model is not None:
+            print(f"skipped: evaluating {args.model} (trained elsewhere)")
+        elif not job.is_done("train"):
+            budget = args.minutes - args.reserve_minutes - job.spent() / 60
+            config.trainer.max_minutes = args.train_minutes or max(0.5, budget)
+            print(f"training budget {config.trainer.max_minutes:.1f} min (resumes from {config.trainer.output_dir}/last)")
+            summary = Trainer(config, train, val, chunk_store=store).train()
+            print(f"{summary['transitions']} transitions in all; best validation: "
+                  f"{json.dumps(json.loads((out / 'train' / 'best' / 'eval.json').read_text()))}")
+            job.finish("train")
+    with job.phase("eval", "4/5 held-out evaluation"):
+        trained = model or QNetwork.from_pretrained(out / "train" / "best")
+        retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, max_hops=config.env.max_steps,
+                                     chunk_stores=[store])
+        with precision_context(precision):
+            run(cfg, retrievers=retrievers)
+        records = read_results(cfg.out / "results.jsonl")
+        print_results(records, args.samples, args.lengths)
+        print(f"\ntable, plot and per-sample records: {cfg.out}/{{table.md,plot.png,margins.md,results.jsonl}}")
+    with job.phase("chain", "5/5 one question through a LangChain chain (QRAGRetriever | prompt | local LLM)"):
+        episode = next(ep for ep in cell_episodes(cfg, "qa2", cfg.lengths_resolved[-1][1]))
+        with precision_context(precision):
+            run_chain(trained, episode, config.env.max_steps, args.reader)
+    where = args.model or f"{out}/train/best"
+    print(f"\ndone in {job.spent() / 60:.1f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in job.state['seconds'].items())}); "
+          f"the trained model is {where}: QRAGRetriever.from_texts(texts, model='{where}')")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""LangChain `Embeddings` over the two towers, and a `ChunkStore` over any LangChain vector store.
+
+Together they are the scale-out path: chunk vectors g_φ(c) don't depend on the question (position mode
+'none'), so a vector database with a dot-product metric can hold them and serve every hop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+from qrag.training.index import Chunk, ScoredChunk, model_lock
+from qrag.training.qnet import QNetwork
+from qrag.training.search import load_model
+
+POSITION_KEY = "qrag_position"
+
+
+class QRAGEmbeddings(Embeddings):
+    """The chunk tower for documents, the state tower on the bare question for queries.
+
+    `embed_query(q)` is f_θ(q), the state before any hop, so a plain similarity search of a store built
+    with `embed_documents` returns exactly qrag's first-hop ranking (inner product = Q-value; use a
+    dot-product metric, not cosine). Later hops need `QRAGRetriever.from_vector_store`.
+
+    Args:
+        model: A `QNetwork`, a checkpoint folder, or an encoder name (untrained).
+        batch_size: Texts per encoder batch.
+
+    Example:
+        >>> emb = QRAGEmbeddings("all-MiniLM-L6-v2")
+        >>> len(emb.embed_documents(["Mary took the milk."])[0]), len(emb.embed_query("Where is the milk?"))
+        (384, 384)
+    """
+
+    def __init__(self, model: QNetwork | str | Path, *, batch_size: int = 128) -> None:
+        self.model = load_model(model).eval()
+        self.batch_size = batch_size
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        with model_lock(self.model):
+            vectors = self.model.embed_chunks(list(texts), batch_size=self.batch_size)  # (N, D)
+        return vectors.cpu().tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        with model_lock(self.model):
+            state = self.model.embed_states([text], [[]], batch_size=self.batch_size)  # (1, D)
+        return state[0].cpu().tolist()  # type: ignore[no-any-return]
+
+
+class LangChainChunkStore:
+    """A `qrag.training.index.ChunkStore` over a LangChain `VectorStore` that searches by vector with scores.
+
+    The store must rank by the raw inner product (e.g. Qdrant with `Distance.DOT`) and hold vectors from
+    the same model's chunk tower (`QRAGEmbeddings`). Taken chunks are masked by over-fetching
+    `k + len(taken)` results and dropping the taken ids.
+
+    Args:
+        store: The vector store, with `similarity_search_with_score_by_vector(vector, k=...)`.
+        position_key: Metadata key holding each chunk's document position (for document order).
+        id_key: Metadata key holding the chunk id; None: `Document.id`, then metadata `_id` (Qdrant).
+    """
+
+    def __init__(self, store: VectorStore, *, position_key: str | None = POSITION_KEY, id_key: str | None = None) -> None:
+        if not callable(getattr(store, "similarity_search_with_score_by_vector", None)):
+            raise TypeError(
+                f"{type(store).__name__} has no similarity_search_with_score_by_vector(); qrag needs the raw "
+                "inner products of a vector search (e.g. QdrantVectorStore with distance=Distance.DOT)."
+            )
+        self.store = store
+        self.position_key = position_key
+        self.id_key = id_key
+
+    def search(
+        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None
+    ) -> list[list[ScoredChunk]]:
+        out: list[list[ScoredChunk]] = []
+        for b, vector in enumerate(queries.detach().float().cpu().tolist()):  # (D,) per state row
+            skip = exclude[b] if exclude else ()
+            pairs: list[tuple[Any, float]] = self.store.similarity_search_with_score_by_vector(  # type: ignore[attr-defined]
+                vector, k=k + len(skip)
+            )
+            chunks = [(self._chunk(doc), float(score)) for doc, score in pairs]
+            out.append([(c, s) for c, s in chunks if c.id not in skip][:k])
+        return out
+
+    def _chunk(self, doc: Any) -> Chunk:
+        meta = dict(doc.metadata or {})
+        cid = meta.get(self.id_key) if self.id_key else (doc.id if doc.id is not None else meta.get("_id"))
+        if cid is None:
+            raise ValueError(
+                f"{type(self.store).__name__} returned a document without an id; store ids with the texts or "
+                "pass id_key= naming the metadata key that holds them."
+            )
+        pos = meta.get(self.position_key) if self.position_key else None
+        return Chunk(str(cid), doc.page_content, meta, int(pos) if pos is not None else None)

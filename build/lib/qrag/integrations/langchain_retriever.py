@@ -1,0 +1,217 @@
+"""`QRAGRetriever`: qrag's multi-hop search as a LangChain `BaseRetriever` (no LLM call per hop)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManager,
+    CallbackManagerForRetrieverRun,
+    adispatch_custom_event,
+    dispatch_custom_event,
+)
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import get_config_list
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, model_validator
+
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher, SearchResult, load_model
+
+CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order")
+SAVE_FILE = "retriever.json"
+SAVE_FORMAT = "qrag-langchain-retriever"
+
+
+class QRAGRetriever(BaseRetriever):
+    """Multi-hop retrieval with a trained qrag Q-network: each hop re-encodes question + chunks so far.
+
+    `k=None` (default) lets the stop rule choose how many chunks (at most `max_hops`); an explicit `k`
+    returns exactly `min(k, N)` documents, flagging those past the stop rule with `past_stop=True`
+    (see `qrag.training.search`). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
+    `Document.id` is the chunk id. Each hop is sent as a custom event `qrag_hop`.
+    Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=...)`.
+
+    Example:
+        >>> retriever = QRAGRetriever.from_texts(
+        ...     ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden."],
+        ...     model="all-MiniLM-L6-v2", k=2)
+        >>> [d.id for d in retriever.invoke("Where is the milk?")]  # doctest: +SKIP
+        ['1', '0']
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    searcher: MultiHopSearcher
+    k: int | None = None
+    max_hops: int = 4
+    stop_threshold: float | None = 0.5
+    beam_size: int = 1
+    order: Literal["hop", "document"] = "hop"
+
+    @model_validator(mode="after")
+    def _check_args(self) -> QRAGRetriever:
+        self._search_args({})
+        return self
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Sequence[str],
+        model: QNetwork | str | Path,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        ids: Sequence[str] | None = None,
+        *,
+        backend: Literal["torch", "faiss"] = "torch",
+        show_progress: bool | None = None,
+        **kwargs: Any,
+    ) -> QRAGRetriever:
+        """Index `texts` with the chunk tower of `model` (a `QNetwork`, a `save_pretrained` folder, or
+        an encoder name for an untrained model); `kwargs` are retriever fields (`k`, `max_hops`, ...)."""
+        qnet = load_model(model)
+        index = ChunkIndex.from_texts(qnet, texts, ids, metadatas, backend=backend, show_progress=show_progress)
+        return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
+
+    @classmethod
+    def from_documents(cls, documents: Sequence[Document], model: QNetwork | str | Path, **kwargs: Any) -> QRAGRetriever:
+        """`from_texts` on the documents' contents, metadata and ids (missing ids become positions)."""
+        ids = [d.id if d.id is not None else str(i) for i, d in enumerate(documents)]
+        return cls.from_texts([d.page_content for d in documents], model, [d.metadata for d in documents], ids, **kwargs)
+
+    @classmethod
+    def from_vector_store(
+        cls, store: VectorStore, model: QNetwork | str | Path, *, id_key: str | None = None, **kwargs: Any
+    ) -> QRAGRetriever:
+        """Hops against an external store holding `QRAGEmbeddings` vectors with a dot-product metric."""
+        from qrag.integrations.langchain_embeddings import LangChainChunkStore
+
+        return cls(searcher=MultiHopSearcher(load_model(model), LangChainChunkStore(store, id_key=id_key)), **kwargs)
+
+    # ------------------------------------------------------------------ retrieval
+    def _search_args(self, call_kwargs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(call_kwargs) - set(CALL_ARGS))
+        if unknown:
+            raise ValueError(f"QRAGRetriever got unknown argument(s) {unknown}; per-call arguments are {list(CALL_ARGS)}.")
+        args = {name: call_kwargs.get(name, getattr(self, name)) for name in CALL_ARGS}
+        self.searcher.config.with_overrides(args)  # validates k ≥ 1, order, ... with a clear message
+        return args
+
+    @staticmethod
+    def _check_query(query: Any) -> str:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(f"QRAGRetriever needs a non-empty string query, got {query!r}.")
+        return query
+
+    @staticmethod
+    def _documents(result: SearchResult) -> list[Document]:
+        docs = []
+        for h in result.hits:
+            trace = {"score": h.q_value, "q_value": h.q_value, "hop": h.hop, "past_stop": h.past_stop}
+            docs.append(Document(page_content=h.chunk.text, metadata={**h.chunk.metadata, **trace}, id=h.chunk.id))
+        return docs
+
+    @staticmethod
+    def _events(result: SearchResult) -> list[dict[str, Any]]:
+        hits = sorted(result.hits, key=lambda h: h.hop)
+        return [{"query": result.question, "hop": h.hop, "id": h.chunk.id, "q_value": h.q_value,
+                 "past_stop": h.past_stop} for h in hits]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        result = self.searcher.search_one(self._check_query(query), **self._search_args(kwargs))
+        for event in self._events(result):
+            dispatch_custom_event("qrag_hop", event, config={"callbacks": run_manager.get_child()})
+        return self._documents(result)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        args = self._search_args(kwargs)
+        # Encoding is CPU/GPU-bound torch work: run it in a thread so the event loop keeps serving.
+        result = await asyncio.to_thread(self.searcher.search_one, self._check_query(query), **args)
+        for event in self._events(result):
+            await adispatch_custom_event("qrag_hop", event, config={"callbacks": run_manager.get_child()})
+        return self._documents(result)
+
+    def batch(
+        self,
+        inputs: list[str],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[list[Document]]:  # type: ignore[override]
+        """One traced run per input, but one batched search: every hop encodes all states together."""
+        if not inputs:
+            return []
+        configs = get_config_list(config, len(inputs))
+        runs = []
+        for query, cfg in zip(inputs, configs, strict=True):
+            manager = CallbackManager.configure(
+                cfg.get("callbacks"), None, verbose=False, inheritable_tags=cfg.get("tags"), local_tags=self.tags,
+                inheritable_metadata={**(cfg.get("metadata") or {}), **self._get_ls_params()},
+                local_metadata=self.metadata,
+            )
+            runs.append(manager.on_retriever_start(None, query, name=cfg.get("run_name") or self.get_name(),
+                                                   run_id=cfg.get("run_id")))
+        outputs: list[Any] = [None] * len(inputs)
+        try:
+            args = self._search_args(kwargs)
+            good = []
+            for i, query in enumerate(inputs):
+                try:
+                    good.append((i, self._check_query(query)))
+                except ValueError as e:
+                    outputs[i] = e
+            results = self.searcher.search([q for _, q in good], **args)
+            for (i, _), result in zip(good, results, strict=True):
+                for event in self._events(result):
+                    dispatch_custom_event("qrag_hop", event, config={"callbacks": runs[i].get_child()})
+                outputs[i] = self._documents(result)
+        except Exception as e:
+            outputs = [e if o is None else o for o in outputs]
+        for run, out in zip(runs, outputs, strict=True):
+            if isinstance(out, Exception):
+                run.on_retriever_error(out)
+            else:
+                run.on_retriever_end(out)
+        errors = [o for o in outputs if isinstance(o, Exception)]
+        if errors and not return_exceptions:
+            raise errors[0]
+        return outputs
+
+    # ------------------------------------------------------------------ persistence
+    def save_local(self, folder: str | Path) -> Path:
+        """Write the searcher (model + index, safetensors + JSON) and every retriever argument (JSON)."""
+        try:
+            blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "fields": self.model_dump(exclude={"searcher"})})
+        except TypeError as e:
+            raise ValueError(f"cannot save: a retriever argument is not JSON-serialisable ({e}).") from None
+        target = self.searcher.save(folder)
+        (target / SAVE_FILE).write_text(blob, encoding="utf-8")
+        return target
+
+    @classmethod
+    def load_local(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGRetriever:
+        """Rebuild a retriever written by `save_local` (no pickle); `encoder` relocates a base encoder."""
+        head_path = Path(folder) / SAVE_FILE
+        if not head_path.is_file():
+            raise ValueError(f"{str(folder)!r} is not a saved QRAGRetriever: {SAVE_FILE} is missing (use save_local).")
+        try:
+            head = json.loads(head_path.read_text(encoding="utf-8"))
+            if head.get("format") != SAVE_FORMAT:
+                raise ValueError(f"format {head.get('format')!r}")
+            fields = dict(head["fields"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save the retriever again.") from None
+        return cls(searcher=MultiHopSearcher.load(folder, device=device, encoder=encoder), **fields)

@@ -1,0 +1,159 @@
+"""`QRAGLlamaIndexRetriever`: qrag's multi-hop search as a LlamaIndex retriever (no LLM call per hop)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import llama_index.core.instrumentation as instrument
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.node_parser import NodeParser
+from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher, load_model
+
+TRACE_KEYS = ("hop", "q_value", "past_stop")
+SAVE_FILE = "retriever.json"
+NODES_FILE = "nodes.json"
+SAVE_FORMAT = "qrag-llama-index-retriever"
+dispatcher = instrument.get_dispatcher(__name__)
+
+
+class QRAGHopEvent(BaseEvent):
+    """One hop of a qrag search: which node it took and with what Q-value."""
+
+    query: str
+    hop: int
+    node_id: str
+    q_value: float
+    past_stop: bool
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "QRAGHopEvent"
+
+
+class QRAGLlamaIndexRetriever(BaseRetriever):
+    """Multi-hop retrieval with a trained qrag Q-network over LlamaIndex nodes.
+
+    `similarity_top_k=None` (default) lets the stop rule choose how many nodes (at most `max_hops`); an
+    explicit value returns exactly `min(similarity_top_k, N)` nodes, those past the stop rule flagged
+    `past_stop` (see `qrag.training.search`). `NodeWithScore.score` is the Q-value; `hop`, `q_value` and
+    `past_stop` go in node metadata, excluded from LLM and embedding text. Each hop emits a `QRAGHopEvent`.
+
+    Example:
+        >>> from llama_index.core.schema import TextNode
+        >>> nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(["Mary took the milk.", "John is home."])]
+        >>> retriever = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model="all-MiniLM-L6-v2", similarity_top_k=1)
+        >>> [n.node.node_id for n in retriever.retrieve("Where is the milk?")]  # doctest: +SKIP
+        ['n0']
+    """
+
+    def __init__(
+        self,
+        searcher: MultiHopSearcher,
+        nodes: Sequence[BaseNode],
+        similarity_top_k: int | None = None,
+        max_hops: int = 4,
+        stop_threshold: float | None = 0.5,
+        beam_size: int = 1,
+        order: Literal["hop", "document"] = "hop",
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        index = searcher.index
+        if index is None or index.ids != [n.node_id for n in nodes]:
+            raise ValueError("the searcher's ChunkIndex must hold exactly these nodes, by node_id and in order.")
+        self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
+        self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
+        self.beam_size, self.order = beam_size, order
+        searcher.config.with_overrides(self._args())  # fail at construction on a bad argument
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _args(self) -> dict[str, Any]:
+        return {"k": self.similarity_top_k, "max_hops": self.max_hops, "stop_threshold": self.stop_threshold,
+                "beam_size": self.beam_size, "order": self.order}
+
+    @classmethod
+    def from_defaults(
+        cls,
+        nodes: Sequence[BaseNode] | None = None,
+        documents: Sequence[Document] | None = None,
+        model: QNetwork | str | Path | None = None,
+        similarity_top_k: int | None = None,
+        node_parser: NodeParser | None = None,
+        backend: Literal["torch", "faiss"] = "torch",
+        **kwargs: Any,
+    ) -> QRAGLlamaIndexRetriever:
+        """Index `nodes` (or `documents`, split by `node_parser` if given, else one node each) with the
+        chunk tower of `model`: a `QNetwork`, a `save_pretrained` folder, or an encoder name (untrained)."""
+        if model is None:
+            raise ValueError("from_defaults needs model=: a QNetwork, a checkpoint folder or an encoder name.")
+        if (nodes is None) == (documents is None):
+            raise ValueError("pass exactly one of nodes= or documents=.")
+        if documents is not None:
+            nodes = node_parser.get_nodes_from_documents(documents) if node_parser else list(documents)
+        assert nodes is not None
+        qnet = load_model(model)
+        texts = [n.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
+        index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend)
+        return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(f"QRAGLlamaIndexRetriever needs a non-empty string query, got {query!r}.")
+        result = self.searcher.search_one(query, **self._args())
+        for h in sorted(result.hits, key=lambda h: h.hop):
+            dispatcher.event(QRAGHopEvent(query=query, hop=h.hop, node_id=h.chunk.id, q_value=h.q_value,
+                                          past_stop=h.past_stop))
+        out = []
+        for h in result.hits:
+            node = self._nodes[h.chunk.id].model_copy()
+            node.metadata = {**node.metadata, "hop": h.hop, "q_value": h.q_value, "past_stop": h.past_stop}
+            node.excluded_llm_metadata_keys = _with_trace(node.excluded_llm_metadata_keys)
+            node.excluded_embed_metadata_keys = _with_trace(node.excluded_embed_metadata_keys)
+            out.append(NodeWithScore(node=node, score=h.q_value))
+        return out
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        # The default would run the torch work on the event loop thread and block it.
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+    def persist(self, path: str | Path) -> Path:
+        """Write the searcher (model + index), the nodes (LlamaIndex JSON) and every argument."""
+        target = self.searcher.save(path)
+        nodes = [doc_to_json(self._nodes[i]) for i in self.searcher.index.ids]  # type: ignore[union-attr]
+        (target / NODES_FILE).write_text(json.dumps(nodes), encoding="utf-8")
+        head = {"format": SAVE_FORMAT, "version": 1, "args": {**self._args(), "verbose": self._verbose}}
+        (target / SAVE_FILE).write_text(json.dumps(head, indent=2), encoding="utf-8")
+        return target
+
+    @classmethod
+    def from_persist_dir(cls, path: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGLlamaIndexRetriever:
+        """Rebuild a retriever written by `persist` (no pickle)."""
+        d = Path(path)
+        if not (d / SAVE_FILE).is_file() or not (d / NODES_FILE).is_file():
+            raise ValueError(f"{str(d)!r} is not a persisted QRAGLlamaIndexRetriever ({SAVE_FILE} or {NODES_FILE} missing).")
+        try:
+            head = json.loads((d / SAVE_FILE).read_text(encoding="utf-8"))
+            if head.get("format") != SAVE_FORMAT:
+                raise ValueError(f"format {head.get('format')!r}")
+            args = dict(head["args"])
+            nodes = [json_to_doc(n) for n in json.loads((d / NODES_FILE).read_text(encoding="utf-8"))]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{str(d)!r} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
+        searcher = MultiHopSearcher.load(d, device=device, encoder=encoder)
+        return cls(searcher, nodes, similarity_top_k=args.pop("k"), **args)
+
+
+def _with_trace(keys: list[str]) -> list[str]:
+    return [*keys, *(k for k in TRACE_KEYS if k not in keys)]

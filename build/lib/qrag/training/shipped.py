@@ -1,0 +1,37 @@
+"""Trained checkpoints that ship inside the qrag package, loadable by name with no training and no network.
+
+`QNetwork.from_pretrained("qrag/babilong-minilm")`, `load_model(...)`, `QRAGRetriever.from_texts(texts,
+model="qrag/babilong-minilm")` all accept a shipped name: `qrag/babilong-minilm` (LoRA trained on a GPU,
+1.2 MB) and `qrag/babilong-minilm-cpu` (the CPU main job's state-tower fine-tune as rank-32 adapters,
+5.3 MB). Each stores only its LoRA adapters and names the bundled all-MiniLM-L6-v2 as its base; its folder
+holds a MODEL_CARD.md that says how it was trained and what it scores (docs/RESULTS.md has the commands).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHECKPOINTS_DIR = Path(__file__).parent / "checkpoints"
+PREFIX = "qrag/"
+
+
+def shipped_names() -> list[str]:
+    """The names of the checkpoints installed with qrag, e.g. ['qrag/babilong-minilm']."""
+    if not CHECKPOINTS_DIR.is_dir():
+        return []
+    return sorted(PREFIX + d.name for d in CHECKPOINTS_DIR.iterdir() if (d / "qrag_config.json").is_file())
+
+
+def shipped_path(name: str | Path) -> Path | None:
+    """The folder of a shipped checkpoint named `name` ('qrag/NAME'), or None when it is not one."""
+    text = str(name)
+    if not text.startswith(PREFIX):
+        return None
+    folder = CHECKPOINTS_DIR / text[len(PREFIX):]
+    return folder if (folder / "qrag_config.json").is_file() else None
+
+
+def resolve_checkpoint(name_or_path: str | Path) -> Path:
+    """Where a checkpoint argument points: an existing local path wins, then a shipped name, else the path as given."""
+    path = Path(name_or_path).expanduser()
+    return path if path.exists() else shipped_path(name_or_path) or path

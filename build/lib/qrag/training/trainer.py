@@ -1,0 +1,467 @@
+"""Soft Q(λ) training with parallel on-policy rollouts (PQN-style), on accelerate (METHOD.md §3).
+
+Read top to bottom: set-up, acting (rollout), targets (λ-returns), loss and update, evaluation,
+checkpoints. The math lives in `qrag.training.td`; this file owns devices, the loop, logging and files.
+Shape legend: E environments, T rollout steps, N chunks, D dim, B minibatch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState
+from safetensors.torch import load_file
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
+
+from qrag.training import td
+from qrag.training.checkpoint import (
+    MODEL_DIR,
+    ResumeError,
+    find_last,
+    optimizer_from_tensors,
+    optimizer_to_tensors,
+    read_checkpoint,
+    write_checkpoint,
+)
+from qrag.training.config import EnvConfig, TrainConfig
+from qrag.training.data.episode import Episode
+from qrag.training.env import EpisodeState, RetrievalEnv
+from qrag.training.index import ChunkVectorCache
+from qrag.training.qnet import WEIGHTS_FILE, QNetwork
+
+BEST_EVAL_FILE = "eval.json"  # beside best/'s model: its validation result and when it was reached
+
+
+def read_best_eval(output_dir: str | Path) -> dict[str, float] | None:
+    """The validation result stored with `output_dir/best`, or None when there is none."""
+    path = Path(output_dir) / "best" / BEST_EVAL_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None  # type: ignore[no-any-return]
+
+
+class ChunkCache:
+    """Unrotated chunk vectors of the episode in each environment slot, for one network.
+
+    Vectors depend only on chunk text, so they are computed once per episode (and refreshed when the
+    network has changed, at each rollout start). With a frozen chunk tower they never change: `store`
+    then keeps every text's vector for the whole run (shared by the online and target networks).
+    """
+
+    def __init__(self, qnet: QNetwork, batch_size: int, store: ChunkVectorCache | None = None) -> None:
+        self.qnet, self.batch_size, self.store = qnet, batch_size, store
+        self._owner: dict[int, EpisodeState] = {}
+        self._vectors: dict[int, torch.Tensor] = {}
+
+    def clear(self) -> None:
+        self._owner.clear()
+        self._vectors.clear()
+
+    def padded(self, env: RetrievalEnv, slots: Sequence[int], n: int) -> torch.Tensor:
+        """(E', N, D) chunk vectors for the slots, zero-padded to N."""
+        out = torch.zeros(len(slots), n, self.qnet.dim, device=self.qnet.device)  # (E', N, D)
+        for row, e in enumerate(slots):
+            s = env.slot(e)
+            if self._owner.get(e) is not s:
+                self._owner[e] = s
+                chunks = s.episode.chunks
+                if self.store is not None:
+                    self._vectors[e] = self.store.vectors(self.qnet, chunks, batch_size=self.batch_size)
+                else:
+                    self._vectors[e] = self.qnet.embed_chunks(chunks, batch_size=self.batch_size)
+            out[row, : s.episode.num_chunks] = self._vectors[e]
+        return out
+
+
+@dataclass
+class Observation:
+    """Everything acting computes for the active slots at one step."""
+
+    slots: list[int]
+    questions: list[str]
+    rendered: list[list[str]]
+    available: torch.Tensor  # (E, N) bool
+    positions: torch.Tensor | None  # (E, N)
+    q_online: torch.Tensor  # (E, N)
+    value: torch.Tensor  # (E,) soft value from the target towers
+
+
+def observe(
+    env: RetrievalEnv, online: QNetwork, online_cache: ChunkCache, target: QNetwork | None = None,
+    target_cache: ChunkCache | None = None, k: int = 5, alpha: float = 1.0, value_target: str = "mean",
+) -> Observation:
+    """Score every available chunk of every active slot (and the soft value when `target` is given)."""
+    slots = env.active
+    questions, rendered = env.state_texts(slots)
+    selected, valid = env.masks(slots)  # (E, N)
+    available = (~selected & valid).to(online.device)  # (E, N)
+    positions = online.positions(selected.to(online.device), valid.to(online.device))  # (E, N) | None
+    states = online.embed_states(questions, rendered, batch_size=online_cache.batch_size)  # (E, D)
+    q = online.score(states, online_cache.padded(env, slots, selected.shape[1]), positions)  # (E, N)
+    value = torch.zeros(len(slots), device=online.device)  # (E,)
+    if target is not None and target_cache is not None:
+        t_states = target.embed_states(questions, rendered, batch_size=target_cache.batch_size)  # (E, D)
+        q_heads = target.score(t_states, target_cache.padded(env, slots, selected.shape[1]), positions, heads=True)
+        value = td.ensemble_soft_value(q_heads, available, k, alpha, value_target)  # type: ignore[arg-type]
+    return Observation(slots, questions, rendered, available, positions, q, value)
+
+
+def frozen_chunk_store(qnet: QNetwork, store: ChunkVectorCache | None = None) -> ChunkVectorCache | None:
+    """The run-long chunk-vector cache for a network whose chunk tower is frozen (None when it trains).
+
+    Raises:
+        ValueError: `store` holds the vectors of another chunk tower.
+    """
+    if not qnet.chunk_tower_frozen:
+        return None
+    if store is None:
+        return ChunkVectorCache(qnet.chunk_vectors_key())
+    if store.key != qnet.chunk_vectors_key():
+        raise ValueError(f"the chunk-vector cache holds vectors of {store.key!r}, not of this network's chunk tower "
+                         f"({qnet.chunk_vectors_key()!r}).")
+    return store
+
+
+@torch.no_grad()
+def evaluate(
+    qnet: QNetwork, episodes: Sequence[Episode], env_config: EnvConfig, num_envs: int = 16, batch_size: int = 128,
+    store: ChunkVectorCache | None = None,
+) -> dict[str, float]:
+    """Greedy pass over `episodes` (argmax over the available chunks up to `max_steps`).
+
+    `store` (a frozen chunk tower only) serves chunk vectors already computed.
+    Returns mean `return`, `fact_recall` and `fact_em` (all supporting chunks retrieved) and `steps`.
+    """
+    env = RetrievalEnv(episodes, env_config, num_envs=min(num_envs, len(episodes)), sampler=None,
+                       state_order=qnet.config.state_order)
+    cache = ChunkCache(qnet, batch_size, frozen_chunk_store(qnet, store))
+    done: list[EpisodeState] = []
+    while env.active:
+        obs = observe(env, qnet, cache)
+        done.extend(env.step(td.greedy_actions(obs.q_online, obs.available).tolist()).finished)
+    n = max(1, len(done))
+    return {
+        "return": sum(s.episode_return for s in done) / n,
+        "fact_recall": sum(s.fact_recall for s in done) / n,
+        "fact_em": sum(s.completed for s in done) / n,
+        "steps": sum(s.steps for s in done) / n,
+    }
+
+
+class Trainer:
+    """Trains a `QNetwork` on episodes with soft Q(λ).
+
+    Example:
+        >>> trainer = Trainer(TrainConfig(), train_episodes, val_episodes)  # doctest: +SKIP
+        >>> summary = trainer.train()  # writes runs/qrag/{last,best}/, tb/, metrics.jsonl
+    """
+
+    def __init__(
+        self, config: TrainConfig, train_episodes: Sequence[Episode], val_episodes: Sequence[Episode] = (),
+        qnet: QNetwork | None = None, chunk_store: ChunkVectorCache | None = None,
+    ) -> None:
+        """Set up the networks, optimiser and environments.
+
+        Args:
+            config: The run.
+            train_episodes / val_episodes: Training and validation episodes.
+            qnet: A network to train (default: built from `config.model`).
+            chunk_store: With `model.train_towers='state'`, chunk vectors already computed (they are kept
+                for the whole run either way; pass one to share it with other work).
+        """
+        self.config = config.validate()
+        tc = config.trainer
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        # accelerate keeps one precision per process; a second Trainer in the same process (a sweep, a test
+        # suite) may ask for another, so forget the last one's settings (the process group is kept).
+        AcceleratorState._reset_state(reset_partial_state=False)
+        self.accelerator = Accelerator(
+            cpu=tc.cpu, mixed_precision=tc.mixed_precision, gradient_accumulation_steps=config.optim.grad_accum_steps
+        )
+        rank = self.accelerator.process_index
+        torch.manual_seed(tc.seed + rank)
+        self.output_dir = Path(tc.output_dir)
+        self.val_episodes = list(val_episodes)
+
+        online = qnet if qnet is not None else QNetwork.from_config(config.model)
+        self.target = copy.deepcopy(online).eval().requires_grad_(False)
+        self.params = [p for p in online.parameters() if p.requires_grad]
+        oc = config.optim
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=oc.lr, betas=oc.betas, eps=oc.eps, weight_decay=oc.weight_decay
+        )
+        per_rollout = math.ceil(tc.rollout_size / tc.minibatch_size) * tc.update_epochs / oc.grad_accum_steps
+        self.total_updates = max(1, int(per_rollout * math.ceil(tc.total_transitions / tc.rollout_size)))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: td.lr_factor(s, oc.warmup_steps, self.total_updates, oc.schedule)
+        )
+        self.model, self.optimizer = self.accelerator.prepare(online, self.optimizer)
+        self.target.to(self.accelerator.device)
+
+        self.sample_gen = torch.Generator().manual_seed(tc.seed * 7919 + rank)
+        self.act_gen = torch.Generator().manual_seed(tc.seed * 104729 + rank + 1)
+        self.num_train = len(train_episodes)
+        self.env = RetrievalEnv(
+            train_episodes, config.env, tc.num_envs, sampler=self._sample_episode, state_order=config.model.state_order
+        )
+        self.chunk_store = frozen_chunk_store(self.online, chunk_store)
+        self.online_cache = ChunkCache(self.online, tc.encode_batch_size, self.chunk_store)
+        self.target_cache = ChunkCache(self.target, tc.encode_batch_size, self.chunk_store)
+        self.transitions = 0
+        self.updates = 0
+        self.best_metric = -math.inf
+        self.recent: deque[tuple[float, float, bool]] = deque(maxlen=100)  # (return, fact recall, completed)
+
+    @property
+    def online(self) -> QNetwork:
+        return self.accelerator.unwrap_model(self.model)  # type: ignore[no-any-return]
+
+    def _sample_episode(self) -> int:
+        return int(torch.randint(self.num_train, (1,), generator=self.sample_gen))
+
+    @property
+    def alpha(self) -> float:
+        rl = self.config.rl
+        return td.linear_decay(rl.alpha, rl.alpha_final, self.transitions / self.config.trainer.total_transitions)
+
+    # ------------------------------------------------------------------ rollout
+    @torch.no_grad()
+    def collect_rollout(self) -> dict[str, Any]:
+        """T steps in E environments with Boltzmann acting; returns the segment and its λ-returns."""
+        tc, rl = self.config.trainer, self.config.rl
+        self.online_cache.clear()  # the networks changed since the last rollout: refresh chunk vectors
+        self.target_cache.clear()
+        questions, rendered, chunks, positions = [], [], [], []
+        rewards, dones, values = [], [], []
+        for _ in range(tc.rollout_steps):
+            with self.accelerator.autocast():
+                obs = observe(self.env, self.online, self.online_cache, self.target, self.target_cache,
+                              rl.top_k, self.alpha, rl.value_target)
+            if self.transitions < rl.learning_starts:
+                actions = td.uniform_actions(obs.available, self.act_gen)  # (E,)
+            else:
+                actions = td.boltzmann_actions(obs.q_online, obs.available, rl.top_k, self.alpha, self.act_gen)
+            for row, e in enumerate(obs.slots):
+                questions.append(obs.questions[row])
+                rendered.append(obs.rendered[row])
+                chunks.append(self.env.slot(e).episode.chunks[int(actions[row])])
+            pos = obs.positions.gather(1, actions.unsqueeze(1)).squeeze(1) if obs.positions is not None else None
+            positions.append(pos if pos is not None else torch.zeros(len(obs.slots)))
+            values.append(obs.value.float().cpu())
+            result = self.env.step(actions.tolist())
+            rewards.append(result.rewards)
+            dones.append(result.dones.float())
+            self.recent.extend((s.episode_return, s.fact_recall, s.completed) for s in result.finished)
+            self.transitions += len(obs.slots) * self.accelerator.num_processes
+        with self.accelerator.autocast():
+            last = observe(self.env, self.online, self.online_cache, self.target, self.target_cache,
+                           rl.top_k, self.alpha, rl.value_target)
+        v = torch.stack(values)  # (T, E)
+        next_values = torch.cat([v[1:], last.value.float().cpu().unsqueeze(0)])  # (T, E) V(s_{t+1})
+        returns = td.lambda_returns(torch.stack(rewards), torch.stack(dones), next_values, rl.gamma, rl.lam)
+        # Flatten time-major (t, e) → rows, matching the order the lists were filled.
+        return {
+            "questions": questions, "rendered": rendered, "chunks": chunks,
+            "positions": torch.stack(positions).reshape(-1).float(),  # (T·E,)
+            "returns": returns.reshape(-1),  # (T·E,)
+        }
+
+    # ------------------------------------------------------------------ update
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """`update_epochs` passes of minibatch TD regression on the rollout, Polyak after each step."""
+        tc, oc = self.config.trainer, self.config.optim
+        self.model.train()
+        online = self.online
+        losses, qs = [], []
+        n = len(batch["questions"])
+        for _ in range(tc.update_epochs):
+            order = torch.randperm(n, generator=self.act_gen)
+            for start in range(0, n, tc.minibatch_size):
+                idx = order[start : start + tc.minibatch_size].tolist()
+                dev = self.accelerator.device
+                s_in = {k: v.to(dev) for k, v in online.tokenize_states(
+                    [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
+                taken = [batch["chunks"][i] for i in idx]
+                c_in: dict[str, torch.Tensor] | torch.Tensor
+                if self.chunk_store is not None:  # frozen chunk tower: its vectors, not its gradient
+                    c_in = self.chunk_store.vectors(online, taken, batch_size=tc.encode_batch_size)  # (B, D)
+                else:
+                    c_in = {k: v.to(dev) for k, v in online.tokenize_chunks(taken).items()}
+                pos = batch["positions"][idx].to(dev) if online.config.position_mode != "none" else None
+                targets = batch["returns"][idx].to(dev)  # (B,)
+                with self.accelerator.accumulate(self.model), self.accelerator.autocast():
+                    q1, q2 = self.model(s_in, c_in, pos)  # (B,), (B,)
+                    loss = td.td_loss(q1, q2, targets)
+                    self.accelerator.backward(loss)
+                    if self.accelerator.sync_gradients:
+                        self.accelerator.clip_grad_norm_(self.params, oc.max_grad_norm)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                if self.accelerator.sync_gradients:
+                    self.scheduler.step()
+                    td.polyak_update(self.target, online, self.config.rl.tau)
+                    self.updates += 1
+                losses.append(float(loss.detach().item()))
+                qs.append(float((q1 + q2).detach().mean()))
+        return {"losses/td_loss": sum(losses) / len(losses), "losses/q_values": sum(qs) / len(qs)}
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> dict[str, Any]:
+        """Run until `total_transitions`; resumes from `output_dir/last` when `trainer.resume` is set."""
+        tc = self.config.trainer
+        self._prepare_output_dir()
+        main = self.accelerator.is_main_process
+        writer = SummaryWriter(str(self.output_dir / "tb")) if main else None
+        # The bar follows the limit that binds: the time budget when there is one, else the transitions.
+        budget_s = round(60 * tc.max_minutes) if tc.max_minutes else 0
+        bar = tqdm(total=budget_s or tc.total_transitions,
+                   initial=0 if budget_s else min(self.transitions, tc.total_transitions),
+                   disable=not (tc.progress and main), unit="s" if budget_s else "tr", dynamic_ncols=True,
+                   bar_format="{percentage:3.0f}%|{bar}| {elapsed}<{remaining} of the time budget{postfix}"
+                   if budget_s else None)
+        postfix: dict[str, str] = {}
+        next_log = self._next_multiple(tc.log_every)
+        next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
+        next_save = self._next_multiple(tc.save_every)
+        started, start_transitions = time.perf_counter(), self.transitions
+        last_eval: dict[str, float] = {}
+        deadline = started + 60 * tc.max_minutes if tc.max_minutes else math.inf
+        while self.transitions < tc.total_transitions:
+            before = self.transitions
+            stats = self.update(self.collect_rollout())
+            if budget_s:
+                bar.update(min(round(time.perf_counter() - started), budget_s) - bar.n)
+            else:
+                bar.update(min(self.transitions, tc.total_transitions) - min(before, tc.total_transitions))
+            if self.transitions >= next_log:
+                next_log = self._next_multiple(tc.log_every)
+                sps = (self.transitions - start_transitions) / max(1e-9, time.perf_counter() - started)
+                stats.update(self._episode_stats())
+                stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
+                              "charts/alpha": self.alpha, "charts/updates": self.updates})
+                self._log(stats, writer)
+                postfix.update(tr=str(self.transitions), ret=f"{stats.get('charts/episodic_return', 0):.3f}",
+                               recall=f"{stats.get('charts/fact_recall', 0):.2f}",
+                               loss=f"{stats['losses/td_loss']:.4f}", sps=f"{sps:.1f}")
+                bar.set_postfix(postfix)
+            out_of_time = time.perf_counter() >= deadline
+            finished = self.transitions >= tc.total_transitions or out_of_time
+            if self.transitions >= next_eval or (finished and self.val_episodes):
+                next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
+                last_eval = self._evaluate_and_keep_best(writer)
+                if last_eval:
+                    postfix["val_em"] = f"{last_eval['fact_em']:.3f}"
+                    bar.set_postfix(postfix)
+            if self.transitions >= next_save or finished:
+                next_save = self._next_multiple(tc.save_every)
+                self.save_checkpoint()
+            if out_of_time:
+                break
+        bar.close()
+        if writer is not None:
+            writer.close()
+        return {"transitions": self.transitions, "updates": self.updates, "eval": last_eval,
+                "best_metric": self.best_metric, "seconds": time.perf_counter() - started}
+
+    def _next_multiple(self, every: int) -> float:
+        return (self.transitions // every + 1) * every if every > 0 else math.inf
+
+    def _episode_stats(self) -> dict[str, float]:
+        if not self.recent:
+            return {}
+        n = len(self.recent)
+        returns, recalls, completed = zip(*self.recent, strict=True)
+        return {"charts/episodic_return": sum(returns) / n, "charts/fact_recall": sum(recalls) / n,
+                "charts/success": sum(completed) / n}
+
+    def _log(self, stats: dict[str, float], writer: SummaryWriter | None) -> None:
+        if writer is None:
+            return
+        for key, value in stats.items():
+            writer.add_scalar(key, value, self.transitions)
+        with (self.output_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"transitions": self.transitions, **stats}) + "\n")
+
+    def _evaluate_and_keep_best(self, writer: SummaryWriter | None) -> dict[str, float]:
+        if not self.val_episodes or not self.accelerator.is_main_process:
+            return {}
+        tc = self.config.trainer
+        with self.accelerator.autocast():
+            result = evaluate(self.online, self.val_episodes, self.config.env, tc.num_envs * 4, tc.encode_batch_size,
+                              self.chunk_store)
+        self._log({f"eval/{k}": v for k, v in result.items()}, writer)
+        if result["return"] > self.best_metric:
+            self.best_metric = result["return"]
+            self.online.save_pretrained(self.output_dir / "best")
+            (self.output_dir / "best" / BEST_EVAL_FILE).write_text(
+                json.dumps({"transitions": self.transitions, **result}, indent=1), encoding="utf-8")
+        return result
+
+    # ------------------------------------------------------------------ checkpoints
+    def _prepare_output_dir(self) -> None:
+        tc = self.config.trainer
+        last = find_last(self.output_dir)
+        if tc.resume and last is not None:
+            self.load_checkpoint(last)
+        elif last is not None:
+            raise ResumeError(
+                f"{str(self.output_dir)!r} already holds a run; pass --resume to continue it, or choose another "
+                "trainer.output_dir (nothing was overwritten)."
+            )
+        if self.accelerator.is_main_process:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.config.to_yaml(self.output_dir / "config.yaml")
+
+    def save_checkpoint(self) -> None:
+        """Write `output_dir/last` atomically: model, target, optimiser, RNG, counters, environments."""
+        self.accelerator.wait_for_everyone()
+        if not self.accelerator.is_main_process:
+            return
+        opt_tensors, opt_rest = optimizer_to_tensors(self.optimizer.state_dict())
+        trained = set(self.online.trainable_state_dict())  # the target's copies of what the online network trains
+        target = {f"target.{k}": v for k, v in self.target.state_dict().items() if k in trained}
+        tensors = {**opt_tensors, **target,
+                   "rng.torch": torch.get_rng_state(), "rng.sample": self.sample_gen.get_state(),
+                   "rng.act": self.act_gen.get_state()}
+        if torch.cuda.is_available():
+            tensors["rng.cuda"] = torch.cuda.get_rng_state()
+        state = {"transitions": self.transitions, "updates": self.updates, "best_metric": self.best_metric,
+                 "scheduler_step": self.scheduler.last_epoch, "optimizer": opt_rest,
+                 "env": self.env.state_dict(), "config": self.config.to_dict(),
+                 "recent": [list(r) for r in self.recent]}
+        write_checkpoint(self.output_dir / "last", self.online.save_pretrained, tensors, state)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        tensors, state = read_checkpoint(folder)
+        saved_model = state["config"]["model"]
+        current = self.config.to_dict()["model"]
+        if saved_model != current:
+            diff = {k: (saved_model.get(k), v) for k, v in current.items() if saved_model.get(k) != v}
+            raise ResumeError(f"cannot resume {str(folder)!r}: model settings differ (saved, now): {diff}.")
+        online_tensors = load_file(str(folder / MODEL_DIR / WEIGHTS_FILE))
+        self.online.load_state_dict(online_tensors, strict=False)
+        self.target.load_state_dict({k[len("target."):]: v for k, v in tensors.items() if k.startswith("target.")},
+                                    strict=False)
+        self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
+        self.scheduler.last_epoch = state["scheduler_step"]
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]  # type: ignore[attr-defined]
+        torch.set_rng_state(tensors["rng.torch"])
+        self.sample_gen.set_state(tensors["rng.sample"])
+        self.act_gen.set_state(tensors["rng.act"])
+        if "rng.cuda" in tensors and torch.cuda.is_available():
+            torch.cuda.set_rng_state(tensors["rng.cuda"])
+        self.env.load_state_dict(state["env"])
+        self.transitions, self.updates = int(state["transitions"]), int(state["updates"])
+        self.best_metric = float(state["best_metric"])
+        self.recent.clear()
+        self.recent.extend((float(r), float(f), bool(c)) for r, f, c in state["recent"])
