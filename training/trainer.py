@@ -36,6 +36,7 @@ from qrag.training.checkpoint import (
 )
 from qrag.training.config import EnvConfig, TrainConfig
 from qrag.training.data.episode import Episode
+from qrag.training.distributed import any_process, gather_rank_states, own_entries, rank_entries, shard
 from qrag.training.env import EpisodeState, RetrievalEnv
 from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import WEIGHTS_FILE, QNetwork
@@ -206,11 +207,14 @@ class Trainer:
             self.optimizer, lambda s: td.lr_factor(s, oc.warmup_steps, self.total_updates, oc.schedule)
         )
         self.model, self.optimizer = self.accelerator.prepare(online, self.optimizer)
+        # Across processes the online network now holds rank 0's weights (DDP broadcasts them): copy them into
+        # the target towers too, so random initial weights (LoRA adapters) are the same on every rank.
+        self.target.load_state_dict(self.online.state_dict())
         self.target.to(self.accelerator.device)
 
         self.sample_gen = torch.Generator().manual_seed(tc.seed * 7919 + rank)
         self.act_gen = torch.Generator().manual_seed(tc.seed * 104729 + rank + 1)
-        self.num_train = len(train_episodes)
+        self.shard = shard(len(train_episodes), rank, self.accelerator.num_processes)  # this process's episodes
         self.env = RetrievalEnv(
             train_episodes, config.env, tc.num_envs, sampler=self._sample_episode, state_order=config.model.state_order
         )
@@ -227,7 +231,7 @@ class Trainer:
         return self.accelerator.unwrap_model(self.model)  # type: ignore[no-any-return]
 
     def _sample_episode(self) -> int:
-        return int(torch.randint(self.num_train, (1,), generator=self.sample_gen))
+        return self.shard[int(torch.randint(len(self.shard), (1,), generator=self.sample_gen))]
 
     @property
     def alpha(self) -> float:
@@ -354,7 +358,7 @@ class Trainer:
                                recall=f"{stats.get('charts/fact_recall', 0):.2f}",
                                loss=f"{stats['losses/td_loss']:.4f}", sps=f"{sps:.1f}")
                 bar.set_postfix(postfix)
-            out_of_time = time.perf_counter() >= deadline
+            out_of_time = bool(budget_s) and any_process(self.accelerator, time.perf_counter() >= deadline)  # all together
             finished = self.transitions >= tc.total_transitions or out_of_time
             if self.transitions >= next_eval or (finished and self.val_episodes):
                 next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
@@ -423,22 +427,27 @@ class Trainer:
             self.config.to_yaml(self.output_dir / "config.yaml")
 
     def save_checkpoint(self) -> None:
-        """Write `output_dir/last` atomically: model, target, optimiser, RNG, counters, environments."""
+        """Write `output_dir/last` atomically: model, target, optimiser, RNG, counters, environments.
+
+        Across processes the networks and optimiser are the same on every rank; each rank's environments and
+        random streams differ, so they are gathered and rank 0 alone writes them all.
+        """
         self.accelerator.wait_for_everyone()
+        rng = {"torch": torch.get_rng_state(), "sample": self.sample_gen.get_state(), "act": self.act_gen.get_state()}
+        ranks = gather_rank_states(self.accelerator, self.env.state_dict(), rng)
         if not self.accelerator.is_main_process:
             return
         opt_tensors, opt_rest = optimizer_to_tensors(self.optimizer.state_dict())
         trained = set(self.online.trainable_state_dict())  # the target's copies of what the online network trains
         target = {f"target.{k}": v for k, v in self.target.state_dict().items() if k in trained}
-        tensors = {**opt_tensors, **target,
-                   "rng.torch": torch.get_rng_state(), "rng.sample": self.sample_gen.get_state(),
-                   "rng.act": self.act_gen.get_state()}
+        rank_tensors, rank_state = rank_entries(ranks)
+        tensors = {**opt_tensors, **target, **{f"rng.{k}": v for k, v in rng.items()}, **rank_tensors}
         if torch.cuda.is_available():
             tensors["rng.cuda"] = torch.cuda.get_rng_state()
         state = {"transitions": self.transitions, "updates": self.updates, "best_metric": self.best_metric,
                  "scheduler_step": self.scheduler.last_epoch, "optimizer": opt_rest,
                  "env": self.env.state_dict(), "config": self.config.to_dict(),
-                 "recent": [list(r) for r in self.recent]}
+                 "recent": [list(r) for r in self.recent], **rank_state}
         write_checkpoint(self.output_dir / "last", self.online.save_pretrained, tensors, state)
 
     def load_checkpoint(self, folder: Path) -> None:
@@ -455,12 +464,15 @@ class Trainer:
         self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
         self.scheduler.last_epoch = state["scheduler_step"]
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]  # type: ignore[attr-defined]
-        torch.set_rng_state(tensors["rng.torch"])
-        self.sample_gen.set_state(tensors["rng.sample"])
-        self.act_gen.set_state(tensors["rng.act"])
+        own = own_entries(tensors, state, self.accelerator.process_index, str(folder))
+        if own is not None:  # else: a process the saved run did not have keeps its fresh streams and episodes
+            rng, env_state = own
+            torch.set_rng_state(rng["torch"])
+            self.sample_gen.set_state(rng["sample"])
+            self.act_gen.set_state(rng["act"])
+            self.env.load_state_dict(env_state)
         if "rng.cuda" in tensors and torch.cuda.is_available():
             torch.cuda.set_rng_state(tensors["rng.cuda"])
-        self.env.load_state_dict(state["env"])
         self.transitions, self.updates = int(state["transitions"]), int(state["updates"])
         self.best_metric = float(state["best_metric"])
         self.recent.clear()
