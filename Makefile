@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: on these machines that exact CPU wheel is on disk; anything else pulls CUDA.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[langchain,llama-index,faiss,qdrant,eval,dev]'
+	$(BIN)/pip install -q -e '.[langchain,llama-index,faiss,qdrant,chroma,eval,dev]'
 	$(BIN)/pip install -q --no-deps $(ASSETS)
 	touch $(STAMP)
 

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from qrag.integrations.langchain_retriever import QRAGRetriever
     from qrag.integrations.llama_index_embeddings import QRAGLlamaIndexEmbedding
     from qrag.integrations.llama_index_retriever import QRAGHopEvent, QRAGLlamaIndexRetriever
+    from qrag.integrations.llama_index_store import LlamaIndexChunkStore
+    from qrag.integrations.metric import MetricError
 
 _EXPORTS = {
     "QRAGRetriever": ("langchain_retriever", "qrag[langchain]"),
@@ -25,10 +27,14 @@ _EXPORTS = {
     "QRAGLlamaIndexRetriever": ("llama_index_retriever", "qrag[llama-index]"),
     "QRAGHopEvent": ("llama_index_retriever", "qrag[llama-index]"),
     "QRAGLlamaIndexEmbedding": ("llama_index_embeddings", "qrag[llama-index]"),
+    "LlamaIndexChunkStore": ("llama_index_store", "qrag[llama-index]"),
+    "MetricError": ("metric", "qrag"),
 }
 
 __all__ = [
     "LangChainChunkStore",
+    "LlamaIndexChunkStore",
+    "MetricError",
     "QRAGEmbeddings",
     "QRAGHopEvent",
     "QRAGLlamaIndexEmbedding",

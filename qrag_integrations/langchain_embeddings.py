@@ -6,7 +6,7 @@ Together they are the scale-out path: chunk vectors g_φ(c) don't depend on the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,50 @@ import torch
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from qrag.integrations.metric import MetricError, check_chroma_ip
 from qrag.training.index import Chunk, ScoredChunk, model_lock
 from qrag.training.qnet import QNetwork
 from qrag.training.search import load_model
 
 POSITION_KEY = "qrag_position"
+
+
+VectorSearch = Callable[..., list[tuple[Any, float]]]
+
+
+def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, Callable[[float], float]]:
+    """A LangChain store's search by vector with scores, and the map from its score to ⟨query, g_φ(c)⟩,
+    after checking that the store ranks by that inner product.
+
+    Known stores are checked: Chroma needs an 'ip' space (its score is the distance 1 − ⟨q, c⟩), Qdrant
+    `Distance.DOT` (score = ⟨q, c⟩); LangChain's `InMemoryVectorStore` (cosine) is refused. Other stores'
+    `similarity_search_with_score_by_vector` is trusted to return raw inner products.
+
+    Raises:
+        MetricError: the store ranks by cosine or L2.
+        TypeError: the store cannot search by vector with scores.
+    """
+    kind = type(store).__name__
+    if kind == "Chroma" and type(store).__module__.startswith("langchain_chroma"):
+        check_chroma_ip(store._collection)  # type: ignore[attr-defined]
+        search = store.similarity_search_by_vector_with_relevance_scores  # type: ignore[attr-defined]
+        return search, lambda distance: 1.0 - distance
+    search = getattr(store, "similarity_search_with_score_by_vector", None)
+    if not callable(search):
+        raise TypeError(
+            f"{kind} has no similarity_search_with_score_by_vector(); qrag needs the raw inner products of a "
+            "vector search (e.g. Chroma with an 'ip' collection, or QdrantVectorStore with distance=Distance.DOT)."
+        )
+    if kind == "QdrantVectorStore":
+        distance = str(getattr(store, "distance", ""))
+        if not distance.upper().endswith("DOT"):
+            raise MetricError(f"the Qdrant collection uses {distance!r}; qrag's hops need inner products: create it "
+                              "with distance=Distance.DOT.")
+        return search, lambda score: score
+    if kind == "InMemoryVectorStore":
+        raise MetricError("InMemoryVectorStore ranks by cosine similarity, not the inner product qrag's hops need; "
+                          "use a store with a dot-product metric (Chroma 'ip', Qdrant DOT) or qrag's ChunkIndex.")
+    return search, lambda score: score
 
 
 class QRAGEmbeddings(Embeddings):
@@ -56,9 +95,10 @@ class QRAGEmbeddings(Embeddings):
 class LangChainChunkStore:
     """A `qrag.training.index.ChunkStore` over a LangChain `VectorStore` that searches by vector with scores.
 
-    The store must rank by the raw inner product (e.g. Qdrant with `Distance.DOT`) and hold vectors from
-    the same model's chunk tower (`QRAGEmbeddings`). Taken chunks are masked by over-fetching
-    `k + len(taken)` results and dropping the taken ids.
+    The store must rank by the raw inner product (Chroma with an 'ip' space, Qdrant with `Distance.DOT`;
+    checked by `langchain_inner_product`, which also turns Chroma's distances back into inner products)
+    and hold vectors from the same model's chunk tower (`QRAGEmbeddings`). Taken chunks are masked by
+    over-fetching `k + len(taken)` results and dropping the taken ids.
 
     Args:
         store: The vector store, with `similarity_search_with_score_by_vector(vector, k=...)`.
@@ -67,12 +107,8 @@ class LangChainChunkStore:
     """
 
     def __init__(self, store: VectorStore, *, position_key: str | None = POSITION_KEY, id_key: str | None = None) -> None:
-        if not callable(getattr(store, "similarity_search_with_score_by_vector", None)):
-            raise TypeError(
-                f"{type(store).__name__} has no similarity_search_with_score_by_vector(); qrag needs the raw "
-                "inner products of a vector search (e.g. QdrantVectorStore with distance=Distance.DOT)."
-            )
         self.store = store
+        self.vector_search, self.inner_product = langchain_vector_search(store)
         self.position_key = position_key
         self.id_key = id_key
 
@@ -82,10 +118,8 @@ class LangChainChunkStore:
         out: list[list[ScoredChunk]] = []
         for b, vector in enumerate(queries.detach().float().cpu().tolist()):  # (D,) per state row
             skip = exclude[b] if exclude else ()
-            pairs: list[tuple[Any, float]] = self.store.similarity_search_with_score_by_vector(  # type: ignore[attr-defined]
-                vector, k=k + len(skip)
-            )
-            chunks = [(self._chunk(doc), float(score)) for doc, score in pairs]
+            pairs = self.vector_search(vector, k=k + len(skip))
+            chunks = [(self._chunk(doc), self.inner_product(float(score))) for doc, score in pairs]
             out.append([(c, s) for c, s in chunks if c.id not in skip][:k])
         return out
 

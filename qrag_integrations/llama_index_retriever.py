@@ -13,7 +13,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.node_parser import NodeParser
-from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 from qrag.training.index import ChunkIndex
@@ -70,7 +70,9 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         verbose: bool = False,
     ) -> None:
         index = searcher.index
-        if index is None or index.ids != [n.node_id for n in nodes]:
+        if index is None and nodes:
+            raise ValueError("a searcher over an external store takes no nodes= (they come from the store).")
+        if index is not None and index.ids != [n.node_id for n in nodes]:
             raise ValueError("the searcher's ChunkIndex must hold exactly these nodes, by node_id and in order.")
         self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
         self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
@@ -107,6 +109,16 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend)
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
+    @classmethod
+    def from_vector_store(
+        cls, vector_store: Any, model: QNetwork | str | Path, similarity_top_k: int | None = None, **kwargs: Any
+    ) -> QRAGLlamaIndexRetriever:
+        """Hops against a LlamaIndex vector store (a database server) holding `QRAGLlamaIndexEmbedding`
+        vectors with an inner-product metric (checked for Chroma). Nodes come back from the store."""
+        from qrag.integrations.llama_index_store import LlamaIndexChunkStore
+
+        return cls(MultiHopSearcher(load_model(model), LlamaIndexChunkStore(vector_store)), [], similarity_top_k, **kwargs)
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
         if not isinstance(query, str) or not query.strip():
@@ -117,7 +129,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
                                           past_stop=h.past_stop))
         out = []
         for h in result.hits:
-            node = self._nodes[h.chunk.id].model_copy()
+            stored = self._nodes.get(h.chunk.id)  # an external store's hits carry their own text and metadata
+            node = stored.model_copy() if stored else TextNode(id_=h.chunk.id, text=h.chunk.text, metadata=h.chunk.metadata)
             node.metadata = {**node.metadata, "hop": h.hop, "q_value": h.q_value, "past_stop": h.past_stop}
             node.excluded_llm_metadata_keys = _with_trace(node.excluded_llm_metadata_keys)
             node.excluded_embed_metadata_keys = _with_trace(node.excluded_embed_metadata_keys)
@@ -130,6 +143,9 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     def persist(self, path: str | Path) -> Path:
         """Write the searcher (model + index), the nodes (LlamaIndex JSON) and every argument."""
+        if self.searcher.index is None:
+            raise ValueError("a retriever over an external vector store has nothing of its own to persist; keep the "
+                             "store and call from_vector_store again.")
         target = self.searcher.save(path)
         nodes = [doc_to_json(self._nodes[i]) for i in self.searcher.index.ids]  # type: ignore[union-attr]
         (target / NODES_FILE).write_text(json.dumps(nodes), encoding="utf-8")

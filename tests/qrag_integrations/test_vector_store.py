@@ -9,7 +9,13 @@ import pytest
 import torch
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from qrag.integrations import LangChainChunkStore, QRAGEmbeddings, QRAGLlamaIndexEmbedding, QRAGRetriever
+from qrag.integrations import (
+    LangChainChunkStore,
+    MetricError,
+    QRAGEmbeddings,
+    QRAGLlamaIndexEmbedding,
+    QRAGRetriever,
+)
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
 from qrag.training.search import MultiHopSearcher, SearchError
@@ -55,11 +61,13 @@ def test_retriever_from_vector_store(qdrant_store, questions: list[str], adapter
         r.save_local("/tmp/qrag-never-written")
 
 
-def test_external_store_errors(tiny_encoder_path, adapter_qnet: QNetwork) -> None:  # type: ignore[no-untyped-def]
+def test_external_store_errors(tiny_encoder_path, qdrant_store, adapter_qnet: QNetwork) -> None:  # type: ignore[no-untyped-def]
     relative = QNetwork.from_encoder(str(tiny_encoder_path), position_mode="relative")
-    store = InMemoryVectorStore(QRAGEmbeddings(relative))
     with pytest.raises(SearchError, match="position_mode='relative'.*external store"):
-        MultiHopSearcher(relative, LangChainChunkStore(store))
+        MultiHopSearcher(relative, LangChainChunkStore(qdrant_store))
+    # LangChain's in-memory store ranks by cosine: its scores are not Q-values.
+    with pytest.raises(MetricError, match="cosine"):
+        LangChainChunkStore(InMemoryVectorStore(QRAGEmbeddings(adapter_qnet)))
 
     class NoScores:
         pass
