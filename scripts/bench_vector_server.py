@@ -9,9 +9,12 @@ every hop (here with two chunks already taken per query, as at a third hop):
   127.0.0.1 (one HTTP request per query, as the adapter does);
 - `chroma-batched`: the same collection queried with all B vectors in one request (what a batched client
   could do; not a qrag path).
-Vectors are random unit vectors (Gaussian, normalised), the same in both; queries likewise. Random
-high-dimensional data is a hard case for HNSW, so recall@k of the server against the exact top-k is
-reported beside the speed. Prints a table and writes JSON (setup, machine, per-path medians).
+Vectors (`--data`): `clustered` (default) mimics an embedding set: 1,000 random unit centres, each chunk
+a centre plus Gaussian noise (cosine ≈ 0.9 to its centre), each query a chunk plus smaller noise (so every
+query has a clear nearest neighbourhood); `random` is i.i.d. unit vectors, where every inner product is
+near 0 and approximate search has nothing to go on (the worst case for HNSW). The same vectors serve
+both sides. Recall@k of the server against the exact top-k is reported beside the speed. Prints a table
+and writes JSON (setup, machine, per-path medians).
 """
 
 from __future__ import annotations
@@ -56,6 +59,18 @@ def start_server(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
             time.sleep(0.2)
 
 
+def make_vectors(kind: str, n: int, d: int, q: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, D) unit chunk vectors and (Q, D) unit queries (see the module docstring)."""
+    unit = torch.nn.functional.normalize
+    if kind == "random":
+        return unit(torch.randn(n, d, generator=gen), dim=1), unit(torch.randn(q, d, generator=gen), dim=1)
+    centres = unit(torch.randn(1000, d, generator=gen), dim=1)  # (C, D)
+    members = torch.randint(len(centres), (n,), generator=gen)  # (N,)
+    vectors = unit(centres[members] + 0.5 * torch.randn(n, d, generator=gen) / d**0.5, dim=1)  # (N, D)
+    sources = torch.randint(n, (q,), generator=gen)  # (Q,)
+    return vectors, unit(vectors[sources] + 0.3 * torch.randn(q, d, generator=gen) / d**0.5, dim=1)
+
+
 def timed(fn: Any, repeats: int) -> tuple[float, Any]:
     """Median seconds of `repeats` calls, and the last result."""
     times, out = [], None
@@ -75,6 +90,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32, help="queries per exact-index call and per batched request")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ef-search", type=int, default=100, help="HNSW ef_search of the collection (Chroma's default 100)")
+    ap.add_argument("--data", choices=["clustered", "random"], default="clustered")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the exact index")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -89,8 +105,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
-    vectors = torch.nn.functional.normalize(torch.randn(args.chunks, args.dim, generator=gen), dim=1)  # (N, D)
-    queries = torch.nn.functional.normalize(torch.randn(args.queries, args.dim, generator=gen), dim=1)  # (Q, D)
+    vectors, queries = make_vectors(args.data, args.chunks, args.dim, args.queries, gen)  # (N, D), (Q, D)
     ids = [f"c{i}" for i in range(args.chunks)]
     texts = [f"chunk {i}" for i in range(args.chunks)]
     exclude = [{ids[2 * q], ids[2 * q + 1]} for q in range(args.queries)]  # two chunks taken per query
@@ -153,14 +168,14 @@ def main() -> None:
         "command": " ".join(["scripts/bench_vector_server.py", *sys.argv[1:]]),
         "setup": {"chunks": args.chunks, "dim": args.dim, "queries": args.queries, "k": args.k, "batch": args.batch,
                   "excluded_per_query": 2, "repeats": args.repeats, "torch_threads": args.threads,
-                  "vectors": "random unit vectors (Gaussian, normalised), seed 0", "chroma_space": "ip", "ef_search": args.ef_search},
+                  "data": args.data, "seed": 0, "chroma_space": "ip", "ef_search": args.ef_search},
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "python": platform.python_version(), "torch": torch.__version__, "chromadb": chromadb.__version__},
         "ingest_s": ingest_s, "ingest_vectors_per_s": args.chunks / ingest_s,
         "recall_at_k_server_vs_exact": recall, "max_abs_q_difference_on_shared_hits": score_err,
         "paths": rows,
     }
-    print(f"{args.chunks} chunks × {args.dim} dims, {args.queries} queries, k={args.k}, 2 taken per query, "
+    print(f"{args.data} {args.chunks} chunks × {args.dim} dims, {args.queries} queries, k={args.k}, 2 taken per query, "
           f"ef_search {args.ef_search}; "
           f"ingest {ingest_s:.1f} s ({args.chunks / ingest_s:.0f} vectors/s); server recall@{args.k} {recall:.3f}; "
           f"max |ΔQ| on shared hits {score_err:.2e}")

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # offline: no usage reports from the client
 pytest.importorskip("chromadb", reason="the Chroma server needs the 'chroma' extra: pip install 'qrag[chroma]'")
 pytest.importorskip("langchain_chroma", reason="needs the 'chroma' extra: pip install 'qrag[chroma]'")
 pytest.importorskip("llama_index.vector_stores.chroma", reason="needs the 'chroma' extra: pip install 'qrag[chroma]'")
