@@ -156,3 +156,13 @@ def test_killed_rank_leaves_a_resumable_last(encoder: Path, tmp_path: Path) -> N
                 tmp_path / "resume-out")
     assert [r["transitions"] for r in ranks] == [saved + 8] * 2
     assert_same(rank_weights(tmp_path / "resume-out", 0), rank_weights(tmp_path / "resume-out", 1), 0.0, "ranks")
+
+
+def test_time_budget_stops_every_rank_together(encoder: Path, tmp_path: Path) -> None:
+    # Each rank reads its own clock; were they to disagree, one would leave the loop while the other waits
+    # for it in the next gradient all-reduce.
+    config = make_config(encoder, tmp_path / "run", total_transitions=10**6, eval_every=0, max_minutes=0.1)
+    ranks = run("train", config, tmp_path / "out", timeout=240)
+    assert ranks[0]["transitions"] == ranks[1]["transitions"] < 10**6
+    _, state = read_checkpoint(tmp_path / "run" / "last")
+    assert state["transitions"] == ranks[0]["transitions"]
