@@ -33,8 +33,8 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).parent / "gpu"))
     from offline import maybe_install_text_pack
 
-    from qrag.training.cli import build_episodes
     from qrag.training.config import load_preset
+    from qrag.training.data.build import build_episodes
     from qrag.training.trainer import Trainer
 
     maybe_install_text_pack()

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from qrag.training.cli import build_episodes
 from qrag.training.config import TrainConfig, load_preset
+from qrag.training.data.build import build_episodes
 from qrag.training.data.episode import Episode
 from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import QNetwork
