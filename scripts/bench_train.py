@@ -1,7 +1,7 @@
 """Training throughput and peak memory of `Trainer` on the bundled MiniLM, per train_mode, side by side.
 
-    .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out docs/bench_train.json
-    .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out docs/bench_train_levers.json
+    .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out results/bench_train.json
+    .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out results/bench_train_levers.json
     python3 scripts/bench_train.py --gpu --preset babilong --encoder .gpu/minilm --mixed-precision bf16 \
         --num-envs 16 --num-sentences 160 --out $OUT/bench_train_gpu.json      # on the GPU machine
 
@@ -85,7 +85,7 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="docs/bench_train.json")
+    parser.add_argument("--out", default="results/bench_train.json")
     parser.add_argument("--preset", default="cpu-small", help="training preset the episodes and settings come from")
     parser.add_argument("--encoder", default=None, help="encoder folder or name (default: the preset's)")
     parser.add_argument("--gpu", action="store_true", help="train on the GPU (default: CPU)")
