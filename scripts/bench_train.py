@@ -2,15 +2,16 @@
 
     .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out results/bench_train.json
     .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out results/bench_train_levers.json
-    python3 scripts/bench_train.py --gpu --preset babilong --encoder .gpu/minilm --mixed-precision bf16 \
-        --num-envs 16 --num-sentences 160 --out $OUT/bench_train_gpu.json      # on the GPU machine
+    python scripts/bench_train.py --gpu --preset babilong --mixed-precision bf16 --num-envs 16 \
+        --num-sentences 160 --modes lora,top_layers,full --rollouts 3 --repeats 1 --threads 4 \
+        --out results/gpu/bench_train_gpu.json                                   # on a CUDA machine
 
 Each (mode, repeat) runs in its own process so peak RSS (and peak GPU memory) is that configuration's own.
 Reports the median over repeats of transitions/s (acting + updates) and optimiser steps/s, and the ratio to
 the first mode. With a frozen chunk tower (`:state`) every training chunk is embedded once before timing
 (`prefill_s`), as the main job does. Default episodes: BabiLong-style bAbI qa1 haystacks of 20 sentences; 8 environments × 4
-steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set (the GPU
-machine) the haystacks come from the carried text pack (scripts/gpu/offline.py).
+steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set the
+haystacks' background sentences come from that text pack (scripts/gpu/offline.py).
 """
 
 from __future__ import annotations
