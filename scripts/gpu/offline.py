@@ -84,7 +84,7 @@ def install_text_pack(path: str | Path) -> dict[str, int]:
     """Serve the text sources from the pack instead of the asset packages (for this process and its forks).
 
     Replaces `qrag.training.data.text_sources.sentence_pool` with a lookup of complete pools built from the
-    pack; paragraph texts are not carried (only their sentences are ever read once a pool is complete).
+    pack; paragraph texts are not stored in it (only their sentences are ever read once a pool is complete).
     Returns sentences per source.
     """
     from qrag.training.data import text_sources as ts

@@ -467,7 +467,7 @@ def sync(cuda: bool) -> None:
 
 
 def matmul_tflops(device: Any) -> float | None:
-    """bf16 8192³ matrix products, mean of 10 after 3 warm-ups (as KINDS.md measured the GPU)."""
+    """bf16 8192³ matrix products, mean of 10 after 3 warm-ups: the GPU's measured dense bf16 throughput."""
     import torch
 
     if device.type != "cuda":
