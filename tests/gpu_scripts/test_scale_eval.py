@@ -92,6 +92,8 @@ def test_pack_command_and_the_environment_variable(offline: ModuleType, tmp_path
     path = tmp_path / "pack.json.xz"
     assert offline.main(["pack", str(path), "--sources", "britannica"]) == 0
     assert "-> " + str(path) in capsys.readouterr().out
+    assert offline.main(["pack", str(tmp_path / "bad.json.xz"), "--sources", "britannica,nope"]) == 2
+    assert "unknown text source 'nope'" in capsys.readouterr().err and not (tmp_path / "bad.json.xz").exists()
     blob = offline.read_text_pack(path)
     assert list(blob["sources"]) == ["britannica"] and blob["split_version"] == ts.SPLIT_VERSION
     monkeypatch.setattr(ts, "sentence_pool", ts.sentence_pool)
