@@ -1,6 +1,6 @@
 """Per-hop search throughput: a Chroma server over HTTP against qrag's in-process exact index.
 
-    .venv/bin/python scripts/bench_vector_server.py --chunks 100000 --out docs/vector_server_bench.json
+    .venv/bin/python scripts/bench_vector_server.py --chunks 100000 --out results/vector_server_bench.json
 
 Both sides answer the same `ChunkStore.search(queries, k, exclude)` call that `MultiHopSearcher` makes at
 every hop (here with two chunks already taken per query, as at a third hop):
