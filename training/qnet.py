@@ -14,27 +14,31 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
-from qrag.training.atomic import atomic_dir
+from qrag.training.atomic import atomic_dir, recover
 from qrag.training.config import ConfigError, ModelConfig
 from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
 from qrag.training.index import TRANSIENT_KEY_PREFIX
+from qrag.training.persist import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    CONFIG_FILE,
+    ENCODER_CONFIG_DIR,
+    WEIGHTS_FILE,
+    CheckpointError,
+    read_checkpoint_meta,
+    read_tokenizer,
+    read_weights,
+    replaceable,
+    short,
+)
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
-from qrag.training.shipped import resolve_checkpoint, shipped_names
+from qrag.training.shipped import resolve_checkpoint
 
-CHECKPOINT_FORMAT = "qrag-qnetwork"
-CHECKPOINT_VERSION = 1
-CONFIG_FILE = "qrag_config.json"
-WEIGHTS_FILE = "model.safetensors"
-ENCODER_CONFIG_DIR = "encoder"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder is missing, incomplete or does not match its base encoder."""
 
 
 class Tower(nn.Module):
@@ -320,6 +324,19 @@ class QNetwork(nn.Module):
         emb = base.get_input_embeddings().weight
         return hashlib.sha256(emb.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
 
+    def chunk_tower_fingerprint(self) -> str:
+        """A short hash of everything a chunk vector depends on: the chunk tower's weights, truncation, scale.
+
+        A saved `ChunkIndex` records it, and `MultiHopSearcher.load` compares it with the loaded model's,
+        so an index is never searched with a chunk tower other than the one that embedded it.
+        """
+        h = hashlib.blake2b(digest_size=8)
+        h.update(f"tokens={self.config.max_chunk_tokens}:scale={self.config.scale!r}".encode())
+        for name, tensor in sorted(self.chunk_tower.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write safetensors + JSON (+ tokenizer); atomic: a temp folder renamed into place.
@@ -330,8 +347,8 @@ class QNetwork(nn.Module):
         """
         target = Path(directory)
         full = self.self_contained
-        with atomic_dir(target) as tmp:
-            tensors = {k: v.detach().cpu().contiguous() for k, v in self.trainable_state_dict().items()}
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.trainable_state_dict().items()}
+        with atomic_dir(target, check=read_checkpoint_meta, replace=replaceable) as tmp:
             save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})
             meta = {
                 "format": CHECKPOINT_FORMAT,
@@ -360,6 +377,7 @@ class QNetwork(nn.Module):
             CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
         """
         d = resolve_checkpoint(directory)
+        recover(d)
         meta = read_checkpoint_meta(d)
         try:
             config = ModelConfig(**meta["model"])
@@ -367,12 +385,19 @@ class QNetwork(nn.Module):
             raise CheckpointError(f"{d / CONFIG_FILE}: the model section does not match this qrag version ({e}).") from None
         if encoder is not None:
             config = dataclasses.replace(config, encoder=encoder)
-        config.validate()
-        tensors = load_file(str(d / WEIGHTS_FILE))
-        tokenizer = AutoTokenizer.from_pretrained(str(d / "tokenizer"))
+        try:
+            config.validate()
+        except (ConfigError, TypeError) as e:
+            raise CheckpointError(f"{d / CONFIG_FILE}: invalid model settings ({e}); save the checkpoint again.") from None
+        tensors = read_weights(d / WEIGHTS_FILE)
+        tokenizer = read_tokenizer(d / "tokenizer")
         if meta["saved_params"] == "all":
-            enc_cfg = AutoConfig.from_pretrained(str(d / ENCODER_CONFIG_DIR))
-            base = AutoModel.from_config(enc_cfg)
+            try:
+                enc_cfg = AutoConfig.from_pretrained(str(d / ENCODER_CONFIG_DIR))
+                base = AutoModel.from_config(enc_cfg)
+            except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError, ...
+                raise CheckpointError(f"{d / ENCODER_CONFIG_DIR}: the encoder config is missing or corrupt "
+                                      f"({type(e).__name__}: {short(e)}); save the checkpoint again.") from None
             if hasattr(base, "pooler"):
                 base.pooler = None
             qnet = cls._assemble(base, copy.deepcopy(base), tokenizer, config)
@@ -390,7 +415,11 @@ class QNetwork(nn.Module):
                     f"checkpoint {str(d)!r} was trained on a different base encoder than {config.encoder!r} "
                     f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
                 )
-        missing, unexpected = qnet.load_state_dict(tensors, strict=False)
+        try:
+            missing, unexpected = qnet.load_state_dict(tensors, strict=False)
+        except RuntimeError as e:  # size mismatch
+            raise CheckpointError(f"{d / WEIGHTS_FILE} does not fit its model config (tensor shapes differ: "
+                                  f"{short(e)}); was it written by another model or edited?") from None
         expected = set(qnet.trainable_state_dict()) if meta["saved_params"] == "trainable" else set(qnet.state_dict())
         lost = sorted(set(missing) & expected)
         if lost or unexpected:
@@ -399,29 +428,6 @@ class QNetwork(nn.Module):
                 f"{sorted(unexpected)[:3]} (was it written by another qrag version or edited?)."
             )
         return qnet.eval()
-
-
-def read_checkpoint_meta(directory: Path) -> dict[str, Any]:
-    """The JSON header of a checkpoint folder, validated."""
-    if not directory.is_dir():
-        shipped = ", ".join(shipped_names()) or "none installed"
-        raise CheckpointError(
-            f"checkpoint folder {str(directory)!r} does not exist (checkpoints shipped with qrag: {shipped})."
-        )
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        if not (directory / name).is_file():
-            raise CheckpointError(
-                f"{str(directory)!r} is not a qrag checkpoint: {name} is missing (save with QNetwork.save_pretrained)."
-            )
-    try:
-        meta = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{directory / CONFIG_FILE} is not valid JSON: {e}") from None
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{directory / CONFIG_FILE} is not a qrag checkpoint header (format {meta.get('format')!r}).")
-    if meta.get("version", 0) > CHECKPOINT_VERSION:
-        raise CheckpointError(f"{str(directory)!r} was written by a newer qrag (format version {meta['version']}); upgrade qrag.")
-    return meta  # type: ignore[no-any-return]
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
