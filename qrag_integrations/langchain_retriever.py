@@ -197,9 +197,7 @@ class QRAGRetriever(BaseRetriever):
             blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "fields": self.model_dump(exclude={"searcher"})})
         except TypeError as e:
             raise ValueError(f"cannot save: a retriever argument is not JSON-serialisable ({e}).") from None
-        target = self.searcher.save(folder)
-        (target / SAVE_FILE).write_text(blob, encoding="utf-8")
-        return target
+        return self.searcher.save(folder, extra_files={SAVE_FILE: blob})  # one atomic write, model to fields
 
     @classmethod
     def load_local(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGRetriever:

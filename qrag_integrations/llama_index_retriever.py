@@ -130,12 +130,13 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     def persist(self, path: str | Path) -> Path:
         """Write the searcher (model + index), the nodes (LlamaIndex JSON) and every argument."""
-        target = self.searcher.save(path)
         nodes = [doc_to_json(self._nodes[i]) for i in self.searcher.index.ids]  # type: ignore[union-attr]
-        (target / NODES_FILE).write_text(json.dumps(nodes), encoding="utf-8")
         head = {"format": SAVE_FORMAT, "version": 1, "args": {**self._args(), "verbose": self._verbose}}
-        (target / SAVE_FILE).write_text(json.dumps(head, indent=2), encoding="utf-8")
-        return target
+        try:
+            files = {NODES_FILE: json.dumps(nodes), SAVE_FILE: json.dumps(head, indent=2)}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot persist: node metadata is not JSON-serialisable ({e}).") from None
+        return self.searcher.save(path, extra_files=files)  # one atomic write: model, index, nodes, arguments
 
     @classmethod
     def from_persist_dir(cls, path: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGLlamaIndexRetriever:

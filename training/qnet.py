@@ -40,7 +40,6 @@ from qrag.training.positions import absolute_positions, relative_positions, rota
 from qrag.training.shipped import resolve_checkpoint
 
 
-
 class Tower(nn.Module):
     """An encoder followed by masked mean pooling and division by `scale` (no normalisation, no head)."""
 
@@ -79,6 +78,7 @@ class QNetwork(nn.Module):
         self.tokenizer = tokenizer
         self.config = config
         self._base_key: str | None = None
+        self._tower_fp: tuple[Any, str] | None = None
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -330,12 +330,19 @@ class QNetwork(nn.Module):
         A saved `ChunkIndex` records it, and `MultiHopSearcher.load` compares it with the loaded model's,
         so an index is never searched with a chunk tower other than the one that embedded it.
         """
+        tensors = sorted(self.chunk_tower.state_dict().items())
+        # Cached until a weight changes: every in-place update (an optimiser step, load_state_dict) bumps _version.
+        stamp = (self.config.max_chunk_tokens, self.config.scale, *((id(t), t._version) for _, t in tensors))
+        cached = self._tower_fp
+        if cached is not None and cached[0] == stamp:
+            return str(cached[1])
         h = hashlib.blake2b(digest_size=8)
         h.update(f"tokens={self.config.max_chunk_tokens}:scale={self.config.scale!r}".encode())
-        for name, tensor in sorted(self.chunk_tower.state_dict().items()):
+        for name, tensor in tensors:
             h.update(name.encode())
             h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
-        return h.hexdigest()
+        self._tower_fp = (stamp, h.hexdigest())
+        return self._tower_fp[1]
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, directory: str | Path) -> Path:

@@ -1,0 +1,96 @@
+"""Checks of what users pass in, shared by the index, the searcher and the framework adapters.
+
+Each raises `ValueError` naming the argument, the offending item and what to pass instead, so every public
+entry point refuses bad input the same way (and the adapters stay thin).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise ValueError("texts must be a list of strings, got a single string; wrap it in a list.")
+    if isinstance(texts, bytes) or not isinstance(texts, Iterable):
+        raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}.")
+    out = list(texts)
+    if not out:
+        raise ValueError("cannot index an empty corpus: pass at least one text.")
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise ValueError(f"texts[{i}] must be a str, got {type(t).__name__} ({t!r:.60}).")
+        check_encodable(t, f"texts[{i}]")
+    return out
+
+
+def check_encodable(text: str, what: str) -> None:
+    """Raise `ValueError` if `text` cannot be written as UTF-8 (a lone surrogate, e.g. from a bad decode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} holds a character that is not valid Unicode ({text[e.start:e.end]!r} at "
+                         f"offset {e.start}, a lone surrogate); clean the text (e.g. decode with errors='replace').") from None
+
+
+def check_ids(ids: Sequence[str] | None, n: int) -> list[str]:
+    if ids is None:
+        return [str(i) for i in range(n)]
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise ValueError(f"ids must be a list of strings (one per text), got {type(ids).__name__}.")
+    out = [str(i) for i in ids]
+    if len(out) != n:
+        raise ValueError(f"got {len(out)} ids for {n} texts; pass one id per text or none.")
+    if len(set(out)) != n:
+        dup = next(i for i in out if out.count(i) > 1)
+        raise ValueError(f"ids must be unique, {dup!r} appears more than once.")
+    return out
+
+
+def check_metadatas(metadatas: Sequence[Mapping[str, Any]] | None, n: int) -> list[dict[str, Any]]:
+    if metadatas is None:
+        return [{} for _ in range(n)]
+    if isinstance(metadatas, (str, bytes, Mapping)) or not isinstance(metadatas, Iterable):
+        raise ValueError(f"metadatas must be a list of dicts (one per text), got {type(metadatas).__name__}.")
+    out = []
+    for i, m in enumerate(metadatas):
+        if m is not None and not isinstance(m, Mapping):
+            raise ValueError(f"metadatas[{i}] must be a dict, got {type(m).__name__} ({m!r:.60}).")
+        bad = next((k for k in (m or {}) if not isinstance(k, str)), None)
+        if bad is not None:
+            raise ValueError(f"metadatas[{i}] has a key that is not a string ({bad!r}); use string keys.")
+        out.append(dict(m) if m is not None else {})
+    if len(out) != n:
+        raise ValueError(f"got {len(out)} metadatas for {n} texts; pass one dict per text or none.")
+    return out
+
+
+def json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def check_device(device: Any, error: type[Exception] = ValueError) -> None:
+    """Refuse a device string torch cannot parse, or a CUDA/MPS device this machine lacks."""
+    if device is None:
+        return
+    import torch
+
+    if isinstance(device, bool) or not isinstance(device, (str, torch.device)):
+        raise error(f"device must be a string such as 'cpu' or 'cuda:0', got {device!r}.")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise error(f"device {device!r} is not a torch device ({e}); use 'cpu', 'cuda' or 'cuda:N'.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise error(f"device {device!r} was asked for but this machine has no usable CUDA GPU; use device='cpu'.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise error(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s).")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise error(f"device {device!r} was asked for but MPS is not available here; use device='cpu'.")
