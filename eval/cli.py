@@ -62,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    return " ".join(str(e).split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `qrag-eval`; returns 0 on success, 2 on a user error (message on stderr)."""
     args = build_parser().parse_args(argv)
@@ -74,10 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         summary = run(cfg)
-    except (ValueError, ReaderLoadError, FileNotFoundError, ImportError) as e:
-        # CheckpointError / EncoderLoadError / EpisodeError are ValueErrors with user-facing messages.
-        print(f"qrag-eval: error: {e}", file=sys.stderr)
-        if (args.out / RESULTS_FILE).is_file():
+    except (ValueError, ReaderLoadError, OSError, ImportError) as e:
+        # CheckpointError / EncoderLoadError / EpisodeError are ValueErrors with user-facing messages;
+        # an OSError (unreadable file, full disk) names its path in its own message.
+        print(f"qrag-eval: error: {_one_line(e)}", file=sys.stderr)
+        if args.out.is_dir() and (args.out / RESULTS_FILE).is_file():
             print(f"qrag-eval: results finished so far are kept in {args.out / RESULTS_FILE}.", file=sys.stderr)
         return 2
     print((args.out / TABLE_FILE).read_text(encoding="utf-8") if summary["methods"] else "no results.")
