@@ -18,6 +18,7 @@ from qrag.eval.baselines import METHODS
 from qrag.eval.reader import ReaderLoadError
 from qrag.eval.report import PLOT_FILE, SUMMARY_FILE, TABLE_FILE
 from qrag.eval.runner import BENCHMARKS, RESULTS_FILE, RunConfig, run
+from qrag.training.validate import one_line
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -62,12 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.filename is not None:
-        return f"{e.filename}: {e.strerror or e}"
-    return " ".join(str(e).split())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `qrag-eval`; returns 0 on success, 2 on a user error (message on stderr)."""
     args = build_parser().parse_args(argv)
@@ -83,8 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, ReaderLoadError, OSError, ImportError) as e:
         # CheckpointError / EncoderLoadError / EpisodeError are ValueErrors with user-facing messages;
         # an OSError (unreadable file, full disk) names its path in its own message.
-        print(f"qrag-eval: error: {_one_line(e)}", file=sys.stderr)
-        if args.out.is_dir() and (args.out / RESULTS_FILE).is_file():
+        print(f"qrag-eval: error: {one_line(e)}", file=sys.stderr)
+        if args.out.is_dir() and (args.out / RESULTS_FILE).is_file() and (args.out / RESULTS_FILE).stat().st_size:
             print(f"qrag-eval: results finished so far are kept in {args.out / RESULTS_FILE}.", file=sys.stderr)
         return 2
     print((args.out / TABLE_FILE).read_text(encoding="utf-8") if summary["methods"] else "no results.")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from qrag.training.data import Episode, load_episodes
 from qrag.training.index import ChunkVectorFolder
 from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE
 from qrag.training.shipped import resolve_checkpoint
+from qrag.training.validate import check_out_path
 
 RESULTS_FILE = "results.jsonl"
 SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data")
@@ -150,24 +150,11 @@ class RunConfig:
         t = self.stop_threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
             raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
-        _check_out(Path(self.out))
+        check_out_path(self.out, "--out", folder=True)
         self.lengths_resolved = [(lab, _parse_length(lab, bench)) for lab in (self.lengths or bench.default_lengths)]
         if not self.lengths_resolved:
             self.lengths_resolved = [("-", None)]
         return self
-
-
-def _check_out(out: Path) -> None:
-    """--out must be a folder, or creatable as one (no file in the way, writable)."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a file; pass a folder (it is created if missing).")
-    parent = out
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"--out {str(out)!r} cannot be created: {str(parent)!r} is a file, not a folder.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {str(out)!r} cannot be written: no write permission in {str(parent)!r}.")
 
 
 def _parse_length(label: str, bench: Benchmark) -> int | None:

@@ -15,6 +15,7 @@ import json
 import random
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import tyro
 
@@ -23,6 +24,7 @@ from qrag.training.config import ConfigError, DataConfig, TrainConfig, load_pres
 from qrag.training.data import Episode, EpisodeError, load_episodes
 from qrag.training.encoders import EncoderLoadError
 from qrag.training.qnet import CheckpointError
+from qrag.training.validate import one_line
 
 VALIDATION_SEED_OFFSET = 1_000_003  # generated validation sets use a seed disjoint from the training set's
 
@@ -77,6 +79,9 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     )
     if known.resume:
         config.trainer.resume = True
+    out = Path(config.trainer.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"trainer.output_dir {str(out)!r} is a file; pass a folder (it is created if missing).")
     return config.validate()
 
 
@@ -91,9 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"qrag-train: {len(train)} training / {len(val)} validation episodes, encoder "
               f"{config.model.encoder!r} ({config.model.train_mode}), output {config.trainer.output_dir}")
         summary = trainer.train()
-    except (ConfigError, EpisodeError, EncoderLoadError, CheckpointError, ResumeError, FileNotFoundError,
-            ValueError) as e:
-        print(f"qrag-train: error: {e}", file=sys.stderr)
+    except (ConfigError, EpisodeError, EncoderLoadError, CheckpointError, ResumeError, OSError, ValueError) as e:
+        print(f"qrag-train: error: {one_line(e)}", file=sys.stderr)
         return 2
     best_eval = read_best_eval(config.trainer.output_dir)  # the trainer scored best/ on `val` when saving it
     if best_eval is not None:

@@ -178,6 +178,14 @@ class DataConfig:
     seed: int = 0
     """Seed of the data generators."""
 
+    def validate(self) -> None:
+        for name in ("num_train", "num_val"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ConfigError(f"data.{name} must be >= 0 (0: all of a file), got {value}.")
+        if self.num_sentences is not None and self.num_sentences < 1:
+            raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
+
 
 @dataclass
 class TrainerConfig:
@@ -243,7 +251,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def validate(self) -> TrainConfig:
-        for part in (self.model, self.env, self.rl, self.optim, self.trainer):
+        for part in (self.model, self.env, self.rl, self.optim, self.data, self.trainer):
             part.validate()
         return self
 

@@ -7,7 +7,9 @@ entry point refuses bad input the same way (and the adapters stay thin).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -94,3 +96,26 @@ def check_device(device: Any, error: type[Exception] = ValueError) -> None:
             raise error(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s).")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise error(f"device {device!r} was asked for but MPS is not available here; use device='cpu'.")
+
+
+def one_line(e: BaseException) -> str:
+    """An error as one line for a CLI: an OSError as 'PATH: reason', anything else with its whitespace folded."""
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    return " ".join(str(e).split())
+
+
+def check_out_path(path: str | Path, flag: str, *, folder: bool) -> None:
+    """Refuse an output path that cannot be written: a folder where a file is wanted (or the reverse), a file
+    among its parents, or a parent without write permission. Raises `ValueError` naming the flag and path."""
+    out = Path(path)
+    if out.exists() and out.is_dir() != folder:
+        kind, want = ("a file", "a folder (it is created if missing)") if folder else ("a folder", "a file name")
+        raise ValueError(f"{flag} {str(out)!r} is {kind}; pass {want}.")
+    parent = out if folder else out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {str(out)!r} cannot be created: {str(parent)!r} is a file, not a folder.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(out)!r} cannot be written: no write permission in {str(parent)!r}.")
