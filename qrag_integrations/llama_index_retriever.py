@@ -19,6 +19,7 @@ from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
 from qrag.training.search import MultiHopSearcher, load_model
+from qrag.training.validate import check_query, check_trace_keys
 
 TRACE_KEYS = ("hop", "q_value", "past_stop")
 SAVE_FILE = "retriever.json"
@@ -72,6 +73,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         index = searcher.index
         if index is None or index.ids != [n.node_id for n in nodes]:
             raise ValueError("the searcher's ChunkIndex must hold exactly these nodes, by node_id and in order.")
+        for n in nodes:
+            check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
         self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
         self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
         self.beam_size, self.order = beam_size, order
@@ -108,9 +111,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = query_bundle.query_str
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError(f"QRAGLlamaIndexRetriever needs a non-empty string query, got {query!r}.")
+        query = check_query(query_bundle.query_str, "QRAGLlamaIndexRetriever")
         result = self.searcher.search_one(query, **self._args())
         for h in sorted(result.hits, key=lambda h: h.hop):
             dispatcher.event(QRAGHopEvent(query=query, hop=h.hop, node_id=h.chunk.id, q_value=h.q_value,

@@ -544,6 +544,7 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
         CheckpointError / EncoderLoadError: the path or name cannot be loaded (the message says why).
         TypeError: `model` is none of the accepted types.
     """
+    check_device(device)
     if isinstance(model, QNetwork):
         qnet = model
     elif isinstance(model, (str, Path)):

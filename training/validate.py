@@ -119,3 +119,32 @@ def check_out_path(path: str | Path, flag: str, *, folder: bool) -> None:
         raise ValueError(f"{flag} {str(out)!r} cannot be created: {str(parent)!r} is a file, not a folder.")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {str(out)!r} cannot be written: no write permission in {str(parent)!r}.")
+
+
+def check_query(query: Any, who: str) -> str:
+    """A non-empty question string that can be encoded; `who` names the caller in the message."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"{who} needs a non-empty string query, got {query!r:.80}.")
+    check_encodable(query, "the query")
+    return query
+
+
+def check_text_list(texts: Any, what: str) -> list[str]:
+    """A list of strings (possibly empty) to embed; a lone string is refused rather than split into characters."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        hint = "; wrap a single text in a list" if isinstance(texts, str) else ""
+        raise ValueError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}.")
+    out = list(texts)
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise ValueError(f"{what}[{i}] must be a str, got {type(t).__name__} ({t!r:.60}).")
+        check_encodable(t, f"{what}[{i}]")
+    return out
+
+
+def check_trace_keys(metadata: Mapping[str, Any], trace_keys: Sequence[str], where: str) -> None:
+    """Refuse user metadata that uses a key the retriever writes its trace under (it would be overwritten)."""
+    clash = sorted(set(metadata) & set(trace_keys))
+    if clash:
+        raise ValueError(f"{where} has metadata key(s) {clash}, which the retriever sets on every result "
+                         f"({', '.join(trace_keys)}); rename them in your metadata so they are not overwritten.")
