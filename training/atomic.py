@@ -76,7 +76,7 @@ def _mkdir_tmp(target: Path) -> Path:
 
 
 @contextmanager
-def atomic_dir(target: Path, *, check: Callable[[Path], None] | None = None,
+def atomic_dir(target: Path, *, check: Callable[[Path], object] | None = None,
                replace: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield an empty temporary folder; on success it replaces `target`, on any error it is removed.
 
