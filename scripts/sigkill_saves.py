@@ -42,7 +42,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp())
     encoder = str(make_tiny_encoder(tmp / "encoder")) if args.tiny else str(bundled_minilm_path())
-    qa = QNetwork.from_encoder(encoder)  # train_mode 'full', both towers: every weight is written
+    qa = sk.perturbed(QNetwork.from_encoder(encoder), seed=2)  # 'full', both towers, trained: every weight written
     qb = sk.perturbed(qa)
     rows, trials = [], []
     for name, kind in sk.kinds().items():

@@ -54,9 +54,9 @@ def read_checkpoint_meta(directory: Path) -> dict[str, Any]:
         raise CheckpointError(f"{directory / CONFIG_FILE}: 'version' must be an integer, got {version!r}.")
     if version > CHECKPOINT_VERSION:
         raise CheckpointError(f"{str(directory)!r} was written by a newer qrag (format version {version}); upgrade qrag.")
-    if not isinstance(meta.get("model"), dict) or meta.get("saved_params") not in ("all", "trainable"):
-        raise CheckpointError(f"{directory / CONFIG_FILE} lacks its 'model' settings or 'saved_params' ('all' or "
-                              "'trainable'); save the checkpoint again.")
+    if not isinstance(meta.get("model"), dict) or meta.get("saved_params") not in ("all", "trainable", "none"):
+        raise CheckpointError(f"{directory / CONFIG_FILE} lacks its 'model' settings or 'saved_params' ('all', 'trainable' or "
+                              "'none'); save the checkpoint again.")
     return meta  # type: ignore[no-any-return]
 
 
