@@ -206,7 +206,8 @@ def test_failed_save_keeps_the_previous_one_and_leaves_nothing(qnet: QNetwork, t
     folder = tmp_path / "r"
     QRAGRetriever.from_texts(TEXTS, qnet, k=2).save_local(folder)
     before = {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    bad = QRAGRetriever.from_texts(TEXTS, qnet, metadatas=[{"x": object()}] * 4, k=3)
+    other = sigkill.perturbed(qnet)  # the failed saves carry another model: a replaced model/ would show
+    bad = QRAGRetriever.from_texts(TEXTS, other, metadatas=[{"x": object()}] * 4, k=3)
     with pytest.raises(ValueError, match="JSON"):  # metadata that is not JSON: found after model/ was written
         bad.save_local(folder)
 
@@ -215,7 +216,7 @@ def test_failed_save_keeps_the_previous_one_and_leaves_nothing(qnet: QNetwork, t
 
     monkeypatch.setattr("qrag.training.index.save_file", disk_full)
     with pytest.raises(OSError, match="No space"):
-        QRAGRetriever.from_texts(TEXTS, qnet, k=3).save_local(folder)
+        QRAGRetriever.from_texts(TEXTS, other, k=3).save_local(folder)
     assert {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
     assert sigkill.strays(folder) == []
     assert QRAGRetriever.load_local(folder).k == 2

@@ -302,6 +302,8 @@ def load_yaml(path: str | Path, base: TrainConfig | None = None) -> TrainConfig:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}.")
     return TrainConfig.from_dict(data, base=base, where=str(p))
