@@ -342,6 +342,8 @@ def check_resumable(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]
             raise ValueError(f"{path} was written without its settings (an earlier qrag version), so its records "
                              "cannot be matched to this sweep; use another --out, or delete the file to start over.")
         diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+        if settings["model_fingerprint"] is not None and "model_fingerprint" not in diff:
+            diff.pop("model", None)  # the same checkpoint reached by another path
         if diff:
             text = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in sorted(diff.items()))
             raise ValueError(f"{path} holds results of other settings ({text}); resume with the same settings, use "

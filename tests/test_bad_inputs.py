@@ -553,3 +553,16 @@ def test_qrag_eval_resume_with_other_settings_is_refused(change: list[str], tmp_
     err = capsys.readouterr().err
     assert change[0].removeprefix("--").replace("-", "_") in err and "other settings" in err
     assert read_results(tmp_path / "results.jsonl") == records
+
+
+def test_sweep_key_follows_the_checkpoint_not_its_path(tmp_path: Path) -> None:
+    from qrag.eval.runner import check_resumable
+
+    settings = {"model": "runs/a/best", "model_fingerprint": "f1", "budget": 2}
+    (tmp_path / "results.jsonl").write_text(json.dumps({"key": "k1", "settings": settings}) + "\n")
+    assert len(check_resumable(tmp_path / "results.jsonl", {**settings, "model": "/abs/runs/a/best"})) == 1
+    with pytest.raises(ValueError, match="model_fingerprint: 'f1' there, 'f2' now"):
+        check_resumable(tmp_path / "results.jsonl", {**settings, "model_fingerprint": "f2"})
+    (tmp_path / "results.jsonl").write_text(json.dumps({"key": "k1"}) + "\n")
+    with pytest.raises(ValueError, match="without its settings"):
+        check_resumable(tmp_path / "results.jsonl", settings)
