@@ -122,6 +122,14 @@ def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Pat
     # best/ is chosen on fact EM at exactly |SF| hops (2 here, the horizon too)
     assert any('"eval/sf_em/all"' in line for line in lines)
     assert evaluate(best, val, cfg.env)["fact_em"] == pytest.approx(summary["best_metric"])
+    # the stop rule was calibrated on the validation episodes when training ended, and saved with best/
+    from qrag.training.calibrate import calibrate_stop_threshold
+
+    assert best.hops.calibrated and best.hops.max_hops == cfg.env.max_steps
+    assert best.hops.stop_threshold == pytest.approx(calibrate_stop_threshold(best, val).threshold)
+    stored = json.loads((tmp_path / "best" / "eval.json").read_text())
+    assert stored["stop/threshold"] == pytest.approx(best.hops.stop_threshold)
+    assert stored["stop/fact_em"] >= stored["stop/em_all_hops"] - 0.01
 
 
 def test_acting_schedule_follows_the_time_budget(tiny_encoder_path: Path, tmp_path: Path) -> None:
