@@ -227,7 +227,6 @@ class Trainer:
         self.updates = 0
         self.resumed_from: Path | None = None
         self.best_metric = -math.inf
-        self._budget_start: float | None = None  # perf_counter when this process's train() began
         self.recent: deque[tuple[float, float, bool]] = deque(maxlen=100)  # (return, fact recall, completed)
 
     @property
@@ -245,8 +244,8 @@ class Trainer:
         time budget, this run's minutes / max_minutes (schedules follow the limit that binds)."""
         tc = self.config.trainer
         p = self.transitions / tc.total_transitions
-        if tc.max_minutes and self._budget_start is not None:
-            p = max(p, (time.perf_counter() - self._budget_start) / (60 * tc.max_minutes))
+        if tc.max_minutes:
+            p = max(p, (time.perf_counter() - self.created) / (60 * tc.max_minutes))
         return min(1.0, p)
 
     @property
@@ -366,7 +365,6 @@ class Trainer:
         next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
         next_save = self._next_multiple(tc.save_every)
         started, start_transitions = time.perf_counter(), self.transitions
-        self._budget_start = started
         last_eval: dict[str, float] = {}
         deadline = self.created + 60 * tc.max_minutes if tc.max_minutes else math.inf
         # The run must end within the budget, its final evaluation and checkpoint included: stop once the time

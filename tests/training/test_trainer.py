@@ -139,12 +139,13 @@ def test_acting_schedule_follows_the_time_budget(tiny_encoder_path: Path, tmp_pa
     cfg.rl.act_temperature, cfg.rl.act_temperature_final, cfg.rl.act_epsilon = 0.5, 0.1, 0.4
     cfg.rl.explore_fraction, cfg.rl.alpha_final = 0.5, 0.01
     trainer = Trainer(cfg, make_two_hop_episodes(4, 0))
+    trainer.created = time.perf_counter()
     assert trainer.acting() == (pytest.approx(0.5), pytest.approx(0.4))
-    trainer._budget_start = time.perf_counter() - 15  # a quarter of the minute: half of explore_fraction
+    trainer.created = time.perf_counter() - 15  # a quarter of the minute: half of explore_fraction
     temperature, epsilon = trainer.acting()
     assert temperature == pytest.approx(0.3, abs=0.01) and epsilon == pytest.approx(0.2, abs=0.01)
     assert trainer.alpha == pytest.approx(0.05 + (0.01 - 0.05) * 0.25, abs=0.001)
-    trainer._budget_start = time.perf_counter() - 40  # past explore_fraction: final temperature, no ε
+    trainer.created = time.perf_counter() - 40  # past explore_fraction: final temperature, no ε
     assert trainer.acting() == (pytest.approx(0.1), 0.0)
 
 
