@@ -267,7 +267,7 @@ class TrainerConfig:
     """best/ is the checkpoint with the highest 'sf_em' (per-task fact EM at exactly |SF| greedy hops,
     averaged over tasks) or the highest mean 'return' with max_steps hops."""
     calibrate_stop: bool = True
-    """When training ends, calibrate best/'s stop threshold on the validation episodes and save it with it."""
+    """Calibrate the stop threshold on the validation episodes whenever best/ is saved, and save it with it."""
     task_weighting: TaskWeighting = "uniform"
     """Episode sampling: 'uniform', or 'error' (a task drawn in proportion to its validation error at
     |SF| hops, floor 0.05, then one of its episodes); the same as uniform for single-task data."""

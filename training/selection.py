@@ -8,11 +8,9 @@ per-task scores weight task sampling toward what is not yet learned (`trainer.ta
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -92,25 +90,14 @@ class TaskSampler:
         return pool[int(torch.randint(len(pool), (1,), generator=self.generator))]
 
 
-def calibrate_saved_model(folder: str | Path, episodes: Sequence[Episode], store: ChunkVectorCache | None = None,
-                          eval_file: str = "eval.json") -> dict[str, Any]:
-    """Calibrate the stop rule of the model saved in `folder` on validation `episodes` and save it there.
+def calibrate_stop_rule(model: Any, episodes: Sequence[Episode], store: ChunkVectorCache | None = None) -> dict[str, Any]:
+    """Calibrate `model`'s stop rule on validation `episodes` and set it in `model.hops` (saved with the model).
 
-    The threshold (`qrag.training.calibrate.calibrate_stop_threshold`: best mean fact F1 whose fact EM stays
-    within 0.01 of taking every hop) goes into the checkpoint's `hops.stop_threshold` (with `calibrated`),
-    so searchers, adapters and qrag-eval use it; the calibration report is added to `folder/eval_file`.
+    The threshold is `qrag.training.calibrate.calibrate_stop_threshold`'s (best mean fact F1 whose fact EM
+    stays within 0.01 of taking every hop); `hops.calibrated` becomes True. Returns the report as `stop/*`.
     """
     from qrag.training.calibrate import calibrate_stop_threshold
-    from qrag.training.qnet import QNetwork
 
-    folder = Path(folder)
-    model = QNetwork.from_pretrained(folder)
-    usable = [ep for ep in episodes if ep.supporting]
-    result = calibrate_stop_threshold(model, usable, store=store)
+    result = calibrate_stop_threshold(model, [ep for ep in episodes if ep.supporting], store=store)
     model.hops = replace(model.hops, stop_threshold=float(result.threshold), calibrated=True)
-    model.save_pretrained(folder)
-    report = {f"stop/{k}": v for k, v in asdict(result).items()}
-    path = folder / eval_file
-    saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    path.write_text(json.dumps({**saved, **report}, indent=1), encoding="utf-8")
-    return report
+    return {f"stop/{k}": v for k, v in asdict(result).items()}

@@ -41,7 +41,7 @@ from qrag.training.data.episode import Episode
 from qrag.training.env import EpisodeState, RetrievalEnv
 from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import WEIGHTS_FILE, QNetwork
-from qrag.training.selection import TaskSampler, calibrate_saved_model, evaluate_at_sf
+from qrag.training.selection import TaskSampler, calibrate_stop_rule, evaluate_at_sf
 
 BEST_EVAL_FILE = "eval.json"  # beside best/'s model: its validation result and when it was reached
 
@@ -410,9 +410,6 @@ class Trainer:
             if out_of_time:
                 break
         bar.close()
-        if tc.calibrate_stop and self.val_episodes and main and (self.output_dir / "best").is_dir():
-            last_eval = {**last_eval, **calibrate_saved_model(self.output_dir / "best", self.val_episodes,
-                                                              self.chunk_store, BEST_EVAL_FILE)}
         if writer is not None:
             writer.close()
         return {"transitions": self.transitions, "updates": self.updates, "eval": last_eval,
@@ -454,6 +451,9 @@ class Trainer:
         metric = result[tc.select_on]
         if metric > self.best_metric:
             self.best_metric = metric
+            if tc.calibrate_stop:  # inside the evaluation's time, which the time budget accounts for
+                with self.accelerator.autocast():
+                    result.update(calibrate_stop_rule(self.online, self.val_episodes, self.chunk_store))
             self.online.save_pretrained(self.output_dir / "best")
             (self.output_dir / "best" / BEST_EVAL_FILE).write_text(
                 json.dumps({"transitions": self.transitions, **result}, indent=1), encoding="utf-8")
