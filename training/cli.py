@@ -20,7 +20,7 @@ import tyro
 
 from qrag.training.checkpoint import ResumeError
 from qrag.training.config import ConfigError, DataConfig, TrainConfig, load_preset, load_yaml, preset_names
-from qrag.training.data import Episode, EpisodeError, load_episodes
+from qrag.training.data import SOURCES, Episode, EpisodeError, load_episodes
 from qrag.training.encoders import EncoderLoadError
 from qrag.training.qnet import CheckpointError
 
@@ -46,7 +46,7 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
         if data.val_path:
             val += load_episodes(data.source, num_samples=data.num_val or None, path=data.val_path, **common)
         elif data.train_path is None:
-            val += load_episodes(data.source, split="train", num_samples=max(1, data.num_val // len(tasks)),
+            val += load_episodes(data.source, split=getattr(SOURCES.get(data.source), "val_split", "train"), num_samples=max(1, data.num_val // len(tasks)),
                                  seed=data.seed + VALIDATION_SEED_OFFSET, **common)
     if not data.val_path and data.train_path is not None and data.num_val:
         random.Random(data.seed).shuffle(train)
