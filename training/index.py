@@ -267,6 +267,8 @@ class ChunkIndex:
         metadatas: N JSON-serialisable metadata dicts (default: empty).
         backend: "torch" (exact, default) or "faiss" (`IndexFlatIP`, needs `faiss-cpu`).
         encoder: The name of the encoder the vectors came from, recorded for error messages.
+        ordered: Whether the texts are in a meaningful order (one document in reading order); a
+            position-aware model (position_mode 'relative'/'absolute') scores by position and warns without it.
 
     Example:
         >>> from qrag.training.qnet import QNetwork
@@ -286,6 +288,7 @@ class ChunkIndex:
         *,
         backend: Backend = "torch",
         encoder: str | None = None,
+        ordered: bool = False,
     ) -> None:
         texts = _check_texts(texts)
         n = len(texts)
@@ -296,6 +299,7 @@ class ChunkIndex:
         self.ids: list[str] = _check_ids(ids, n)
         self.metadatas: list[dict[str, Any]] = _check_metadatas(metadatas, n)
         self.encoder = encoder
+        self.ordered = bool(ordered)
         self._row = {cid: i for i, cid in enumerate(self.ids)}
         if backend not in ("torch", "faiss"):
             raise ValueError(f"ChunkIndex backend must be 'torch' or 'faiss', got {backend!r}.")
@@ -314,6 +318,7 @@ class ChunkIndex:
         batch_size: int = 128,
         show_progress: bool | None = None,
         backend: Backend = "torch",
+        ordered: bool = False,
     ) -> ChunkIndex:
         """Embed `texts` once with the chunk tower (length-sorted batches) and index them.
 
@@ -325,6 +330,7 @@ class ChunkIndex:
             batch_size: Chunks per encoder batch.
             show_progress: Progress bar; None shows it from 10 000 chunks on.
             backend: "torch" (exact) or "faiss".
+            ordered: Declare the texts one document in reading order (position-aware models need it).
 
         Raises:
             ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, or
@@ -334,9 +340,10 @@ class ChunkIndex:
         ids_ = _check_ids(ids, len(texts))
         metas = _check_metadatas(metadatas, len(texts))
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
+        model.check_chunk_lengths(texts, stacklevel=2)
         with model_lock(model):
             vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
-        return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder)
+        return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder, ordered=ordered)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -440,6 +447,7 @@ class ChunkIndex:
             "dim": self.dim,
             "backend": self.backend,
             "encoder": self.encoder,
+            "ordered": self.ordered,
             "vector_file": _VECTOR_FILES[vector_format],
             "ids": self.ids,
             "texts": self.texts,
@@ -508,7 +516,8 @@ class ChunkIndex:
                 f"{str(d)!r} is inconsistent: {count} chunks in the header, {len(texts)} texts, {len(ids)} ids, "
                 f"vectors of shape {tuple(vectors.shape)}; rebuild and save the index."
             )
-        index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"), encoder=head.get("encoder"))
+        index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"), encoder=head.get("encoder"),
+                    ordered=bool(head.get("ordered", False)))
         return index.to(device) if device else index
 
 

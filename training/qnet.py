@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,10 @@ ENCODER_CONFIG_DIR = "encoder"
 
 class CheckpointError(ValueError):
     """A checkpoint folder is missing, incomplete or does not match its base encoder."""
+
+
+class ChunkLengthWarning(UserWarning):
+    """Chunks longer than the model's `max_chunk_tokens` are cut: only their beginning is embedded."""
 
 
 class Tower(nn.Module):
@@ -150,6 +155,25 @@ class QNetwork(nn.Module):
             list(texts), truncation=True, max_length=self.config.max_chunk_tokens, padding=True, return_tensors="pt"
         )
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+    def check_chunk_lengths(self, texts: Sequence[str], *, stacklevel: int = 2) -> int:
+        """Warn once (`ChunkLengthWarning`) when chunks exceed `max_chunk_tokens`: how many, and by how much.
+
+        Returns:
+            How many of `texts` are longer than `max_chunk_tokens` tokens (special tokens included).
+        """
+        limit = self.config.max_chunk_tokens
+        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]]
+        over = [n - limit for n in lengths if n > limit]
+        if over:
+            warnings.warn(
+                f"{len(over)} of {len(lengths)} chunks are longer than this model's max_chunk_tokens={limit} (by up "
+                f"to {max(over)} tokens, {sum(over) / len(over):.0f} on average) and are embedded from their first "
+                f"{limit} tokens only; split them into smaller chunks, or use a model trained on passages "
+                "(qrag/wiki-minilm keeps 128 tokens).",
+                ChunkLengthWarning, stacklevel=stacklevel + 1,
+            )
+        return len(over)
 
     def state_token_ids(self, question: str, selected_chunks: Sequence[str]) -> list[int]:
         """`[CLS] q [SEP] c1 [SEP] c2 [SEP]`, each piece truncated to `max_state_piece_tokens` on its own."""
