@@ -25,7 +25,7 @@ from qrag.training.config import ConfigError, ModelConfig
 from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
 from qrag.training.index import TRANSIENT_KEY_PREFIX
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
-from qrag.training.shipped import resolve_checkpoint, shipped_names
+from qrag.training.shipped import ShippedNameError, resolve_checkpoint, shipped_names
 
 CHECKPOINT_FORMAT = "qrag-qnetwork"
 CHECKPOINT_VERSION = 1
@@ -383,7 +383,10 @@ class QNetwork(nn.Module):
         Raises:
             CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
         """
-        d = resolve_checkpoint(directory)
+        try:
+            d = resolve_checkpoint(directory)
+        except ShippedNameError as e:
+            raise CheckpointError(str(e)) from None
         meta = read_checkpoint_meta(d)
         try:
             config = ModelConfig(**meta["model"])

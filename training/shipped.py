@@ -53,6 +53,6 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
         names = shipped_names()
         close = difflib.get_close_matches(str(name_or_path), names, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ShippedNameError(f"{str(name_or_path)!r} is not a checkpoint shipped with qrag; shipped: "
-                               f"{', '.join(names) or 'none installed'}.{hint}")
+        raise ShippedNameError(f"{str(name_or_path)!r} is not a checkpoint shipped with qrag (checkpoints shipped "
+                               f"with qrag: {', '.join(names) or 'none installed'}).{hint}")
     return path

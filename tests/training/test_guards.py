@@ -65,7 +65,7 @@ def test_from_vector_store_refuses_cosine(tiny_encoder_path: Path) -> None:
 def test_mistyped_shipped_name_lists_the_shipped_names() -> None:
     names = shipped_names()
     assert "qrag/babilong-minilm" in names
-    with pytest.raises(ShippedNameError, match="qrag/babilong-minlm.*shipped: .*qrag/babilong-minilm.*Did you mean"):
+    with pytest.raises(ShippedNameError, match="qrag/babilong-minlm.*shipped with qrag: .*qrag/babilong-minilm.*Did you mean"):
         load_model("qrag/babilong-minlm")
     with pytest.raises(ValueError, match="not a checkpoint shipped with qrag"):
         QNetwork.from_pretrained("qrag/nothing-like-it")
