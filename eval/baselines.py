@@ -25,7 +25,7 @@ import torch
 from qrag.training.data import Episode
 from qrag.training.index import ChunkIndex, ChunkVectorCache, ChunkVectorFolder
 from qrag.training.qnet import CONFIG_FILE, QNetwork
-from qrag.training.search import SearchConfig, SearchResult, load_model, search_many
+from qrag.training.search import FROM_MODEL, FromModel, SearchConfig, SearchResult, load_model, search_many
 from qrag.training.shipped import resolve_checkpoint, shipped_names
 
 METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
@@ -167,14 +167,16 @@ class MultiHopRetriever:
         budget: Fixed result count, or None for |SF|; ignored when `adaptive`. The first `max_hops` results
             are hops; any more are the best remaining chunks for the state after the last hop.
         adaptive: Let the stop rule decide how many hops (k=None).
-        max_hops: Most hops per question.
-        stop_threshold: The stop rule's threshold (adaptive only).
+        max_hops: Most hops per question; None: the model's trained horizon (`QNetwork.hops`).
+        stop_threshold: The stop rule's threshold (adaptive only); 'model': the model's saved threshold.
     """
 
     def __init__(self, model: QNetwork, *, name: str, budget: int | None = None, adaptive: bool = False,
-                 max_hops: int = 4, stop_threshold: float | None = 0.5, cache: _IndexCache | None = None) -> None:
+                 max_hops: int | None = None, stop_threshold: float | FromModel | None = FROM_MODEL,
+                 cache: _IndexCache | None = None) -> None:
         self.model, self.name, self.budget, self.adaptive = model.eval(), name, budget, adaptive
-        self.max_hops, self.stop_threshold = max_hops, stop_threshold
+        hops = SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold).validate().resolved(model.hops)
+        self.max_hops, self.stop_threshold = hops.horizon, hops.threshold
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
@@ -221,8 +223,8 @@ def make_retrievers(
     encoder: str | QNetwork = "all-MiniLM-L6-v2",
     checkpoint: str | QNetwork | None = None,
     budget: int | None = None,
-    max_hops: int = 4,
-    stop_threshold: float = 0.5,
+    max_hops: int | None = None,
+    stop_threshold: float | None = None,
     device: str | None = None,
     chunk_stores: Sequence[ChunkVectorCache] = (),
     chunk_vectors: ChunkVectorFolder | None = None,
@@ -236,8 +238,9 @@ def make_retrievers(
         checkpoint: A trained Q-RAG checkpoint folder (`QNetwork.save_pretrained`) or `QNetwork`, needed by
             the qrag methods.
         budget: Results per question for non-adaptive methods (None: |SF|).
-        max_hops: Most hops for the multi-hop methods.
-        stop_threshold: The stop rule's threshold for 'qrag+stop'.
+        max_hops: Most hops for the multi-hop methods; None: the trained checkpoint's horizon (the untrained
+            baseline gets the same, so both search equally far), else `HopSettings`' default.
+        stop_threshold: The stop rule's threshold for 'qrag+stop'; None: the checkpoint's saved threshold.
         device: Torch device for the encoders (default: CPU).
         chunk_stores: Chunk vectors already computed, one cache per chunk tower (a model trained with
             `train_towers='state'` and its untrained start share one).
@@ -263,10 +266,11 @@ def make_retrievers(
     untrained: QNetwork | None = None
     trained: QNetwork | None = None
     out: list[Retriever] = []
+    if any(m in NEEDS_CHECKPOINT for m in methods):
+        trained = load_model(checkpoint if isinstance(checkpoint, QNetwork) else str(checkpoint), device=device)
+        max_hops = trained.hops.max_hops if max_hops is None else max_hops
+    threshold: float | FromModel = FROM_MODEL if stop_threshold is None else stop_threshold
     with torch.no_grad():
-        if any(m in NEEDS_CHECKPOINT for m in methods):
-            assert checkpoint is not None
-            trained = load_model(checkpoint if isinstance(checkpoint, QNetwork) else str(checkpoint), device=device)
         for m in methods:
             if m in ("dense", "multihop") and untrained is None:
                 untrained = _untrained(encoder, trained, device)
@@ -283,5 +287,5 @@ def make_retrievers(
             else:
                 assert trained is not None
                 out.append(MultiHopRetriever(trained, name=m, budget=budget, adaptive=m == "qrag+stop",
-                                             max_hops=max_hops, stop_threshold=stop_threshold, cache=cache))
+                                             max_hops=max_hops, stop_threshold=threshold, cache=cache))
     return out

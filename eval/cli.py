@@ -45,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--num-samples", type=int, default=100, help="samples per (task, length)")
         p.add_argument("--budget", type=int, default=None,
                        help="chunks per question for non-adaptive methods (default: |SF| of each sample)")
-        p.add_argument("--max-hops", type=int, default=4, help="most hops of the multi-hop methods")
-        p.add_argument("--stop-threshold", type=float, default=0.5, help="stop rule of qrag+stop")
+        p.add_argument("--max-hops", type=int, default=None,
+                       help="most hops of the multi-hop methods (default: the --model checkpoint's trained horizon)")
+        p.add_argument("--stop-threshold", type=float, default=None,
+                       help="stop rule of qrag+stop (default: the --model checkpoint's saved threshold)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--max-new-tokens", type=int, default=32)
         p.add_argument("--device", default=None)

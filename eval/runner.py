@@ -91,10 +91,10 @@ class RunConfig:
     """Data file for file-based benchmarks (hotpotqa, musique, 2wiki, ruler_qa, jsonl)."""
     budget: int | None = None
     """Chunks per question for non-adaptive methods; None: |SF| of each sample."""
-    max_hops: int = 4
-    """Most hops for multi-hop methods."""
-    stop_threshold: float = 0.5
-    """Stop-rule threshold for 'qrag+stop'."""
+    max_hops: int | None = None
+    """Most hops for multi-hop methods; None: the trained checkpoint's horizon (saved with it)."""
+    stop_threshold: float | None = None
+    """Stop-rule threshold for 'qrag+stop'; None: the checkpoint's saved (calibrated) threshold."""
     seed: int = 0
     """Generator seed (split 'test')."""
     max_new_tokens: int = 32

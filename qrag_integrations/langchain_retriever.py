@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
-    CallbackManager,
     CallbackManagerForRetrieverRun,
     adispatch_custom_event,
     dispatch_custom_event,
@@ -18,25 +18,27 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import get_config_list
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
-from qrag.training.search import MultiHopSearcher, SearchResult, load_model
+from qrag.training.search import FROM_MODEL, FromModel, MultiHopSearcher, SearchResult, load_model
 
 CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order")
 SAVE_FILE = "retriever.json"
 SAVE_FORMAT = "qrag-langchain-retriever"
+# Results a `batch` call searched together, by query, for the `invoke`s it then runs (one traced run each).
+_BATCHED: ContextVar[dict[str, SearchResult] | None] = ContextVar("qrag_batched_results", default=None)
 
 
 class QRAGRetriever(BaseRetriever):
     """Multi-hop retrieval with a trained qrag Q-network: each hop re-encodes question + chunks so far.
 
-    `k=None` (default) lets the stop rule choose how many chunks (at most `max_hops`); an explicit `k`
-    returns exactly `min(k, N)` documents, flagging those past the stop rule with `past_stop=True`
-    (see `qrag.training.search`). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
+    `k=4` (default, as LangChain's retrievers) returns exactly `min(k, N)` documents, flagging those past the
+    stop rule with `past_stop=True`; `k=None` opts in to adaptive search, where the model's stop rule chooses
+    how many (at most `max_hops`; see `qrag.training.search`). `max_hops` and `stop_threshold` default to the
+    values saved with the model (its trained horizon and calibrated threshold). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
     `Document.id` is the chunk id. Each hop is sent as a custom event `qrag_hop`.
     Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=...)`.
 
@@ -51,9 +53,9 @@ class QRAGRetriever(BaseRetriever):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     searcher: MultiHopSearcher
-    k: int | None = None
-    max_hops: int = 4
-    stop_threshold: float | None = 0.5
+    k: int | None = 4
+    max_hops: int | None = None
+    stop_threshold: float | FromModel | None = FROM_MODEL
     beam_size: int = 1
     order: Literal["hop", "document"] = "hop"
 
@@ -145,7 +147,9 @@ class QRAGRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        result = self.searcher.search_one(self._check_query(query), **self._search_args(kwargs))
+        args, batched = self._search_args(kwargs), _BATCHED.get()
+        result = batched.get(query) if batched else None
+        result = result or self.searcher.search_one(self._check_query(query), **args)
         for event in self._events(result):
             dispatch_custom_event("qrag_hop", event, config={"callbacks": run_manager.get_child()})
         return self._documents(result)
@@ -168,44 +172,20 @@ class QRAGRetriever(BaseRetriever):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[list[Document]]:  # type: ignore[override]
-        """One traced run per input, but one batched search: every hop encodes all states together."""
-        if not inputs:
-            return []
-        configs = get_config_list(config, len(inputs))
-        runs = []
-        for query, cfg in zip(inputs, configs, strict=True):
-            manager = CallbackManager.configure(
-                cfg.get("callbacks"), None, verbose=False, inheritable_tags=cfg.get("tags"), local_tags=self.tags,
-                inheritable_metadata={**(cfg.get("metadata") or {}), **self._get_ls_params()},
-                local_metadata=self.metadata,
-            )
-            runs.append(manager.on_retriever_start(None, query, name=cfg.get("run_name") or self.get_name(),
-                                                   run_id=cfg.get("run_id")))
-        outputs: list[Any] = [None] * len(inputs)
+        """One traced run per input (LangChain's own `batch`), but one batched search: every hop encodes the
+        states of all questions together, and each run picks up its question's result."""
+        found: dict[str, SearchResult] = {}
+        queries = list(dict.fromkeys(q for q in inputs if isinstance(q, str) and q.strip()))
         try:
-            args = self._search_args(kwargs)
-            good = []
-            for i, query in enumerate(inputs):
-                try:
-                    good.append((i, self._check_query(query)))
-                except ValueError as e:
-                    outputs[i] = e
-            results = self.searcher.search([q for _, q in good], **args)
-            for (i, _), result in zip(good, results, strict=True):
-                for event in self._events(result):
-                    dispatch_custom_event("qrag_hop", event, config={"callbacks": runs[i].get_child()})
-                outputs[i] = self._documents(result)
-        except Exception as e:
-            outputs = [e if o is None else o for o in outputs]
-        for run, out in zip(runs, outputs, strict=True):
-            if isinstance(out, Exception):
-                run.on_retriever_error(out)
-            else:
-                run.on_retriever_end(out)
-        errors = [o for o in outputs if isinstance(o, Exception)]
-        if errors and not return_exceptions:
-            raise errors[0]
-        return outputs
+            if queries:
+                found = dict(zip(queries, self.searcher.search(queries, **self._search_args(kwargs)), strict=True))
+        except ValueError:
+            found = {}  # a bad argument: each run raises it on its own, traced, as `invoke` would
+        token = _BATCHED.set(found)
+        try:
+            return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
+        finally:
+            _BATCHED.reset(token)
 
     # ------------------------------------------------------------------ persistence
     def save_local(self, folder: str | Path) -> Path:

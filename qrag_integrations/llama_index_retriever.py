@@ -14,15 +14,15 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle
-from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
-from qrag.training.search import MultiHopSearcher, load_model
+from qrag.training.search import FROM_MODEL, FromModel, MultiHopSearcher, load_model
 
 TRACE_KEYS = ("hop", "q_value", "past_stop")
 SAVE_FILE = "retriever.json"
-NODES_FILE = "nodes.json"
+NODES_FILE = "docstore.json"
 SAVE_FORMAT = "qrag-llama-index-retriever"
 dispatcher = instrument.get_dispatcher(__name__)
 
@@ -44,9 +44,11 @@ class QRAGHopEvent(BaseEvent):
 class QRAGLlamaIndexRetriever(BaseRetriever):
     """Multi-hop retrieval with a trained qrag Q-network over LlamaIndex nodes.
 
-    `similarity_top_k=None` (default) lets the stop rule choose how many nodes (at most `max_hops`); an
-    explicit value returns exactly `min(similarity_top_k, N)` nodes, those past the stop rule flagged
-    `past_stop` (see `qrag.training.search`). `NodeWithScore.score` is the Q-value; `hop`, `q_value` and
+    `similarity_top_k=2` (default, as LlamaIndex's retrievers) returns exactly `min(similarity_top_k, N)`
+    nodes, those past the stop rule flagged `past_stop`; `similarity_top_k=None` opts in to adaptive search,
+    where the model's stop rule chooses how many (at most `max_hops`; see `qrag.training.search`).
+    `max_hops` and `stop_threshold` default to the values saved with the model. Nodes are embedded with
+    `MetadataMode.EMBED` (their text plus the metadata not excluded from embedding), as LlamaIndex does. `NodeWithScore.score` is the Q-value; `hop`, `q_value` and
     `past_stop` go in node metadata, excluded from LLM and embedding text. Each hop emits a `QRAGHopEvent`.
 
     Example:
@@ -61,9 +63,9 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         self,
         searcher: MultiHopSearcher,
         nodes: Sequence[BaseNode],
-        similarity_top_k: int | None = None,
-        max_hops: int = 4,
-        stop_threshold: float | None = 0.5,
+        similarity_top_k: int | None = 2,
+        max_hops: int | None = None,
+        stop_threshold: float | FromModel | None = FROM_MODEL,
         beam_size: int = 1,
         order: Literal["hop", "document"] = "hop",
         callback_manager: CallbackManager | None = None,
@@ -88,7 +90,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         nodes: Sequence[BaseNode] | None = None,
         documents: Sequence[Document] | None = None,
         model: QNetwork | str | Path | None = None,
-        similarity_top_k: int | None = None,
+        similarity_top_k: int | None = 2,
         node_parser: NodeParser | None = None,
         backend: Literal["torch", "faiss"] = "torch",
         ordered: bool = False,
@@ -105,7 +107,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             nodes = node_parser.get_nodes_from_documents(documents) if node_parser else list(documents)
         assert nodes is not None
         qnet = load_model(model)
-        texts = [n.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend, ordered=ordered)
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
@@ -131,10 +133,11 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         return await asyncio.to_thread(self._retrieve, query_bundle)
 
     def persist(self, path: str | Path) -> Path:
-        """Write the searcher (model + index), the nodes (LlamaIndex JSON) and every argument."""
+        """Write the searcher (model + index), the nodes (a LlamaIndex `SimpleDocumentStore`) and every argument."""
         target = self.searcher.save(path)
-        nodes = [doc_to_json(self._nodes[i]) for i in self.searcher.index.ids]  # type: ignore[union-attr]
-        (target / NODES_FILE).write_text(json.dumps(nodes), encoding="utf-8")
+        docstore = SimpleDocumentStore()
+        docstore.add_documents(list(self._nodes.values()))
+        docstore.persist(str(target / NODES_FILE))
         head = {"format": SAVE_FORMAT, "version": 1, "args": {**self._args(), "verbose": self._verbose}}
         (target / SAVE_FILE).write_text(json.dumps(head, indent=2), encoding="utf-8")
         return target
@@ -150,10 +153,14 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             if head.get("format") != SAVE_FORMAT:
                 raise ValueError(f"format {head.get('format')!r}")
             args = dict(head["args"])
-            nodes = [json_to_doc(n) for n in json.loads((d / NODES_FILE).read_text(encoding="utf-8"))]
+            docstore = SimpleDocumentStore.from_persist_path(str(d / NODES_FILE))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{str(d)!r} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
         searcher = MultiHopSearcher.load(d, device=device, encoder=encoder)
+        try:
+            nodes = [docstore.get_node(i) for i in searcher.index.ids]  # type: ignore[union-attr]
+        except ValueError as e:
+            raise ValueError(f"{str(d)!r} is corrupt: {e}; persist the retriever again.") from None
         return cls(searcher, nodes, similarity_top_k=args.pop("k"), **args)
 
 

@@ -8,10 +8,13 @@ of an encoder that ships as a Python package and therefore works offline: `all-M
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 BUNDLED_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 _MINILM_ALIASES = {BUNDLED_MINILM.lower(), "all-minilm-l6-v2", "bundled:all-minilm-l6-v2"}
@@ -58,12 +61,26 @@ def resolve_encoder(name_or_path: str) -> str:
     return name_or_path
 
 
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No per-tensor "Loading weights" progress bar while an encoder loads (a load takes a second or two; a bar
+    on every `from_pretrained` is noise in a user's logs). The user's own setting is restored afterwards."""
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load an encoder and its tokenizer (fp32, pooler dropped: qrag mean-pools the last hidden states)."""
     resolved = resolve_encoder(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved)
-        model = AutoModel.from_pretrained(resolved, dtype=torch.float32)
+        with quiet_loading():
+            model = AutoModel.from_pretrained(resolved, dtype=torch.float32)
     except EncoderLoadError:
         raise
     except (OSError, ValueError, KeyError) as e:

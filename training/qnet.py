@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from qrag.training.atomic import atomic_dir
-from qrag.training.config import ConfigError, ModelConfig
+from qrag.training.config import ConfigError, HopSettings, ModelConfig
 from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
 from qrag.training.index import TRANSIENT_KEY_PREFIX
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
@@ -79,7 +79,9 @@ class QNetwork(nn.Module):
         self.chunk_tower = chunk_tower
         self.tokenizer = tokenizer
         self.config = config
+        self.hops = HopSettings()  # the search defaults saved with the model (the trainer sets them)
         self._base_key: str | None = None
+        self._untrained_sums: list[float] | None = None  # set while both towers are the base encoder as loaded
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -101,7 +103,10 @@ class QNetwork(nn.Module):
         config = ModelConfig(encoder=name_or_path, **options)
         config.validate()
         encoder, tokenizer = load_encoder(name_or_path)
-        return cls._assemble(encoder, copy.deepcopy(encoder), tokenizer, config)
+        qnet = cls._assemble(encoder, copy.deepcopy(encoder), tokenizer, config)
+        if Path(resolve_encoder(name_or_path)).is_dir():  # the base can be found again offline: saves may name it
+            qnet._untrained_sums = qnet._weight_sums()
+        return qnet
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> QNetwork:
@@ -129,6 +134,17 @@ class QNetwork(nn.Module):
     def self_contained(self) -> bool:
         """Whether checkpoints hold every weight ('full' mode, both towers) rather than the trained part only."""
         return self.config.train_mode == "full" and self.config.train_towers == "both"
+
+    @property
+    def untrained(self) -> bool:
+        """True while both towers are exactly the base encoder they were loaded from (which a save then names
+        instead of copying its weights); any change to any weight makes it False."""
+        return self._untrained_sums is not None and self._weight_sums() == self._untrained_sums
+
+    def _weight_sums(self) -> list[float]:
+        # Two moments per tensor in float64: any training step moves them.
+        return [float(s) for v in self.state_dict().values() if v.is_floating_point()
+                for s in (v.double().sum(), v.double().square().sum())]
 
     @property
     def chunk_tower_frozen(self) -> bool:
@@ -350,23 +366,26 @@ class QNetwork(nn.Module):
 
         In 'full' mode with both towers trained the folder is self-contained; otherwise it holds only the
         trained parameters and names its base encoder, so a trained model is a few MB beside a shared base
-        (the state tower's weights alone with `train_towers='state'`).
+        (the state tower's weights alone with `train_towers='state'`). An `untrained` network whose base
+        encoder can be found offline stores no weights at all: the folder names its base (a few hundred KB).
         """
         target = Path(directory)
-        full = self.self_contained
+        saved = "none" if self.untrained else "all" if self.self_contained else "trainable"
         with atomic_dir(target) as tmp:
-            tensors = {k: v.detach().cpu().contiguous() for k, v in self.trainable_state_dict().items()}
+            weights = {} if saved == "none" else self.trainable_state_dict()
+            tensors = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
             save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})
             meta = {
                 "format": CHECKPOINT_FORMAT,
                 "version": CHECKPOINT_VERSION,
                 "model": dataclasses.asdict(self.config),
-                "saved_params": "all" if full else "trainable",
+                "saved_params": saved,
                 "base_fingerprint": self.base_fingerprint(),
+                "hops": dataclasses.asdict(self.hops),
             }
             (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
             self.tokenizer.save_pretrained(str(tmp / "tokenizer"))
-            if full:
+            if saved == "all":
                 self._base_encoder(self.state_tower).config.save_pretrained(str(tmp / ENCODER_CONFIG_DIR))
         return target
 
@@ -418,14 +437,30 @@ class QNetwork(nn.Module):
                     f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
                 )
         missing, unexpected = qnet.load_state_dict(tensors, strict=False)
-        expected = set(qnet.trainable_state_dict()) if meta["saved_params"] == "trainable" else set(qnet.state_dict())
+        expected = {"none": set(), "trainable": set(qnet.trainable_state_dict())}.get(meta["saved_params"],
+                                                                                     set(qnet.state_dict()))
         lost = sorted(set(missing) & expected)
         if lost or unexpected:
             raise CheckpointError(
                 f"checkpoint {str(d)!r} does not fit its model config: missing {lost[:3]}, unexpected "
                 f"{sorted(unexpected)[:3]} (was it written by another qrag version or edited?)."
             )
+        qnet.hops = _read_hops(meta, d)
+        if meta["saved_params"] == "none":
+            qnet._untrained_sums = qnet._weight_sums()
         return qnet.eval()
+
+
+def _read_hops(meta: dict[str, Any], directory: Path) -> HopSettings:
+    """The checkpoint's hop settings; a checkpoint saved before they were stored gets the defaults."""
+    raw = meta.get("hops", {})
+    try:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"expected an object, got {type(raw).__name__}")
+        return HopSettings(**raw).validate()
+    except (TypeError, ConfigError) as e:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: the 'hops' section is invalid ({e}); "
+                              "save the model again or fix the file.") from None
 
 
 def read_checkpoint_meta(directory: Path) -> dict[str, Any]:
@@ -476,7 +511,11 @@ def _apply_train_mode(encoder: nn.Module, config: ModelConfig) -> nn.Module:
             bias="none",
         )
         try:
-            return get_peft_model(encoder, lora)  # type: ignore[arg-type]
+            with warnings.catch_warnings():
+                # peft probes the deprecated `is_gradient_checkpointing` attribute of transformers' models; the
+                # probe's FutureWarning says nothing about the user's code, so it is not shown on every load.
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+                return get_peft_model(encoder, lora)  # type: ignore[arg-type]
         except ValueError as e:
             raise ConfigError(f"cannot add LoRA adapters to this encoder ({e}); set model.lora_target_modules.") from None
     # top_layers: the last `trainable_layers` transformer blocks (and anything after them) train.

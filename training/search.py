@@ -6,6 +6,9 @@ Per hop, the states of every live question (and beam) are encoded in one batch b
 chunk vectors g_φ(c) come from the store, computed once. In position mode 'relative' the cached
 unrotated vectors are re-rotated for every state row at every hop (positions depend on what was taken).
 
+`max_hops` and `stop_threshold` default to the model's own (`QNetwork.hops`: the horizon it was trained for
+and the stop threshold calibrated on its validation data, saved with it); a caller's explicit value wins.
+
 How `k`, `max_hops` and `stop_threshold` interact:
 
 - `k=None` (adaptive, the paper's rule): at most `max_hops` hops; stop *before* a hop whose best Q-value
@@ -34,11 +37,14 @@ from typing import Any, Literal
 
 import torch
 
+from qrag.training.config import HopSettings
 from qrag.training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
 from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.shipped import resolve_checkpoint
 
 Order = Literal["hop", "document"]
+FromModel = Literal["model"]
+FROM_MODEL: FromModel = "model"  # a hop setting that takes the model's saved value (`QNetwork.hops`)
 SEARCH_FILE = "search.json"
 SEARCH_FORMAT = "qrag-multihop-searcher"
 MODEL_DIR, INDEX_DIR = "model", "index"
@@ -59,10 +65,11 @@ class SearchConfig:
 
     k: int | None = None
     """Exact number of results per question; None: adaptive (stop rule decides)."""
-    max_hops: int = 4
-    """Most hops (state encodings that pick a chunk) per question."""
-    stop_threshold: float | None = 0.5
-    """Stop before a hop whose best Q-value is below this; None disables the rule."""
+    max_hops: int | None = None
+    """Most hops (state encodings that pick a chunk) per question; None: the model's trained horizon."""
+    stop_threshold: float | FromModel | None = FROM_MODEL
+    """Stop before a hop whose best Q-value is below this; 'model': the model's saved (calibrated) threshold;
+    None disables the rule."""
     min_hops: int = 1
     """Hops always taken before the stop rule may stop (a retriever that returns nothing helps nobody)."""
     beam_size: int = 1
@@ -75,14 +82,14 @@ class SearchConfig:
     def validate(self) -> SearchConfig:
         for name in ("k", "max_hops", "min_hops", "beam_size", "batch_size"):
             value = getattr(self, name)
-            if name == "k" and value is None:
+            if name in ("k", "max_hops") and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_hops" else 1):
                 low = 0 if name == "min_hops" else 1
                 raise SearchError(f"{name} must be an integer >= {low}, got {value!r}.")
         t = self.stop_threshold
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t)):
-            raise SearchError(f"stop_threshold must be a number or None, got {t!r}.")
+        if t is not None and t != FROM_MODEL and (isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t)):
+            raise SearchError(f"stop_threshold must be a number, 'model' or None, got {t!r}.")
         if self.order not in ("hop", "document"):
             raise SearchError(f"order must be 'hop' or 'document', got {self.order!r}.")
         return self
@@ -90,6 +97,28 @@ class SearchConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
+
+    def resolved(self, hops: HopSettings) -> SearchConfig:
+        """A copy whose `max_hops` and `stop_threshold` left to the model take the model's saved values."""
+        return dataclasses.replace(
+            self,
+            max_hops=hops.max_hops if self.max_hops is None else self.max_hops,
+            stop_threshold=hops.stop_threshold if self.stop_threshold == FROM_MODEL else self.stop_threshold,
+        )
+
+    @property
+    def horizon(self) -> int:
+        """`max_hops` of a resolved config."""
+        if self.max_hops is None:
+            raise SearchError("max_hops is left to the model: resolve the config with SearchConfig.resolved first.")
+        return self.max_hops
+
+    @property
+    def threshold(self) -> float | None:
+        """`stop_threshold` of a resolved config (None: no stop rule)."""
+        if self.stop_threshold == FROM_MODEL:
+            raise SearchError("stop_threshold is left to the model: resolve the config with SearchConfig.resolved first.")
+        return self.stop_threshold  # type: ignore[return-value]
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> SearchConfig:
         """A copy with per-call overrides; unknown names raise `SearchError` listing the known ones."""
@@ -253,7 +282,7 @@ class MultiHopSearcher:
         Raises:
             SearchError: an empty or non-string question, or an invalid/unknown argument.
         """
-        cfg = self.config.with_overrides(overrides)
+        cfg = self.config.with_overrides(overrides).resolved(self.model.hops)
         if isinstance(questions, str):
             raise SearchError("questions must be a list of strings; for one question use search_one().")
         qs = list(questions)
@@ -269,9 +298,9 @@ class MultiHopSearcher:
     def _search_group(self, questions: list[str], cfg: SearchConfig) -> list[SearchResult]:
         n = len(self.store) if isinstance(self.store, ChunkIndex) else None
         explicit = cfg.k is not None
-        horizon = min(cfg.k, cfg.max_hops) if cfg.k is not None else cfg.max_hops
+        horizon = min(cfg.k, cfg.horizon) if cfg.k is not None else cfg.horizon
         horizon = min(horizon, n) if n is not None else horizon
-        thr = cfg.stop_threshold
+        thr = cfg.threshold
         beams: list[list[_Beam]] = [[_Beam()] for _ in questions]
         live = [True] * len(questions)
         for t in range(horizon):
@@ -296,7 +325,7 @@ class MultiHopSearcher:
         results = []
         for bs in beams:
             best = max(bs, key=lambda x: x.total)
-            kept = _stop_point(best.qs, thr, cfg.min_hops)
+            kept = stop_point(best.qs, thr, cfg.min_hops)
             hits = [Hit(c, t, q, t >= kept) for t, (c, q) in enumerate(zip(best.chunks, best.qs, strict=True))]
             results.append([h for h in hits if not h.past_stop] if not explicit else hits)
         if explicit:
@@ -408,7 +437,7 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
     Raises:
         SearchError: `beam_size > 1`, mismatched lengths, or an index whose dim differs from the model's.
     """
-    cfg = (config or SearchConfig()).validate()
+    cfg = (config or SearchConfig()).validate().resolved(model.hops)
     if cfg.beam_size != 1:
         raise SearchError(f"search_many is greedy: beam_size must be 1, got {cfg.beam_size}; use MultiHopSearcher.")
     if len(questions) != len(indexes):
@@ -417,11 +446,11 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
         if ix.dim != model.dim:
             raise SearchError(f"the model's vectors have dim {model.dim} but an index holds dim {ix.dim}.")
     model.eval()
-    explicit, thr = cfg.k is not None, cfg.stop_threshold
+    explicit, thr = cfg.k is not None, cfg.threshold
     results: list[SearchResult | None] = [None] * len(questions)
     for start in range(0, len(questions), cfg.batch_size):
         group = list(range(start, min(start + cfg.batch_size, len(questions))))
-        alone = [b for b in group if cfg.k is not None and cfg.k > cfg.max_hops and len(indexes[b]) > cfg.max_hops]
+        alone = [b for b in group if cfg.k is not None and cfg.k > cfg.horizon and len(indexes[b]) > cfg.horizon]
         for b in alone:
             results[b] = MultiHopSearcher(model, indexes[b], cfg, ordered=True).search_one(questions[b])
         batch = [b for b in group if b not in alone]
@@ -429,7 +458,7 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
             continue
         for b, (taken, qs) in zip(batch, _greedy_hops(model, [questions[b] for b in batch],
                                                       [indexes[b] for b in batch], cfg), strict=True):
-            kept = _stop_point(qs, thr, cfg.min_hops)
+            kept = stop_point(qs, thr, cfg.min_hops)
             hits = [Hit(indexes[b].chunk(i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
             hits = hits if explicit else [h for h in hits if not h.past_stop]
             results[b] = SearchResult(questions[b], MultiHopSearcher._ordered(hits, cfg.order),
@@ -447,7 +476,7 @@ def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex
     for b, ix in enumerate(indexes):
         vectors[b, : sizes[b]] = ix.vectors.to(device)
         valid[b, : sizes[b]] = True
-    horizon = [min(cfg.k if cfg.k is not None else cfg.max_hops, cfg.max_hops, sz) for sz in sizes]
+    horizon = [min(cfg.k if cfg.k is not None else cfg.horizon, cfg.horizon, sz) for sz in sizes]
     taken: list[list[int]] = [[] for _ in indexes]
     qs: list[list[float]] = [[] for _ in indexes]
     live = [True] * len(indexes)
@@ -483,10 +512,11 @@ def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex
 
 def _stops(cfg: SearchConfig, hop: int, best_q: float) -> bool:
     """Whether adaptive greedy search stops before hop `hop` whose best Q-value is `best_q`."""
-    return cfg.stop_threshold is not None and hop >= cfg.min_hops and best_q < cfg.stop_threshold
+    thr = cfg.threshold
+    return thr is not None and hop >= cfg.min_hops and best_q < thr
 
 
-def _stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> int:
+def stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> int:
     """How many hops the stop rule keeps: stop before the first hop ≥ min_hops whose Q is below threshold."""
     if threshold is None:
         return len(qs)

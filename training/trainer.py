@@ -8,8 +8,10 @@ Shape legend: E environments, T rollout steps, N chunks, D dim, B minibatch.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -178,6 +180,7 @@ class Trainer:
             chunk_store: With `model.train_towers='state'`, chunk vectors already computed (they are kept
                 for the whole run either way; pass one to share it with other work).
         """
+        self.created = time.perf_counter()  # a time budget counts from here: set-up is part of the run
         self.config = config.validate()
         tc = config.trainer
         if tc.threads:
@@ -194,6 +197,7 @@ class Trainer:
         self.val_episodes = list(val_episodes)
 
         online = qnet if qnet is not None else QNetwork.from_config(config.model)
+        online.hops = dataclasses.replace(online.hops, max_hops=config.env.max_steps)  # saved with every checkpoint
         self.target = copy.deepcopy(online).eval().requires_grad_(False)
         self.params = [p for p in online.parameters() if p.requires_grad]
         oc = config.optim
@@ -219,6 +223,7 @@ class Trainer:
         self.target_cache = ChunkCache(self.target, tc.encode_batch_size, self.chunk_store)
         self.transitions = 0
         self.updates = 0
+        self.resumed_from: Path | None = None
         self.best_metric = -math.inf
         self.recent: deque[tuple[float, float, bool]] = deque(maxlen=100)  # (return, fact recall, completed)
 
@@ -321,6 +326,9 @@ class Trainer:
         tc = self.config.trainer
         self._prepare_output_dir()
         main = self.accelerator.is_main_process
+        if self.resumed_from is not None and main:
+            tqdm.write(f"resumed from {self.resumed_from} at {self.transitions} transitions, {self.updates} updates",
+                       file=sys.stderr)
         writer = SummaryWriter(str(self.output_dir / "tb")) if main else None
         # The bar follows the limit that binds: the time budget when there is one, else the transitions.
         budget_s = round(60 * tc.max_minutes) if tc.max_minutes else 0
@@ -335,14 +343,20 @@ class Trainer:
         next_save = self._next_multiple(tc.save_every)
         started, start_transitions = time.perf_counter(), self.transitions
         last_eval: dict[str, float] = {}
-        deadline = started + 60 * tc.max_minutes if tc.max_minutes else math.inf
+        deadline = self.created + 60 * tc.max_minutes if tc.max_minutes else math.inf
+        # The run must end within the budget, its final evaluation and checkpoint included: stop once the time
+        # left is less than the last rollout + evaluation + checkpoint took (measured, not guessed).
+        eval_s = save_s = 0.0
         while self.transitions < tc.total_transitions:
-            before = self.transitions
+            before, tick = self.transitions, time.perf_counter()
             stats = self.update(self.collect_rollout())
+            step_s = time.perf_counter() - tick
             if budget_s:
-                bar.update(min(round(time.perf_counter() - started), budget_s) - bar.n)
+                bar.update(min(round(time.perf_counter() - self.created), budget_s) - bar.n)
             else:
                 bar.update(min(self.transitions, tc.total_transitions) - min(before, tc.total_transitions))
+            postfix.update(tr=str(self.transitions), loss=f"{stats['losses/td_loss']:.4f}")
+            bar.set_postfix(postfix, refresh=False)
             if self.transitions >= next_log:
                 next_log = self._next_multiple(tc.log_every)
                 sps = (self.transitions - start_transitions) / max(1e-9, time.perf_counter() - started)
@@ -354,24 +368,29 @@ class Trainer:
                                recall=f"{stats.get('charts/fact_recall', 0):.2f}",
                                loss=f"{stats['losses/td_loss']:.4f}", sps=f"{sps:.1f}")
                 bar.set_postfix(postfix)
-            out_of_time = time.perf_counter() >= deadline
+            out_of_time = time.perf_counter() + step_s + eval_s + save_s >= deadline
             finished = self.transitions >= tc.total_transitions or out_of_time
+            tick = time.perf_counter()
             if self.transitions >= next_eval or (finished and self.val_episodes):
                 next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
                 last_eval = self._evaluate_and_keep_best(writer)
                 if last_eval:
                     postfix["val_em"] = f"{last_eval['fact_em']:.3f}"
                     bar.set_postfix(postfix)
+                eval_s = time.perf_counter() - tick
             if self.transitions >= next_save or finished:
+                tick = time.perf_counter()
                 next_save = self._next_multiple(tc.save_every)
                 self.save_checkpoint()
+                save_s = time.perf_counter() - tick
             if out_of_time:
                 break
         bar.close()
         if writer is not None:
             writer.close()
         return {"transitions": self.transitions, "updates": self.updates, "eval": last_eval,
-                "best_metric": self.best_metric, "seconds": time.perf_counter() - started}
+                "best_metric": self.best_metric, "seconds": time.perf_counter() - started,
+                "resumed_from": str(self.resumed_from) if self.resumed_from is not None else None}
 
     def _next_multiple(self, every: int) -> float:
         return (self.transitions // every + 1) * every if every > 0 else math.inf
@@ -413,6 +432,7 @@ class Trainer:
         last = find_last(self.output_dir)
         if tc.resume and last is not None:
             self.load_checkpoint(last)
+            self.resumed_from = last
         elif last is not None:
             raise ResumeError(
                 f"{str(self.output_dir)!r} already holds a run; pass --resume to continue it, or choose another "

@@ -71,6 +71,56 @@ def test_killed_run_resumes(qa_file: Path, tmp_path: Path, tiny_encoder_path: Pa
     assert done.returncode == 0, done.stderr[-2000:]
     final = json.loads((out / "last" / "trainer_state.json").read_text())["transitions"]
     assert final == saved + 8  # continued from the checkpoint, not from zero
+    assert f"resumed from {out / 'last'} at {saved} transitions" in done.stderr
+
+
+def test_a_file_is_never_silently_ignored(qa_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--data.train_path", str(qa_file), "--trainer.output_dir", str(tmp_path / "o")])  # source left at babilong
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "generates its own episodes and would ignore it" in err and "--data.source jsonl" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_readme_custom_data_command_on_a_small_file_honours_the_time_budget(
+    tmp_path: Path, tiny_encoder_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's custom-data command on a 30-line file (tiny encoder, 6-second budget for speed): it holds out
+    what the file can spare, ends within the budget plus one evaluation, and its best/ serves a retriever."""
+    path = tmp_path / "my_qa.jsonl"
+    write_jsonl(make_two_hop_episodes(30, 0), path)
+    out, budget_s = tmp_path / "run", 6.0
+    started = time.perf_counter()
+    code = main(["--preset", "cpu-small", "--data.source", "jsonl", "--data.train_path", str(path),
+                 "--data.num_val", "50", "--trainer.max_minutes", str(budget_s / 60), "--trainer.output_dir", str(out),
+                 "--model.encoder", str(tiny_encoder_path), "--trainer.no-progress", "--trainer.eval_every", "64"])
+    elapsed = time.perf_counter() - started
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "holding out 6 for validation" in captured.err
+    summary = json.loads(captured.out.split("\n", 1)[1])
+    assert summary["transitions"] > 0 and "best_eval" in summary
+    evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "eval/fact_em" in line]
+    assert evals
+    assert elapsed < budget_s + 10  # set-up included; at most one evaluation and one checkpoint past the budget
+    pytest.importorskip("langchain_core")
+    from qrag import QRAGRetriever
+
+    ep = make_two_hop_episodes(1, 99)[0]
+    assert len(QRAGRetriever.from_texts(list(ep.chunks), model=out / "best", k=2).invoke(ep.question)) == 2
+
+
+def test_presets_are_listed_with_what_they_are_for_and_entry_flags_are_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--list-presets"])
+    listing = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("babilong-cpu ") and "main job" in line for line in listing)
+    assert all(len(line.split(None, 1)) == 2 for line in listing)  # every preset has a description
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = capsys.readouterr().out
+    for flag in ("--preset", "--config", "--resume", "--list-presets"):
+        assert flag in help_text
 
 
 @pytest.mark.parametrize(

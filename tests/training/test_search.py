@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from qrag.training.config import HopSettings
 from qrag.training.index import ChunkIndex
 from qrag.training.positions import relative_positions, rotate_halves
 from qrag.training.qnet import QNetwork
@@ -32,6 +33,7 @@ class FakeQNet:
         self.dim = len(next(iter(chunks.values())))
         self.device = torch.device("cpu")
         self.config = SimpleNamespace(position_mode="none", state_order="selection", encoder="fake")
+        self.hops = HopSettings()
         self.state_calls: list[int] = []
 
     def eval(self) -> FakeQNet:
