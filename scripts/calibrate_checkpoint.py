@@ -17,6 +17,7 @@ import json
 
 from qrag.training.calibrate import calibrate_stop_threshold
 from qrag.training.data import SOURCES, load_episodes
+from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.shipped import resolve_checkpoint
 
@@ -37,7 +38,9 @@ def main() -> int:
     folder = resolve_checkpoint(args.checkpoint)
     model = QNetwork.from_pretrained(folder)
     episodes = load_episodes(args.source, task=args.task, split=info.val_split, num_samples=args.num, seed=args.seed)
-    result = calibrate_stop_threshold(model, episodes)
+    # A frozen chunk tower embeds each distinct passage once, however many episodes share it.
+    store = ChunkVectorCache(model.chunk_vectors_key()) if model.chunk_tower_frozen else None
+    result = calibrate_stop_threshold(model, episodes, store=store)
     report = {**dataclasses.asdict(result), "source": args.source, "task": args.task, "split": info.val_split,
               "seed": args.seed}
     print(json.dumps(report, indent=1))
