@@ -1,7 +1,7 @@
 """How small a full fine-tune can be shipped: held-out fact EM of its low-rank adapters against the rank.
 
     OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python scripts/adapter_ranks.py runs/demo30/train/best \
-        --ranks 4,8,16,32,64 --chunk-vectors runs/demo30/chunk_vectors --out docs/adapter_ranks.json
+        --ranks 4,8,16,32,64 --chunk-vectors runs/demo30/chunk_vectors --out results/adapter_ranks.json
 
 The full model and `qrag.training.compress.low_rank_adapters` at each rank answer the same BabiLong-style test
 samples (qrag-eval's: split `test`, seed 0, `--num-samples` per task, qa1–qa5 at `--lengths`) with exactly
@@ -56,7 +56,7 @@ def main() -> int:
     parser.add_argument("--num-samples", type=int, default=200)
     parser.add_argument("--max-hops", type=int, default=4)
     parser.add_argument("--chunk-vectors", default=None, help="a ChunkVectorCache folder of the frozen chunk tower")
-    parser.add_argument("--out", default="docs/adapter_ranks.json")
+    parser.add_argument("--out", default="results/adapter_ranks.json")
     args = parser.parse_args()
     ranks = [int(r) for r in args.ranks.split(",")]
     trained = QNetwork.from_pretrained(args.checkpoint)

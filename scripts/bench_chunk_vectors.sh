@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # qrag-eval with --chunk-vectors, the same sweep twice (fresh --out each time): the first run fills the folder,
 # the second reads every chunk vector from it. Prints the wall times, checks the records agree, writes JSON.
-#   bash scripts/bench_chunk_vectors.sh [OUT_DIR=runs/cv_bench] [JSON=docs/chunk_vectors_bench.json]
+#   bash scripts/bench_chunk_vectors.sh [OUT_DIR=runs/cv_bench] [JSON=results/chunk_vectors_bench.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/cv_bench}
-json=${2:-docs/chunk_vectors_bench.json}
+json=${2:-results/chunk_vectors_bench.json}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1
 rm -rf "$out" && mkdir -p "$out"
 args=(babilong --tasks qa2,qa3 --lengths 32k --num-samples 50 --methods dense,multihop,qrag,qrag+stop

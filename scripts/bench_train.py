@@ -1,16 +1,17 @@
 """Training throughput and peak memory of `Trainer` on the bundled MiniLM, per train_mode, side by side.
 
-    .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out docs/bench_train.json
-    .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out docs/bench_train_levers.json
-    python3 scripts/bench_train.py --gpu --preset babilong --encoder .gpu/minilm --mixed-precision bf16 \
-        --num-envs 16 --num-sentences 160 --out $OUT/bench_train_gpu.json      # on the GPU machine
+    .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out results/bench_train.json
+    .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out results/bench_train_levers.json
+    python scripts/bench_train.py --gpu --preset babilong --mixed-precision bf16 --num-envs 16 \
+        --num-sentences 160 --modes lora,top_layers,full --rollouts 3 --repeats 1 --threads 4 \
+        --out results/gpu/bench_train_gpu.json                                   # on a CUDA machine
 
 Each (mode, repeat) runs in its own process so peak RSS (and peak GPU memory) is that configuration's own.
 Reports the median over repeats of transitions/s (acting + updates) and optimiser steps/s, and the ratio to
 the first mode. With a frozen chunk tower (`:state`) every training chunk is embedded once before timing
 (`prefill_s`), as the main job does. Default episodes: BabiLong-style bAbI qa1 haystacks of 20 sentences; 8 environments × 4
-steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set (the GPU
-machine) the haystacks come from the carried text pack (scripts/gpu/offline.py).
+steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set the
+haystacks' background sentences come from that text pack (scripts/gpu/offline.py).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).parent / "gpu"))
     from offline import maybe_install_text_pack
 
-    from qrag.training.cli import build_episodes
     from qrag.training.config import load_preset
+    from qrag.training.data.build import build_episodes
     from qrag.training.trainer import Trainer
 
     maybe_install_text_pack()
@@ -85,7 +86,7 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="docs/bench_train.json")
+    parser.add_argument("--out", default="results/bench_train.json")
     parser.add_argument("--preset", default="cpu-small", help="training preset the episodes and settings come from")
     parser.add_argument("--encoder", default=None, help="encoder folder or name (default: the preset's)")
     parser.add_argument("--gpu", action="store_true", help="train on the GPU (default: CPU)")

@@ -1,12 +1,12 @@
 """Write a trained checkpoint where qrag ships checkpoints, as adapters beside the bundled all-MiniLM-L6-v2.
 
-    python scripts/ship_checkpoint.py .gpu/runs/qa15/best babilong-minilm --trained-on .gpu/minilm
+    python scripts/ship_checkpoint.py runs/gpu/qa15/best babilong-minilm
     python scripts/ship_checkpoint.py runs/demo30/train/best babilong-minilm-cpu --rank 32
 
-A LoRA or top-layers checkpoint is re-based: a GPU run trains against the carried fp16 copy of MiniLM
-(`.gpu/minilm`), so its checkpoint names that folder and that copy's fingerprint; the trained part is moved
-onto the bundled fp32 encoder (same weights up to fp16 rounding) and the encoder name becomes the bundled
-alias. A full fine-tune (the CPU main job trains the whole state tower, ~87 MB) is re-expressed as rank
+A LoRA or top-layers checkpoint is re-based: the trained part is moved onto the bundled fp32 encoder and the
+encoder name becomes the bundled alias. `--trained-on DIR` loads a checkpoint whose base encoder is not where
+the checkpoint says (`qrag/babilong-minilm` was trained against an fp16-stored copy of MiniLM in a folder of
+its own: `--trained-on` that folder; same weights up to fp16 rounding). A full fine-tune (the CPU main job trains the whole state tower, ~87 MB) is re-expressed as rank
 `--rank` LoRA adapters of its weight changes (`qrag.training.compress.low_rank_adapters`); evaluate the result
 (`qrag-eval babilong --model qrag/NAME`) against the full model before relying on it.
 

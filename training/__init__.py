@@ -1,0 +1,36 @@
+"""qrag.training: the Q-network, its soft Q(λ) training, multi-hop search, indexes and data.
+
+    from qrag.training import QNetwork, MultiHopSearcher, ChunkIndex, load_model
+
+The main types are imported on first use, so `import qrag.training` stays cheap (no torch until one is
+touched); submodules (`qrag.training.trainer`, `.search`, `.data`, ...) import as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qrag.training.index import ChunkIndex
+    from qrag.training.qnet import QNetwork
+    from qrag.training.search import MultiHopSearcher, load_model
+
+_EXPORTS = {
+    "QNetwork": "qrag.training.qnet",
+    "ChunkIndex": "qrag.training.index",
+    "MultiHopSearcher": "qrag.training.search",
+    "load_model": "qrag.training.search",
+}
+
+__all__ = ["ChunkIndex", "MultiHopSearcher", "QNetwork", "load_model"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'qrag.training' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

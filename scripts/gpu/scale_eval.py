@@ -16,7 +16,7 @@ is indexed from scratch with `ChunkIndex.from_texts` (tokenisation included) to 
 2 × non-embedding parameters × real tokens + attention, against the spec peak and a matrix product measured
 in the same run). Then single-query latency and batched queries/s for 1…6 hops on that index.
 
-How the haystacks are built (the cost that decides what fits in a 10-minute GPU command):
+How the haystacks are built (what keeps a 10M-token cell to minutes):
 - Episodes are the library's own (`babilong_episode` / `niah_episode` with the per-sample seeds of
   `iter_babilong` / `iter_niah`, split 'test'), generated in forked worker processes (a 10M-token episode
   is ~1 s of CPU) and shipped back compactly: each chunk as a row of the *sentence universe* (every
@@ -308,7 +308,7 @@ def _stopwords() -> frozenset[str]:
     try:
         from bm25s.stopwords import STOPWORDS_EN
     except ImportError as e:
-        raise ImportError("the bm25 baseline uses bm25s' English stop words: pip install bm25s (carried in .gpu/whl)") from e
+        raise ImportError("the bm25 baseline uses bm25s' English stop words: pip install 'qrag[eval]' (or bm25s)") from e
     return frozenset(STOPWORDS_EN)
 
 
@@ -467,7 +467,7 @@ def sync(cuda: bool) -> None:
 
 
 def matmul_tflops(device: Any) -> float | None:
-    """bf16 8192³ matrix products, mean of 10 after 3 warm-ups (as KINDS.md measured the GPU)."""
+    """bf16 8192³ matrix products, mean of 10 after 3 warm-ups: the GPU's measured dense bf16 throughput."""
     import torch
 
     if device.type != "cuda":
@@ -771,7 +771,7 @@ def parse_hops(text: str) -> list[int]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--benchmark", choices=("babilong", "ruler"), default="babilong")
-    ap.add_argument("--model", required=True, help="trained checkpoint folder (e.g. .gpu/runs/qa15/best)")
+    ap.add_argument("--model", required=True, help="trained checkpoint folder (e.g. runs/gpu/qa15/best) or a shipped qrag/NAME")
     ap.add_argument("--encoder", default=None, help="base encoder of the dense baseline (default: the checkpoint's)")
     ap.add_argument("--tasks", default=None, help="comma-separated (default: every task of the benchmark)")
     ap.add_argument("--lengths", default="32k,10m,1m,128k", help="token lengths, run in this order")
@@ -787,7 +787,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--split", default="test")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sources", default=None, help="text sources (default: the benchmark's)")
-    ap.add_argument("--text-pack", default=None, help="carried text pack (default: $QRAG_TEXT_PACK or .gpu/text/…)")
+    ap.add_argument("--text-pack", default=None, help="text pack to read the text sources from (default: $QRAG_TEXT_PACK; none: the asset packages)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                     help="bf16 autocast for the encoders (default: on for CUDA)")

@@ -1,7 +1,7 @@
 """The one-command GPU scripts, at CPU scale: text pack, episode construction, BM25, and scale_eval's JSON.
 
 Everything runs on one small text source (britannica, ~1 400 sentences) and a tiny random encoder, so the
-whole file takes a few seconds; the GPU runs use the same code at 10M tokens (docs/GPU_RUNBOOK.md).
+whole file takes a few seconds; the GPU runs use the same code at 10M tokens (docs/GPU_GUIDE.md).
 """
 
 from __future__ import annotations
@@ -82,6 +82,28 @@ def test_text_pack_gives_the_same_episodes_as_the_packages(offline: ModuleType, 
     assert [(e.chunks, e.supporting, e.question) for e in after] == [(e.chunks, e.supporting, e.question) for e in before]
     with pytest.raises(FileNotFoundError, match="not in the text pack"):
         ts.sentence_pool("kjv")
+
+
+def test_pack_command_and_the_environment_variable(offline: ModuleType, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`offline.py pack PATH --sources` writes a readable pack; only $QRAG_TEXT_PACK or a path installs one."""
+    from qrag.training.data import text_sources as ts
+
+    path = tmp_path / "pack.json.xz"
+    assert offline.main(["pack", str(path), "--sources", "britannica"]) == 0
+    assert "-> " + str(path) in capsys.readouterr().out
+    assert offline.main(["pack", str(tmp_path / "bad.json.xz"), "--sources", "britannica,nope"]) == 2
+    assert "unknown text source 'nope'" in capsys.readouterr().err and not (tmp_path / "bad.json.xz").exists()
+    blob = offline.read_text_pack(path)
+    assert list(blob["sources"]) == ["britannica"] and blob["split_version"] == ts.SPLIT_VERSION
+    monkeypatch.setattr(ts, "sentence_pool", ts.sentence_pool)
+    monkeypatch.delenv("QRAG_TEXT_PACK", raising=False)
+    assert offline.maybe_install_text_pack() is None
+    monkeypatch.setenv("QRAG_TEXT_PACK", str(path))
+    assert offline.maybe_install_text_pack() == {"britannica": ts.sentence_pool("britannica").split_all()}
+    monkeypatch.setenv("QRAG_TEXT_PACK", str(tmp_path / "missing.json.xz"))
+    with pytest.raises(FileNotFoundError, match="offline.py pack PATH"):
+        offline.maybe_install_text_pack()
 
 
 def test_make_episode_is_the_librarys_ith_episode(scale_eval: ModuleType, packed: Path) -> None:

@@ -102,7 +102,9 @@ def test_readme_custom_data_command_on_a_small_file_honours_the_time_budget(
     assert summary["transitions"] > 0 and "best_eval" in summary
     evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "eval/fact_em" in line]
     assert evals
-    assert elapsed < budget_s + 10  # set-up included; at most one evaluation and one checkpoint past the budget
+    # Set-up included; without the budget the preset's 20 000 transitions would take many minutes. The slack
+    # covers one evaluation and checkpoint on a loaded machine.
+    assert elapsed < budget_s + 30
     pytest.importorskip("langchain_core")
     from qrag import QRAGRetriever
 

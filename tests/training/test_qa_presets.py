@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.cli import build_episodes
+from qrag.training.data.build import build_episodes
 from qrag.training.config import load_preset
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
