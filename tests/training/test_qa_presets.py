@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.data.build import build_episodes
 from qrag.training.config import load_preset
+from qrag.training.data.build import build_episodes
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
