@@ -23,6 +23,8 @@ StateOrder = Literal["document", "selection"]
 ValueTarget = Literal["mean", "min"]
 Schedule = Literal["constant", "linear", "cosine"]
 MixedPrecision = Literal["no", "bf16", "fp16"]
+SelectOn = Literal["sf_em", "return"]
+TaskWeighting = Literal["uniform", "error"]
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -138,7 +140,16 @@ class RLConfig:
     value_target: ValueTarget = "mean"
     """Soft value on the two-head mean ('mean') or the smaller head ('min')."""
     learning_starts: int = 0
-    """The first transitions act uniformly at random."""
+    """The first transitions act uniformly at random over the available chunks (a warm-up)."""
+    act_temperature: float | None = None
+    """Acting temperature over the top-k, kept apart from the soft value's α (None: act at α)."""
+    act_temperature_final: float | None = None
+    """If set, the acting temperature moves linearly to this over `explore_fraction` of the run's budget."""
+    act_epsilon: float = 0.0
+    """Probability of a uniform pick among the top-k instead of the Boltzmann one (decays like the temperature)."""
+    explore_fraction: float = 1.0
+    """Share of the run's budget (the larger of transitions / total_transitions and time / max_minutes) over
+    which the acting temperature and ε decay; α's own schedule follows the same budget."""
 
     def validate(self) -> None:
         _check_choice("rl.value_target", self.value_target, ValueTarget)
@@ -150,6 +161,15 @@ class RLConfig:
             raise ConfigError(f"rl.alpha and rl.alpha_final must be > 0, got {self.alpha}, {self.alpha_final}.")
         if self.top_k < 1:
             raise ConfigError(f"rl.top_k must be >= 1, got {self.top_k}.")
+        for name in ("act_temperature", "act_temperature_final"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ConfigError(f"rl.{name} must be > 0 (or null: act at α), got {getattr(self, name)}.")
+        if not 0.0 <= self.act_epsilon <= 1.0:
+            raise ConfigError(f"rl.act_epsilon must be in [0, 1], got {self.act_epsilon}.")
+        if not 0.0 < self.explore_fraction <= 1.0:
+            raise ConfigError(f"rl.explore_fraction must be in (0, 1], got {self.explore_fraction}.")
+        if self.learning_starts < 0:
+            raise ConfigError(f"rl.learning_starts must be >= 0, got {self.learning_starts}.")
         if not 0.0 < self.tau <= 1.0:
             raise ConfigError(f"rl.tau must be in (0, 1], got {self.tau}.")
 
@@ -243,9 +263,19 @@ class TrainerConfig:
     """Continue from output_dir/last if it exists."""
     progress: bool = True
     """Show a console progress bar."""
+    select_on: SelectOn = "sf_em"
+    """best/ is the checkpoint with the highest 'sf_em' (per-task fact EM at exactly |SF| greedy hops,
+    averaged over tasks) or the highest mean 'return' with max_steps hops."""
+    calibrate_stop: bool = True
+    """Calibrate the stop threshold on the validation episodes whenever best/ is saved, and save it with it."""
+    task_weighting: TaskWeighting = "uniform"
+    """Episode sampling: 'uniform', or 'error' (a task drawn in proportion to its validation error at
+    |SF| hops, floor 0.05, then one of its episodes); the same as uniform for single-task data."""
 
     def validate(self) -> None:
         _check_choice("trainer.mixed_precision", self.mixed_precision, MixedPrecision)
+        _check_choice("trainer.select_on", self.select_on, SelectOn)
+        _check_choice("trainer.task_weighting", self.task_weighting, TaskWeighting)
         for name in ("total_transitions", "num_envs", "rollout_steps", "update_epochs", "minibatch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {getattr(self, name)}.")

@@ -41,11 +41,27 @@ def boltzmann_actions(
     q: torch.Tensor, mask: torch.Tensor, k: int, alpha: float, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """Sample from `softmax((Q − max Q)/α)` over the masked top-k (§3.2). Returns (B,) chunk indices."""
+    return explore_actions(q, mask, k, alpha, 0.0, generator)
+
+
+def explore_actions(
+    q: torch.Tensor, mask: torch.Tensor, k: int, temperature: float, epsilon: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Acting policy over the masked top-k: Boltzmann at `temperature`, and with probability `epsilon` a
+    uniform pick among the same top-k instead (whatever their Q gap). Returns (B,) chunk indices.
+
+    The temperature is the acting policy's own, kept apart from the soft value's α: exploring more does
+    not raise the `α·ln k` bias of the bootstrapped targets (docs/LEARNER.md).
+    """
     _check_any_available(mask)
     values, indices = masked_topk(q, mask, k)  # (B, K)
-    logits = (values - values[:, :1]) / alpha  # (B, K) first column is the max; -inf stays -inf
-    probs = torch.softmax(logits.float(), dim=-1)  # (B, K)
-    pick = torch.multinomial(probs.cpu(), 1, generator=generator).to(q.device)  # (B, 1)
+    logits = (values - values[:, :1]) / temperature  # (B, K) first column is the max; -inf stays -inf
+    probs = torch.softmax(logits.float(), dim=-1).cpu()  # (B, K)
+    if epsilon > 0:
+        avail = torch.isfinite(values).float().cpu()  # (B, K)
+        probs = (1.0 - epsilon) * probs + epsilon * avail / avail.sum(dim=-1, keepdim=True)
+    pick = torch.multinomial(probs, 1, generator=generator).to(q.device)  # (B, 1)
     return indices.gather(1, pick).squeeze(1)  # (B,)
 
 

@@ -41,6 +41,7 @@ from qrag.training.data.episode import Episode
 from qrag.training.env import EpisodeState, RetrievalEnv
 from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import WEIGHTS_FILE, QNetwork
+from qrag.training.selection import TaskSampler, calibrate_stop_rule, evaluate_at_sf
 
 BEST_EVAL_FILE = "eval.json"  # beside best/'s model: its validation result and when it was reached
 
@@ -215,6 +216,7 @@ class Trainer:
         self.sample_gen = torch.Generator().manual_seed(tc.seed * 7919 + rank)
         self.act_gen = torch.Generator().manual_seed(tc.seed * 104729 + rank + 1)
         self.num_train = len(train_episodes)
+        self.task_sampler = (TaskSampler(train_episodes, self.sample_gen) if tc.task_weighting == "error" else None)
         self.env = RetrievalEnv(
             train_episodes, config.env, tc.num_envs, sampler=self._sample_episode, state_order=config.model.state_order
         )
@@ -232,12 +234,32 @@ class Trainer:
         return self.accelerator.unwrap_model(self.model)  # type: ignore[no-any-return]
 
     def _sample_episode(self) -> int:
+        if self.task_sampler is not None:
+            return self.task_sampler()
         return int(torch.randint(self.num_train, (1,), generator=self.sample_gen))
+
+    @property
+    def progress(self) -> float:
+        """Share of the run's real budget spent: the larger of transitions / total_transitions and, with a
+        time budget, this run's minutes / max_minutes (schedules follow the limit that binds)."""
+        tc = self.config.trainer
+        p = self.transitions / tc.total_transitions
+        if tc.max_minutes:
+            p = max(p, (time.perf_counter() - self.created) / (60 * tc.max_minutes))
+        return min(1.0, p)
 
     @property
     def alpha(self) -> float:
         rl = self.config.rl
-        return td.linear_decay(rl.alpha, rl.alpha_final, self.transitions / self.config.trainer.total_transitions)
+        return td.linear_decay(rl.alpha, rl.alpha_final, self.progress)
+
+    def acting(self) -> tuple[float, float]:
+        """(temperature, ε) of the acting policy now: they decay over `explore_fraction` of the budget."""
+        rl = self.config.rl
+        p = min(1.0, self.progress / rl.explore_fraction)
+        start = rl.act_temperature if rl.act_temperature is not None else self.alpha
+        temperature = td.linear_decay(start, rl.act_temperature_final, p)
+        return temperature, rl.act_epsilon * (1.0 - p)
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -255,7 +277,8 @@ class Trainer:
             if self.transitions < rl.learning_starts:
                 actions = td.uniform_actions(obs.available, self.act_gen)  # (E,)
             else:
-                actions = td.boltzmann_actions(obs.q_online, obs.available, rl.top_k, self.alpha, self.act_gen)
+                temperature, epsilon = self.acting()
+                actions = td.explore_actions(obs.q_online, obs.available, rl.top_k, temperature, epsilon, self.act_gen)
             for row, e in enumerate(obs.slots):
                 questions.append(obs.questions[row])
                 rendered.append(obs.rendered[row])
@@ -362,7 +385,8 @@ class Trainer:
                 sps = (self.transitions - start_transitions) / max(1e-9, time.perf_counter() - started)
                 stats.update(self._episode_stats())
                 stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
-                              "charts/alpha": self.alpha, "charts/updates": self.updates})
+                              "charts/alpha": self.alpha, "charts/act_temperature": self.acting()[0],
+                              "charts/act_epsilon": self.acting()[1], "charts/updates": self.updates})
                 self._log(stats, writer)
                 postfix.update(tr=str(self.transitions), ret=f"{stats.get('charts/episodic_return', 0):.3f}",
                                recall=f"{stats.get('charts/fact_recall', 0):.2f}",
@@ -418,9 +442,18 @@ class Trainer:
         with self.accelerator.autocast():
             result = evaluate(self.online, self.val_episodes, self.config.env, tc.num_envs * 4, tc.encode_batch_size,
                               self.chunk_store)
+            result.update(evaluate_at_sf(evaluate, self.online, self.val_episodes, self.config.env,
+                                         num_envs=tc.num_envs * 4, batch_size=tc.encode_batch_size, store=self.chunk_store))
+        if self.task_sampler is not None:
+            self.task_sampler.set_errors({k[len("sf_em/"):]: 1.0 - v for k, v in result.items() if k.startswith("sf_em/")})
+            result.update({f"task_p/{t}": p for t, p in self.task_sampler.probabilities().items()})
         self._log({f"eval/{k}": v for k, v in result.items()}, writer)
-        if result["return"] > self.best_metric:
-            self.best_metric = result["return"]
+        metric = result[tc.select_on]
+        if metric > self.best_metric:
+            self.best_metric = metric
+            if tc.calibrate_stop:  # inside the evaluation's time, which the time budget accounts for
+                with self.accelerator.autocast():
+                    result.update(calibrate_stop_rule(self.online, self.val_episodes, self.chunk_store))
             self.online.save_pretrained(self.output_dir / "best")
             (self.output_dir / "best" / BEST_EVAL_FILE).write_text(
                 json.dumps({"transitions": self.transitions, **result}, indent=1), encoding="utf-8")
@@ -458,7 +491,8 @@ class Trainer:
         state = {"transitions": self.transitions, "updates": self.updates, "best_metric": self.best_metric,
                  "scheduler_step": self.scheduler.last_epoch, "optimizer": opt_rest,
                  "env": self.env.state_dict(), "config": self.config.to_dict(),
-                 "recent": [list(r) for r in self.recent]}
+                 "recent": [list(r) for r in self.recent],
+                 "task_weights": self.task_sampler.weights.tolist() if self.task_sampler is not None else None}
         write_checkpoint(self.output_dir / "last", self.online.save_pretrained, tensors, state)
 
     def load_checkpoint(self, folder: Path) -> None:
@@ -483,5 +517,7 @@ class Trainer:
         self.env.load_state_dict(state["env"])
         self.transitions, self.updates = int(state["transitions"]), int(state["updates"])
         self.best_metric = float(state["best_metric"])
+        if self.task_sampler is not None and state.get("task_weights"):
+            self.task_sampler.weights = torch.tensor(state["task_weights"], dtype=torch.float64)
         self.recent.clear()
         self.recent.extend((float(r), float(f), bool(c)) for r, f, c in state["recent"])

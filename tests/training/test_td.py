@@ -157,3 +157,22 @@ def test_lr_schedule_warmup_decay_and_clamp() -> None:
     assert td.lr_factor(7, 0, 10, "constant") == 1.0
     assert td.linear_decay(0.1, 0.01, 0.5) == pytest.approx(0.055)
     assert td.linear_decay(0.1, None, 0.5) == 0.1
+
+
+def test_explore_actions_temperature_and_epsilon_over_the_topk() -> None:
+    q = torch.tensor([[1.0, 0.0, 0.9, -3.0, 0.95]]).repeat(20000, 1)
+    mask = torch.tensor([[True, True, True, True, False]]).repeat(20000, 1)
+    # ε = 1: uniform over the available top-3 {0, 2, 1} whatever the gaps; never the masked 4 or the 4th best.
+    a = td.explore_actions(q, mask, k=3, temperature=1e-4, epsilon=1.0, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(a, minlength=5).float() / len(a)
+    assert counts[3] == 0 and counts[4] == 0
+    assert counts[[0, 1, 2]].tolist() == pytest.approx([1 / 3] * 3, abs=0.015)
+    # ε = 0.3 at a near-zero temperature: the best with 0.7 + 0.1, each other top-3 chunk with 0.1.
+    a = td.explore_actions(q, mask, k=3, temperature=1e-4, epsilon=0.3, generator=torch.Generator().manual_seed(1))
+    assert (a == 0).float().mean().item() == pytest.approx(0.8, abs=0.015)
+    # the temperature alone: softmax((Q − max)/T) over the top-2 {0, 2}
+    a = td.explore_actions(q, mask, k=2, temperature=0.1, generator=torch.Generator().manual_seed(2))
+    assert (a == 2).float().mean().item() == pytest.approx(1 / (1 + math.exp(1.0)), abs=0.015)
+    # with ε = 0 and T = α it is Boltzmann acting, draw for draw
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert torch.equal(td.explore_actions(q, mask, 3, 0.5, 0.0, g1), td.boltzmann_actions(q, mask, 3, 0.5, g2))

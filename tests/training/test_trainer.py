@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -117,7 +119,49 @@ def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Pat
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert any('"losses/td_loss"' in line for line in lines) and any('"eval/return"' in line for line in lines)
     best = QNetwork.from_pretrained(tmp_path / "best")
-    assert evaluate(best, val, cfg.env)["return"] == pytest.approx(summary["best_metric"])
+    # best/ is chosen on fact EM at exactly |SF| hops (2 here, the horizon too)
+    assert any('"eval/sf_em/all"' in line for line in lines)
+    assert evaluate(best, val, cfg.env)["fact_em"] == pytest.approx(summary["best_metric"])
+    # the stop rule was calibrated on the validation episodes when training ended, and saved with best/
+    from qrag.training.calibrate import calibrate_stop_threshold
+
+    assert best.hops.calibrated and best.hops.max_hops == cfg.env.max_steps
+    assert best.hops.stop_threshold == pytest.approx(calibrate_stop_threshold(best, val).threshold)
+    stored = json.loads((tmp_path / "best" / "eval.json").read_text())
+    assert stored["stop/threshold"] == pytest.approx(best.hops.stop_threshold)
+    assert stored["stop/fact_em"] >= stored["stop/em_all_hops"] - 0.01
+
+
+def test_acting_schedule_follows_the_time_budget(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    import time
+
+    cfg = small_config(tiny_encoder_path, tmp_path, total_transitions=100000, max_minutes=1.0)
+    cfg.rl.act_temperature, cfg.rl.act_temperature_final, cfg.rl.act_epsilon = 0.5, 0.1, 0.4
+    cfg.rl.explore_fraction, cfg.rl.alpha_final = 0.5, 0.01
+    trainer = Trainer(cfg, make_two_hop_episodes(4, 0))
+    trainer.created = time.perf_counter()
+    assert trainer.acting() == (pytest.approx(0.5), pytest.approx(0.4))
+    trainer.created = time.perf_counter() - 15  # a quarter of the minute: half of explore_fraction
+    temperature, epsilon = trainer.acting()
+    assert temperature == pytest.approx(0.3, abs=0.01) and epsilon == pytest.approx(0.2, abs=0.01)
+    assert trainer.alpha == pytest.approx(0.05 + (0.01 - 0.05) * 0.25, abs=0.001)
+    trainer.created = time.perf_counter() - 40  # past explore_fraction: final temperature, no ε
+    assert trainer.acting() == (pytest.approx(0.1), 0.0)
+
+
+def test_task_weighting_moves_sampling_toward_the_unlearned_task(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    cfg = small_config(tiny_encoder_path, tmp_path, eval_every=8, task_weighting="error")
+    train = [dataclasses.replace(e, metadata={"task": "a" if i % 2 else "b"})
+             for i, e in enumerate(make_two_hop_episodes(20, 0))]
+    val = [dataclasses.replace(e, metadata={"task": "a" if i % 2 else "b"}) for i, e in enumerate(make_two_hop_episodes(8, 1))]
+    trainer = Trainer(cfg, train, val)
+    trainer.train()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in lines if "eval/sf_em/a" in r]
+    assert evals
+    last = evals[-1]
+    err = {t: max(0.05, 1 - last[f"eval/sf_em/{t}"]) for t in "ab"}
+    assert last["eval/task_p/a"] == pytest.approx(err["a"] / (err["a"] + err["b"]))
 
 
 def test_frozen_chunk_tower_trains_the_state_tower_only_and_embeds_each_chunk_once(

@@ -45,3 +45,35 @@ def learning_config(encoder: str, output_dir: str, seed: int = 0, scale: float =
                     "rollout_steps": 2, "minibatch_size": 32, "update_epochs": 2, "eval_every": 1000,
                     "save_every": 10**6, "log_every": 10**6, "progress": False, "seed": seed},
     })
+
+
+def with_lure(episodes: list[Episode], seed: int) -> list[Episode]:
+    """Each episode plus a lure chunk "the <object>." at a random place: it answers nothing, but a random
+    tiny BERT ranks it above every fact at hop 1 (measured: first in 98 % of episodes)."""
+    rng = random.Random(seed)
+    out = []
+    for ep in episodes:
+        obj = ep.question.split()[-1].rstrip("?")
+        at = rng.randrange(len(ep.chunks) + 1)
+        chunks = [*ep.chunks[:at], f"the {obj}.", *ep.chunks[at:]]
+        supporting = tuple(sorted(i + (i >= at) for i in ep.supporting))
+        out.append(Episode(ep.question, chunks, supporting, ep.answer, ep.id))
+    return out
+
+
+def exploration_config(encoder: str, output_dir: str, explore: bool, transitions: int = 800) -> TrainConfig:
+    """The exploration test's run: METHOD.md's scale /10 makes a random tiny BERT's Q-values small (about
+    0.26, below the completion reward), so greedy acting is not pushed off the lure by optimism; `explore`
+    adds a uniform warm-up and ε over the top-k, everything else equal."""
+    rl: dict[str, object] = {"lam": 0.5, "alpha": 0.05, "tau": 0.1, "act_temperature": 1e-4}
+    if explore:
+        rl.update(learning_starts=transitions // 2, act_epsilon=0.5)
+    return TrainConfig.from_dict({
+        "model": {"encoder": encoder, "max_chunk_tokens": 16, "max_state_piece_tokens": 16, "scale": 10.0},
+        "env": {"max_steps": 2},
+        "rl": rl,
+        "optim": {"lr": 1e-3, "warmup_steps": 10, "schedule": "constant"},
+        "trainer": {"output_dir": output_dir, "total_transitions": transitions, "num_envs": 16,
+                    "rollout_steps": 2, "minibatch_size": 32, "update_epochs": 2, "eval_every": 400,
+                    "save_every": 10**6, "log_every": 10**6, "progress": False, "seed": 0},
+    })

@@ -199,7 +199,10 @@ class World:
     actor_at: dict[str, tuple[str, int]] = field(default_factory=dict)  # actor -> (room, move id)
     holder: dict[str, tuple[str, int]] = field(default_factory=dict)  # object -> (actor, get/give id)
     lying: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # object -> (room, ids)
-    carried: dict[str, tuple[str, str, tuple[int, ...]]] = field(default_factory=dict)  # obj -> (prev, room, ids)
+    # obj -> (carrier, previous room, room, previous move id, move id) of the last move that carried it
+    carried: dict[str, tuple[str, str, str, int, int]] = field(default_factory=dict)
+    # obj -> (actor, id, id of the get that began that actor's hold) of its latest get, drop or give
+    events: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     gives: list[tuple[str, str, str, int]] = field(default_factory=list)  # (giver, object, recipient, id)
     relations: list[tuple[str, str, str, int]] = field(default_factory=list)  # (room, dir, room, id)
     # qa5 (as the original) lets actors whose room was never stated get and give: their room is hidden.
@@ -237,19 +240,22 @@ class World:
             prev = self.actor_at.get(act.actor)
             for obj in self.held_by(act.actor):
                 if prev is not None:
-                    got = self.holder[obj][1]
-                    self.carried[obj] = (prev[0], act.target, tuple(sorted({got, prev[1], fid})))
+                    self.carried[obj] = (act.actor, prev[0], act.target, prev[1], fid)
             self.actor_at[act.actor] = (act.target, fid)
         elif act.kind == "get":
             self.holder[act.target] = (act.actor, fid)
             self.lying.pop(act.target, None)
+            self.events[act.target] = (act.actor, fid, fid)
         elif act.kind == "drop":
+            got = self.holder.get(act.target, ("", -1))[1]
+            self.events[act.target] = (act.actor, fid, got)
             self.holder.pop(act.target, None)
             here = self.actor_at.get(act.actor)
             if here is not None:
                 self.lying[act.target] = (here[0], tuple(sorted({here[1], fid})))
         elif act.kind == "give":
             self.holder[act.target] = (act.other, fid)
+            self.events[act.target] = (act.other, fid, fid)
             self.gives.append((act.actor, act.target, act.other, fid))
         else:
             self.relations.append((act.actor, act.other, act.target, fid))
@@ -267,11 +273,23 @@ class World:
             lying = self.lying.get(q.a)
             return None if lying is None else (lying[0], lying[1])
         if q.kind == "where_before":
-            c = self.carried.get(q.a)
-            return None if c is None or c[1] != q.b else (c[0], c[2])
+            return self._before_answer(q)
         if q.kind in ("what_dir_of", "what_is_dir_of"):
             return self._relation_answer(q)
         return self._give_answer(q)
+
+    def _before_answer(self, q: Question) -> tuple[str, tuple[int, ...]] | None:
+        # bAbI's qa3 rule: the object's latest get or drop, the move of its actor that carried it into L
+        # during that hold, and the actor's move before that one (whose room is the answer). Defined only
+        # when the latest event's actor carried the object into L after picking it up for that hold.
+        c, e = self.carried.get(q.a), self.events.get(q.a)
+        if c is None or e is None:
+            return None
+        carrier, prev_room, room, prev_move, move = c
+        actor, event, got = e
+        if actor != carrier or room != q.b or not got < move:
+            return None
+        return prev_room, tuple(sorted({event, prev_move, move}))
 
     def _relation_answer(self, q: Question) -> tuple[str, tuple[int, ...]] | None:
         # Normalise every fact to "x is d of y"; the question wants x given (d, y) or y given (x, d).
@@ -326,7 +344,7 @@ def _candidate_questions(task: Task, world: World, last: Action | None) -> list[
     if task == "qa2":
         return [Question("where_object", o) for o in OBJECTS]
     if task == "qa3":
-        return [Question("where_before", o, c[1]) for o, c in sorted(world.carried.items())]
+        return [Question("where_before", o, c[2]) for o, c in sorted(world.carried.items())]
     if last is None or last.kind != "give":
         return []
     giver, obj, recipient = last.actor, last.target, last.other

@@ -18,6 +18,7 @@ def replay(facts: list[str] | tuple[str, ...], question: str, *, strict: bool) -
     holder: dict[str, str] = {}
     lying: dict[str, str | None] = {}
     trail: dict[str, list[str]] = {}
+    path: dict[str, list[str]] = {}  # actor -> the rooms of her stated moves, in order
     gives: list[tuple[str, str, str]] = []
     edges: set[tuple[str, str, str]] = set()
 
@@ -31,6 +32,7 @@ def replay(facts: list[str] | tuple[str, ...], question: str, *, strict: bool) -
             if strict:
                 assert at.get(a) != r, f"{a} moves to the room she is in: {f}"
             at[a] = r
+            path.setdefault(a, []).append(r)
             for o, h in holder.items():
                 if h == a:
                     visit(o, r)
@@ -47,6 +49,12 @@ def replay(facts: list[str] | tuple[str, ...], question: str, *, strict: bool) -
             a, o = m.groups()
             if strict:
                 assert holder.get(o) == a, f"{a} drops what she does not hold: {f}"
+            elif holder.get(o) != a:
+                # A drop whose get was not stated (a support set alone, as bAbI labels qa3): the object
+                # travelled with its actor through every stated move of hers.
+                trail[o] = []
+                for r in path.get(a, []):
+                    visit(o, r)
             holder.pop(o, None)
             lying[o] = at.get(a)
         elif m := GIVE.match(f):

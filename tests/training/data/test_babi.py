@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.data.babi import TASKS, generate_samples, infer_sample, read_babi_file
+from qrag.training.data.babi import ACTORS, DROP_VERBS, TASKS, generate_samples, infer_sample, read_babi_file
 from qrag.training.data.episode import EpisodeError
 from tests.training.data.babi_replay import replay
 
@@ -94,3 +94,31 @@ def test_bad_babi_file(tmp_path: Path) -> None:
     bad.write_text("Mary moved to the hallway.\n")
     with pytest.raises(EpisodeError, match=r"qa1_bad.txt:1: expected 'ID text'"):
         read_babi_file(bad)
+
+
+def test_qa3_support_is_babi_s_latest_object_event() -> None:
+    # The example: bAbI labels the put-down (the object's latest event), the move into the
+    # garden and the move before it, not the pick-up that began the carry.
+    facts = ["Daniel took the football there.", "Mary went to the office.", "Daniel moved to the bathroom.",
+             "Daniel travelled to the garden.", "Daniel put down the football."]
+    assert infer_sample("qa3", facts, "Where was the football before the garden?") == ("bathroom", (2, 3, 4))
+    # Still held: the get is the latest event.
+    assert infer_sample("qa3", facts[:4], "Where was the football before the garden?") == ("bathroom", (0, 2, 3))
+    # Dropped, then picked up again where it lies: the latest hold never carried it, so undefined.
+    again = [*facts, "Daniel got the football there."]
+    with pytest.raises(ValueError, match="without a defined answer"):
+        infer_sample("qa3", again, "Where was the football before the garden?")
+    # Someone else picks it up and carries it on: the new carry is asked about.
+    other = [*facts, "Mary went to the garden.", "Mary grabbed the football there.", "Mary went to the kitchen."]
+    assert infer_sample("qa3", other, "Where was the football before the kitchen?") == ("garden", (5, 6, 7))
+
+
+def test_qa3_labels_follow_the_latest_object_event_in_generated_samples() -> None:
+    samples = generate_samples("qa3", 300, seed=1)
+    last_is_drop = 0
+    for s in samples:
+        obj = s.question.split()[3]
+        events = [i for i, f in enumerate(s.facts) if f" the {obj}" in f and " to the " not in f]
+        assert events[-1] in s.supporting, (s.facts, s.question, s.supporting)
+        last_is_drop += s.facts[events[-1]].startswith(tuple(f"{a} {v}" for a in ACTORS for v in DROP_VERBS))
+    assert 0.2 < last_is_drop / len(samples) < 0.8, last_is_drop  # both kinds of latest event occur
