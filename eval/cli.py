@@ -23,6 +23,7 @@ from qrag.eval.baselines import METHODS
 from qrag.eval.reader import ReaderLoadError
 from qrag.eval.report import PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
 from qrag.eval.runner import BENCHMARKS, RESULTS_FILE, RunConfig, run
+from qrag.training.validate import one_line
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -81,10 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         summary = run(cfg)
-    except (ValueError, ReaderLoadError, FileNotFoundError, ImportError) as e:
-        # CheckpointError / EncoderLoadError / EpisodeError are ValueErrors with user-facing messages.
-        print(f"qrag-eval: error: {e}", file=sys.stderr)
-        if (args.out / RESULTS_FILE).is_file():
+    except (ValueError, ReaderLoadError, OSError, ImportError) as e:
+        # CheckpointError / EncoderLoadError / EpisodeError are ValueErrors with user-facing messages;
+        # an OSError (unreadable file, full disk) names its path in its own message.
+        print(f"qrag-eval: error: {one_line(e)}", file=sys.stderr)
+        if args.out.is_dir() and (args.out / RESULTS_FILE).is_file() and (args.out / RESULTS_FILE).stat().st_size:
             print(f"qrag-eval: results finished so far are kept in {args.out / RESULTS_FILE}.", file=sys.stderr)
         return 2
     print((args.out / TABLE_FILE).read_text(encoding="utf-8") if summary["methods"] else "no results.")

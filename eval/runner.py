@@ -2,12 +2,16 @@
 
 Results go to `OUT/results.jsonl`, appended and flushed after every sample, so an interrupted sweep keeps
 what it finished and a rerun with the same settings skips it (the key is benchmark|task|length|method|id).
+Every record carries the settings that shape it (`SHAPING` and the checkpoint's fingerprint); a rerun into
+the same folder with other settings is refused before any work, so old records never pose as new ones.
 After the sweep the summary, table and plot are written next to it (`qrag.eval.report`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,10 +27,16 @@ from qrag.eval.reader import Reader, build_prompt, load_reader
 from qrag.eval.report import summarize, write_margins, write_recall, write_reports
 from qrag.training.data import Episode, load_episodes
 from qrag.training.index import ChunkVectorFolder
+from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE
+from qrag.training.shipped import resolve_checkpoint
+from qrag.training.validate import check_out_path
 
 RESULTS_FILE = "results.jsonl"
 RECALL_KS = (2, 4, 8)
 """recall@k recorded whenever a method returned at least k chunks (run with --budget 8 for all three)."""
+SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data")
+"""RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
+resumed into the same folder must have the same values."""
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors")
 """RunConfig fields that say where and how a sweep runs, not what it measures (left out of summary.json)."""
 
@@ -132,10 +142,18 @@ class RunConfig:
             raise ValueError(f"benchmark {self.benchmark!r} reads a file: pass --data PATH.")
         if self.data is not None and not Path(self.data).expanduser().exists():
             raise ValueError(f"data file {self.data!r} does not exist.")
-        if self.num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}.")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
+        for name, low in (("num_samples", 1), ("batch_size", 1), ("max_new_tokens", 1), ("budget", 1),
+                          ("max_hops", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if value is None and name in ("budget", "max_hops"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{name} ({flag}) must be an integer >= {low}, got {value!r}.")
+        t = self.stop_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
+            raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
+        check_out_path(self.out, "--out", folder=True)
         self.lengths_resolved = [(lab, _parse_length(lab, bench)) for lab in (self.lengths or bench.default_lengths)]
         if not self.lengths_resolved:
             self.lengths_resolved = [("-", None)]
@@ -151,7 +169,7 @@ def _parse_length(label: str, bench: Benchmark) -> int | None:
     mult = {"k": 1024, "m": 1024 * 1024}.get(low[-1:], 1)
     try:
         value = int(float(low[:-1] if mult > 1 else low) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: 'inf'
         value = 0
     if value < 1:
         raise ValueError(f"bad length {label!r}: use e.g. 1k, 4k, 32k, or a plain number of {bench.length_kind}.")
@@ -250,9 +268,10 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     """
     cfg.validate()
     folder = ChunkVectorFolder(cfg.chunk_vectors) if cfg.chunk_vectors is not None and retrievers is None else None
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    settings = record_settings(cfg)
     path = cfg.out / RESULTS_FILE
-    done = {rec["key"] for rec in read_results(path)}
+    done = {rec["key"] for rec in check_resumable(path, settings)}
+    cfg.out.mkdir(parents=True, exist_ok=True)
     if retrievers is None:
         retrievers = make_retrievers(cfg.methods, encoder=cfg.encoder, checkpoint=cfg.model, budget=cfg.budget,
                                      max_hops=cfg.max_hops, stop_threshold=cfg.stop_threshold, device=cfg.device,
@@ -274,7 +293,7 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
                         continue
                     for ep, r in zip(todo, retriever.retrieve(todo), strict=True):
                         start_read = time.perf_counter()
-                        rec = _record(cfg, task, label, ep, retriever.name, r)
+                        rec = {**_record(cfg, task, label, ep, retriever.name, r), "settings": settings}
                         if reader is not None:
                             # The reader sees the retrieved chunks in document order, whatever order they came in.
                             context = [ep.chunks[i] for i in sorted(set(r.indices))]
@@ -293,6 +312,49 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
                 bar.update(len(group))
             bar.close()
     return _finish(cfg, path)
+
+
+def model_fingerprint(model: str | None) -> str | None:
+    """A digest of a checkpoint's header and weights (None without a checkpoint or when it cannot be read)."""
+    if model is None:
+        return None
+    folder = resolve_checkpoint(model)
+    h = hashlib.sha256()
+    try:
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            with (folder / name).open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+    except OSError:
+        return None  # loading the checkpoint reports the problem
+    return h.hexdigest()[:16]
+
+
+def record_settings(cfg: RunConfig) -> dict[str, Any]:
+    """What shapes a record of this sweep: `SHAPING` fields and the checkpoint's fingerprint."""
+    return {**{name: getattr(cfg, name) for name in SHAPING}, "model_fingerprint": model_fingerprint(cfg.model)}
+
+
+def check_resumable(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records of an existing results file, if they were made with `settings`.
+
+    Raises:
+        ValueError: a record was made with other settings (named, with both values) or carries none.
+    """
+    records = read_results(path)
+    for rec in records:
+        saved = rec.get("settings")
+        if not isinstance(saved, dict):
+            raise ValueError(f"{path} was written without its settings (an earlier qrag version), so its records "
+                             "cannot be matched to this sweep; use another --out, or delete the file to start over.")
+        diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+        if settings["model_fingerprint"] is not None and "model_fingerprint" not in diff:
+            diff.pop("model", None)  # the same checkpoint reached by another path
+        if diff:
+            text = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in sorted(diff.items()))
+            raise ValueError(f"{path} holds results of other settings ({text}); resume with the same settings, use "
+                             "another --out, or delete the file to start over.")
+    return records
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from langchain_core.vectorstores import VectorStore
 from qrag.training.index import Chunk, ScoredChunk, model_lock
 from qrag.training.qnet import QNetwork
 from qrag.training.search import load_model
+from qrag.training.validate import check_query, check_text_list
 
 POSITION_KEY = "qrag_position"
 
@@ -39,16 +40,20 @@ class QRAGEmbeddings(Embeddings):
     """
 
     def __init__(self, model: QNetwork | str | Path, *, batch_size: int = 128) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
         self.model = load_model(model).eval()
         self.batch_size = batch_size
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        texts = check_text_list(texts, "texts")
         self.model.check_chunk_lengths(texts)  # one ChunkLengthWarning when chunks would be cut
         with model_lock(self.model):
-            vectors = self.model.embed_chunks(list(texts), batch_size=self.batch_size)  # (N, D)
+            vectors = self.model.embed_chunks(texts, batch_size=self.batch_size)  # (N, D)
         return vectors.cpu().tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
+        check_query(text, "QRAGEmbeddings.embed_query")
         with model_lock(self.model):
             state = self.model.embed_states([text], [[]], batch_size=self.batch_size)  # (1, D)
         return state[0].cpu().tolist()  # type: ignore[no-any-return]

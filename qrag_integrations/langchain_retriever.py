@@ -21,11 +21,21 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 
+from qrag.training.atomic import recover
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
-from qrag.training.search import FROM_MODEL, FromModel, MultiHopSearcher, SearchResult, load_model
+from qrag.training.search import (
+    FROM_MODEL,
+    FromModel,
+    MultiHopSearcher,
+    SearchConfig,
+    SearchResult,
+    load_model,
+)
+from qrag.training.validate import check_metadatas, check_query, check_texts, check_trace_keys
 
 CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order")
+TRACE_KEYS = ("score", "q_value", "hop", "past_stop")
 SAVE_FILE = "retriever.json"
 SAVE_FORMAT = "qrag-langchain-retriever"
 # Results a `batch` call searched together, by query, for the `invoke`s it then runs (one traced run each).
@@ -59,6 +69,14 @@ class QRAGRetriever(BaseRetriever):
     beam_size: int = 1
     order: Literal["hop", "document"] = "hop"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _check_raw_args(cls, data: Any) -> Any:
+        # Before pydantic coerces "3" or True to 3: the constructor is as strict as a per-call argument.
+        if isinstance(data, dict):
+            SearchConfig().with_overrides({k: data[k] for k in CALL_ARGS if k in data})
+        return data
+
     @model_validator(mode="after")
     def _check_args(self) -> QRAGRetriever:
         self._search_args({})
@@ -81,14 +99,19 @@ class QRAGRetriever(BaseRetriever):
         """Index `texts` with the chunk tower of `model` (a `QNetwork`, a `save_pretrained` folder, or
         an encoder name for an untrained model); `kwargs` are retriever fields (`k`, `max_hops`, ...).
         `ordered=True` declares the texts one document in reading order (position-aware models need it)."""
+        metas = check_metadatas(metadatas, len(check_texts(texts)))
+        for i, meta in enumerate(metas):
+            check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         qnet = load_model(model)
-        index = ChunkIndex.from_texts(qnet, texts, ids, metadatas, backend=backend, show_progress=show_progress,
+        index = ChunkIndex.from_texts(qnet, texts, ids, metas, backend=backend, show_progress=show_progress,
                                       ordered=ordered)
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
 
     @classmethod
     def from_documents(cls, documents: Sequence[Document], model: QNetwork | str | Path, **kwargs: Any) -> QRAGRetriever:
         """`from_texts` on the documents' contents, metadata and ids (missing ids become positions)."""
+        if not isinstance(documents, Sequence) or not all(isinstance(d, Document) for d in documents):
+            raise ValueError(f"documents must be a list of langchain Document objects, got {documents!r:.80}.")
         ids = [d.id if d.id is not None else str(i) for i, d in enumerate(documents)]
         return cls.from_texts([d.page_content for d in documents], model, [d.metadata for d in documents], ids, **kwargs)
 
@@ -126,14 +149,13 @@ class QRAGRetriever(BaseRetriever):
 
     @staticmethod
     def _check_query(query: Any) -> str:
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError(f"QRAGRetriever needs a non-empty string query, got {query!r}.")
-        return query
+        return check_query(query, "QRAGRetriever")
 
     @staticmethod
     def _documents(result: SearchResult) -> list[Document]:
         docs = []
         for h in result.hits:
+            check_trace_keys(h.chunk.metadata, TRACE_KEYS, f"chunk {h.chunk.id!r}")  # e.g. from an external store
             trace = {"score": h.q_value, "q_value": h.q_value, "hop": h.hop, "past_stop": h.past_stop}
             docs.append(Document(page_content=h.chunk.text, metadata={**h.chunk.metadata, **trace}, id=h.chunk.id))
         return docs
@@ -194,13 +216,12 @@ class QRAGRetriever(BaseRetriever):
             blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "fields": self.model_dump(exclude={"searcher"})})
         except TypeError as e:
             raise ValueError(f"cannot save: a retriever argument is not JSON-serialisable ({e}).") from None
-        target = self.searcher.save(folder)
-        (target / SAVE_FILE).write_text(blob, encoding="utf-8")
-        return target
+        return self.searcher.save(folder, extra_files={SAVE_FILE: blob})  # one atomic write, model to fields
 
     @classmethod
     def load_local(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGRetriever:
         """Rebuild a retriever written by `save_local` (no pickle); `encoder` relocates a base encoder."""
+        recover(Path(folder))  # a save killed between its two renames: put the previous one back
         head_path = Path(folder) / SAVE_FILE
         if not head_path.is_file():
             raise ValueError(f"{str(folder)!r} is not a saved QRAGRetriever: {SAVE_FILE} is missing (use save_local).")
@@ -209,6 +230,6 @@ class QRAGRetriever(BaseRetriever):
             if head.get("format") != SAVE_FORMAT:
                 raise ValueError(f"format {head.get('format')!r}")
             fields = dict(head["fields"])
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
             raise ValueError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save the retriever again.") from None
         return cls(searcher=MultiHopSearcher.load(folder, device=device, encoder=encoder), **fields)

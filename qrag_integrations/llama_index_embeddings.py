@@ -12,6 +12,7 @@ from pydantic import PrivateAttr
 from qrag.training.index import model_lock
 from qrag.training.qnet import QNetwork
 from qrag.training.search import load_model
+from qrag.training.validate import check_query, check_text_list
 
 
 class QRAGLlamaIndexEmbedding(BaseEmbedding):
@@ -39,6 +40,7 @@ class QRAGLlamaIndexEmbedding(BaseEmbedding):
         return "QRAGLlamaIndexEmbedding"
 
     def _get_query_embedding(self, query: str) -> list[float]:
+        check_query(query, "QRAGLlamaIndexEmbedding")
         with model_lock(self._qnet):
             state = self._qnet.embed_states([query], [[]])  # (1, D)
         return state[0].cpu().tolist()  # type: ignore[no-any-return]
@@ -50,6 +52,7 @@ class QRAGLlamaIndexEmbedding(BaseEmbedding):
         return self._get_text_embeddings([text])[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        texts = check_text_list(texts, "texts")
         with model_lock(self._qnet):
             vectors = self._qnet.embed_chunks(texts, batch_size=self.embed_batch_size)  # (N, D)
         return vectors.cpu().tolist()  # type: ignore[no-any-return]

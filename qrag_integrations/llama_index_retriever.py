@@ -16,9 +16,11 @@ from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
+from qrag.training.atomic import recover
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
 from qrag.training.search import FROM_MODEL, FromModel, MultiHopSearcher, load_model
+from qrag.training.validate import check_query, check_trace_keys
 
 TRACE_KEYS = ("hop", "q_value", "past_stop")
 SAVE_FILE = "retriever.json"
@@ -74,6 +76,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         index = searcher.index
         if index is None or index.ids != [n.node_id for n in nodes]:
             raise ValueError("the searcher's ChunkIndex must hold exactly these nodes, by node_id and in order.")
+        for n in nodes:
+            check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
         self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
         self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
         self.beam_size, self.order = beam_size, order
@@ -112,9 +116,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = query_bundle.query_str
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError(f"QRAGLlamaIndexRetriever needs a non-empty string query, got {query!r}.")
+        query = check_query(query_bundle.query_str, "QRAGLlamaIndexRetriever")
         result = self.searcher.search_one(query, **self._args())
         for h in sorted(result.hits, key=lambda h: h.hop):
             dispatcher.event(QRAGHopEvent(query=query, hop=h.hop, node_id=h.chunk.id, q_value=h.q_value,
@@ -134,18 +136,20 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     def persist(self, path: str | Path) -> Path:
         """Write the searcher (model + index), the nodes (a LlamaIndex `SimpleDocumentStore`) and every argument."""
-        target = self.searcher.save(path)
         docstore = SimpleDocumentStore()
         docstore.add_documents(list(self._nodes.values()))
-        docstore.persist(str(target / NODES_FILE))
         head = {"format": SAVE_FORMAT, "version": 1, "args": {**self._args(), "verbose": self._verbose}}
-        (target / SAVE_FILE).write_text(json.dumps(head, indent=2), encoding="utf-8")
-        return target
+        try:
+            files = {NODES_FILE: json.dumps(docstore.to_dict()), SAVE_FILE: json.dumps(head, indent=2)}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot persist: node metadata is not JSON-serialisable ({e}).") from None
+        return self.searcher.save(path, extra_files=files)  # one atomic write: model, index, nodes, arguments
 
     @classmethod
     def from_persist_dir(cls, path: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGLlamaIndexRetriever:
         """Rebuild a retriever written by `persist` (no pickle)."""
         d = Path(path)
+        recover(d)  # a persist killed between its two renames: put the previous one back
         if not (d / SAVE_FILE).is_file() or not (d / NODES_FILE).is_file():
             raise ValueError(f"{str(d)!r} is not a persisted QRAGLlamaIndexRetriever ({SAVE_FILE} or {NODES_FILE} missing).")
         try:
@@ -154,7 +158,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
                 raise ValueError(f"format {head.get('format')!r}")
             args = dict(head["args"])
             docstore = SimpleDocumentStore.from_persist_path(str(d / NODES_FILE))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
             raise ValueError(f"{str(d)!r} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
         searcher = MultiHopSearcher.load(d, device=device, encoder=encoder)
         try:

@@ -7,13 +7,17 @@ split, a plain `QNetwork` folder). Both are written with `qrag.training.atomic.a
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from qrag.training.atomic import atomic_dir, previous_dir
+from qrag.training.persist import short
 
 TRAINER_STATE = "trainer_state.json"
 TENSORS = "trainer_tensors.safetensors"
@@ -66,9 +70,31 @@ def write_checkpoint(target: Path, save_model: Any, tensors: dict[str, torch.Ten
 
 
 def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    try:
+    """The tensors and JSON state of a resume checkpoint.
+
+    Raises:
+        ResumeError: a file is missing, truncated, not JSON / safetensors, or the state is not a JSON object.
+    """
+    with resume_guard(folder):
         state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
         tensors = load_file(str(folder / TENSORS))
-    except (OSError, json.JSONDecodeError, RuntimeError) as e:
-        raise ResumeError(f"checkpoint {str(folder)!r} is damaged ({e}); remove it to start over.") from None
+        if not isinstance(state, dict):
+            raise TypeError(f"{TRAINER_STATE} holds a {type(state).__name__}, not an object")
     return tensors, state
+
+
+@contextmanager
+def resume_guard(folder: Path) -> Iterator[None]:
+    """Turn any failure while restoring from `folder` into a `ResumeError` naming it and the way out.
+
+    A damaged `last/` (truncated file, edited JSON, missing key, tensors of the wrong shape) otherwise
+    escapes as the library's own KeyError, SafetensorError or size-mismatch RuntimeError.
+    """
+    try:
+        yield
+    except ResumeError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, RuntimeError, SafetensorError) as e:
+        raise ResumeError(f"resume checkpoint {str(folder)!r} is damaged ({type(e).__name__}: {short(e)}); delete "
+                          "it to start over (a complete earlier copy, if any, is used instead), or choose another "
+                          "trainer.output_dir.") from None

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import tyro
 
@@ -35,6 +36,7 @@ from qrag.training.data import EpisodeError
 from qrag.training.data.build import build_episodes
 from qrag.training.encoders import EncoderLoadError
 from qrag.training.qnet import CheckpointError
+from qrag.training.validate import one_line
 
 
 def parse_config(argv: Sequence[str]) -> TrainConfig:
@@ -59,6 +61,9 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     )
     if known.resume:
         config.trainer.resume = True
+    out = Path(config.trainer.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"trainer.output_dir {str(out)!r} is a file; pass a folder (it is created if missing).")
     return config.validate()
 
 
@@ -73,9 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"qrag-train: {len(train)} training / {len(val)} validation episodes, encoder "
               f"{config.model.encoder!r} ({config.model.train_mode}), output {config.trainer.output_dir}")
         summary = trainer.train()
-    except (ConfigError, EpisodeError, EncoderLoadError, CheckpointError, ResumeError, FileNotFoundError,
-            ValueError) as e:
-        print(f"qrag-train: error: {e}", file=sys.stderr)
+    except (ConfigError, EpisodeError, EncoderLoadError, CheckpointError, ResumeError, OSError, ValueError) as e:
+        print(f"qrag-train: error: {one_line(e)}", file=sys.stderr)
         return 2
     best_eval = read_best_eval(config.trainer.output_dir)  # the trainer scored best/ on `val` when saving it
     if best_eval is not None:

@@ -224,6 +224,14 @@ class DataConfig:
     seed: int = 0
     """Seed of the data generators."""
 
+    def validate(self) -> None:
+        for name in ("num_train", "num_val"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ConfigError(f"data.{name} must be >= 0 (0: all of a file), got {value}.")
+        if self.num_sentences is not None and self.num_sentences < 1:
+            raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
+
 
 @dataclass
 class TrainerConfig:
@@ -299,7 +307,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def validate(self) -> TrainConfig:
-        for part in (self.model, self.env, self.rl, self.optim, self.trainer):
+        for part in (self.model, self.env, self.rl, self.optim, self.data, self.trainer):
             part.validate()
         return self
 
@@ -324,6 +332,8 @@ def load_yaml(path: str | Path, base: TrainConfig | None = None) -> TrainConfig:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}.")
     return TrainConfig.from_dict(data, base=base, where=str(p))

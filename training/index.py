@@ -31,7 +31,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from qrag.training.atomic import atomic_dir
+from qrag.training.atomic import atomic_dir, recover
+from qrag.training.validate import check_ids, check_metadatas, check_texts, json_ok
 
 if TYPE_CHECKING:
     from qrag.training.qnet import QNetwork
@@ -289,15 +290,23 @@ class ChunkIndex:
         backend: Backend = "torch",
         encoder: str | None = None,
         ordered: bool = False,
+        chunk_tower: str | None = None,
     ) -> None:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         n = len(texts)
-        if vectors.dim() != 2 or vectors.shape[0] != n:
-            raise ValueError(f"ChunkIndex needs (N, D) vectors for N={n} texts, got shape {tuple(vectors.shape)}.")
+        if not isinstance(vectors, torch.Tensor) or vectors.dim() != 2 or vectors.shape[0] != n:
+            shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
+            raise ValueError(f"ChunkIndex needs (N, D) vectors for N={n} texts, got {shape}.")
+        if not bool(torch.isfinite(vectors).all()):
+            bad = int((~torch.isfinite(vectors)).any(dim=1).nonzero()[0, 0])
+            raise ValueError(f"chunk vector {bad} holds NaN or infinite values (the model that embedded it is "
+                             "damaged or diverged); re-embed the texts with a sound model.")
         self.vectors = vectors.float()  # (N, D)
+        self.chunk_tower = chunk_tower
+        """`QNetwork.chunk_tower_fingerprint()` of the tower that embedded the vectors, when known."""
         self.texts: list[str] = texts
-        self.ids: list[str] = _check_ids(ids, n)
-        self.metadatas: list[dict[str, Any]] = _check_metadatas(metadatas, n)
+        self.ids: list[str] = check_ids(ids, n)
+        self.metadatas: list[dict[str, Any]] = check_metadatas(metadatas, n)
         self.encoder = encoder
         self.ordered = bool(ordered)
         self._row = {cid: i for i, cid in enumerate(self.ids)}
@@ -336,14 +345,16 @@ class ChunkIndex:
             ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, or
                 metadata that does not match the texts.
         """
-        texts = _check_texts(texts)
-        ids_ = _check_ids(ids, len(texts))
-        metas = _check_metadatas(metadatas, len(texts))
+        texts = check_texts(texts)
+        ids_ = check_ids(ids, len(texts))
+        metas = check_metadatas(metadatas, len(texts))
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
         model.check_chunk_lengths(texts, stacklevel=2)
         with model_lock(model):
             vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
-        return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder, ordered=ordered)
+        tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
+        return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
+                   chunk_tower=tower() if callable(tower) else None, ordered=ordered)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -448,6 +459,7 @@ class ChunkIndex:
             "backend": self.backend,
             "encoder": self.encoder,
             "ordered": self.ordered,
+            "chunk_tower": self.chunk_tower,
             "vector_file": _VECTOR_FILES[vector_format],
             "ids": self.ids,
             "texts": self.texts,
@@ -456,12 +468,12 @@ class ChunkIndex:
         try:
             blob = json.dumps(header, ensure_ascii=False)
         except (TypeError, ValueError) as e:
-            bad = next((i for i, m in enumerate(self.metadatas) if not _json_ok(m)), None)
+            bad = next((i for i, m in enumerate(self.metadatas) if not json_ok(m)), None)
             raise ValueError(
                 f"cannot save the index: metadata of chunk {bad} ({self.ids[bad] if bad is not None else '?'!r}) is "
                 f"not JSON-serialisable ({e}); keep metadata to strings, numbers, lists and dicts."
             ) from None
-        with atomic_dir(target) as tmp:
+        with atomic_dir(target, replace=_replaceable) as tmp:
             vectors = self.vectors.detach().cpu().contiguous()  # (N, D)
             if vector_format == "safetensors":
                 save_file({"vectors": vectors}, str(tmp / _VECTOR_FILES["safetensors"]))
@@ -483,6 +495,7 @@ class ChunkIndex:
             IndexLoadError: the folder or a file is missing, or the files disagree with each other.
         """
         d = Path(folder)
+        recover(d)
         head_path = d / INDEX_FILE
         if not head_path.is_file():
             raise IndexLoadError(
@@ -490,11 +503,11 @@ class ChunkIndex:
             )
         try:
             head = json.loads(head_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (ValueError, OSError) as e:  # JSONDecodeError, UnicodeDecodeError, PermissionError
             raise IndexLoadError(f"{head_path} is corrupt (not valid JSON: {e}); rebuild and save the index.") from None
         if not isinstance(head, dict) or head.get("format") != INDEX_FORMAT:
             raise IndexLoadError(f"{head_path} is not a qrag chunk-index header; rebuild and save the index.")
-        if head.get("version", 0) > INDEX_VERSION:
+        if not isinstance(head.get("version", 0), int) or head.get("version", 0) > INDEX_VERSION:
             raise IndexLoadError(f"{str(d)!r} was written by a newer qrag (index version {head['version']}); upgrade qrag.")
         vec_name = str(head.get("vector_file"))
         vec_path = d / vec_name
@@ -516,50 +529,21 @@ class ChunkIndex:
                 f"{str(d)!r} is inconsistent: {count} chunks in the header, {len(texts)} texts, {len(ids)} ids, "
                 f"vectors of shape {tuple(vectors.shape)}; rebuild and save the index."
             )
-        index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"), encoder=head.get("encoder"),
-                    ordered=bool(head.get("ordered", False)))
+        if vectors.is_floating_point() and not bool(torch.isfinite(vectors).all()):
+            raise IndexLoadError(f"{vec_path} holds NaN or infinite vectors (damaged file or a diverged model); "
+                                 "rebuild and save the index.")
+        try:
+            index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"),
+                        encoder=head.get("encoder"), chunk_tower=head.get("chunk_tower"),
+                        ordered=bool(head.get("ordered", False)))
+        except (ValueError, TypeError) as e:
+            raise IndexLoadError(f"{head_path} holds invalid chunks ({e}); rebuild and save the index.") from None
         return index.to(device) if device else index
 
 
-def _check_texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise ValueError("texts must be a list of strings, got a single string; wrap it in a list.")
-    out = list(texts)
-    if not out:
-        raise ValueError("cannot index an empty corpus: pass at least one text.")
-    for i, t in enumerate(out):
-        if not isinstance(t, str):
-            raise ValueError(f"texts[{i}] must be a str, got {type(t).__name__} ({t!r:.60}).")
-    return out
-
-
-def _check_ids(ids: Sequence[str] | None, n: int) -> list[str]:
-    if ids is None:
-        return [str(i) for i in range(n)]
-    out = [str(i) for i in ids]
-    if len(out) != n:
-        raise ValueError(f"got {len(out)} ids for {n} texts; pass one id per text or none.")
-    if len(set(out)) != n:
-        dup = next(i for i in out if out.count(i) > 1)
-        raise ValueError(f"ids must be unique, {dup!r} appears more than once.")
-    return out
-
-
-def _check_metadatas(metadatas: Sequence[Mapping[str, Any]] | None, n: int) -> list[dict[str, Any]]:
-    if metadatas is None:
-        return [{} for _ in range(n)]
-    out = [dict(m) if m is not None else {} for m in metadatas]
-    if len(out) != n:
-        raise ValueError(f"got {len(out)} metadatas for {n} texts; pass one dict per text or none.")
-    return out
-
-
-def _json_ok(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
+def _replaceable(folder: Path) -> bool:
+    """A folder `ChunkIndex.save` may replace: empty, or an earlier index."""
+    return (folder / INDEX_FILE).is_file() or not any(folder.iterdir())
 
 
 def _build_faiss(vectors: torch.Tensor) -> Any:

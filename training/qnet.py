@@ -15,27 +15,30 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
-from qrag.training.atomic import atomic_dir
+from qrag.training.atomic import atomic_dir, recover
 from qrag.training.config import ConfigError, HopSettings, ModelConfig
 from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
 from qrag.training.index import TRANSIENT_KEY_PREFIX
+from qrag.training.persist import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    CONFIG_FILE,
+    ENCODER_CONFIG_DIR,
+    WEIGHTS_FILE,
+    CheckpointError,
+    read_checkpoint_meta,
+    read_tokenizer,
+    read_weights,
+    replaceable,
+    short,
+)
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
-from qrag.training.shipped import ShippedNameError, resolve_checkpoint, shipped_names
-
-CHECKPOINT_FORMAT = "qrag-qnetwork"
-CHECKPOINT_VERSION = 1
-CONFIG_FILE = "qrag_config.json"
-WEIGHTS_FILE = "model.safetensors"
-ENCODER_CONFIG_DIR = "encoder"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder is missing, incomplete or does not match its base encoder."""
+from qrag.training.shipped import ShippedNameError, resolve_checkpoint
 
 
 class ChunkLengthWarning(UserWarning):
@@ -81,6 +84,7 @@ class QNetwork(nn.Module):
         self.config = config
         self.hops = HopSettings()  # the search defaults saved with the model (the trainer sets them)
         self._base_key: str | None = None
+        self._tower_fp: tuple[Any, str] | None = None
         self._untrained_sums: list[float] | None = None  # set while both towers are the base encoder as loaded
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
@@ -360,6 +364,26 @@ class QNetwork(nn.Module):
         emb = base.get_input_embeddings().weight
         return hashlib.sha256(emb.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
 
+    def chunk_tower_fingerprint(self) -> str:
+        """A short hash of everything a chunk vector depends on: the chunk tower's weights, truncation, scale.
+
+        A saved `ChunkIndex` records it, and `MultiHopSearcher.load` compares it with the loaded model's,
+        so an index is never searched with a chunk tower other than the one that embedded it.
+        """
+        tensors = sorted(self.chunk_tower.state_dict().items())
+        # Cached until a weight changes: every in-place update (an optimiser step, load_state_dict) bumps _version.
+        stamp = (self.config.max_chunk_tokens, self.config.scale, *((id(t), t._version) for _, t in tensors))
+        cached = self._tower_fp
+        if cached is not None and cached[0] == stamp:
+            return str(cached[1])
+        h = hashlib.blake2b(digest_size=8)
+        h.update(f"tokens={self.config.max_chunk_tokens}:scale={self.config.scale!r}".encode())
+        for name, tensor in tensors:
+            h.update(name.encode())
+            h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+        self._tower_fp = (stamp, h.hexdigest())
+        return self._tower_fp[1]
+
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write safetensors + JSON (+ tokenizer); atomic: a temp folder renamed into place.
@@ -371,9 +395,9 @@ class QNetwork(nn.Module):
         """
         target = Path(directory)
         saved = "none" if self.untrained else "all" if self.self_contained else "trainable"
-        with atomic_dir(target) as tmp:
-            weights = {} if saved == "none" else self.trainable_state_dict()
-            tensors = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
+        weights = {} if saved == "none" else self.trainable_state_dict()
+        tensors = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
+        with atomic_dir(target, check=read_checkpoint_meta, replace=replaceable) as tmp:
             save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})
             meta = {
                 "format": CHECKPOINT_FORMAT,
@@ -406,6 +430,7 @@ class QNetwork(nn.Module):
             d = resolve_checkpoint(directory)
         except ShippedNameError as e:
             raise CheckpointError(str(e)) from None
+        recover(d)
         meta = read_checkpoint_meta(d)
         try:
             config = ModelConfig(**meta["model"])
@@ -413,12 +438,19 @@ class QNetwork(nn.Module):
             raise CheckpointError(f"{d / CONFIG_FILE}: the model section does not match this qrag version ({e}).") from None
         if encoder is not None:
             config = dataclasses.replace(config, encoder=encoder)
-        config.validate()
-        tensors = load_file(str(d / WEIGHTS_FILE))
-        tokenizer = AutoTokenizer.from_pretrained(str(d / "tokenizer"))
+        try:
+            config.validate()
+        except (ConfigError, TypeError) as e:
+            raise CheckpointError(f"{d / CONFIG_FILE}: invalid model settings ({e}); save the checkpoint again.") from None
+        tensors = read_weights(d / WEIGHTS_FILE)
+        tokenizer = read_tokenizer(d / "tokenizer")
         if meta["saved_params"] == "all":
-            enc_cfg = AutoConfig.from_pretrained(str(d / ENCODER_CONFIG_DIR))
-            base = AutoModel.from_config(enc_cfg)
+            try:
+                enc_cfg = AutoConfig.from_pretrained(str(d / ENCODER_CONFIG_DIR))
+                base = AutoModel.from_config(enc_cfg)
+            except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError, ...
+                raise CheckpointError(f"{d / ENCODER_CONFIG_DIR}: the encoder config is missing or corrupt "
+                                      f"({type(e).__name__}: {short(e)}); save the checkpoint again.") from None
             if hasattr(base, "pooler"):
                 base.pooler = None
             qnet = cls._assemble(base, copy.deepcopy(base), tokenizer, config)
@@ -436,7 +468,11 @@ class QNetwork(nn.Module):
                     f"checkpoint {str(d)!r} was trained on a different base encoder than {config.encoder!r} "
                     f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
                 )
-        missing, unexpected = qnet.load_state_dict(tensors, strict=False)
+        try:
+            missing, unexpected = qnet.load_state_dict(tensors, strict=False)
+        except RuntimeError as e:  # size mismatch
+            raise CheckpointError(f"{d / WEIGHTS_FILE} does not fit its model config (tensor shapes differ: "
+                                  f"{short(e)}); was it written by another model or edited?") from None
         expected = {"none": set(), "trainable": set(qnet.trainable_state_dict())}.get(meta["saved_params"],
                                                                                      set(qnet.state_dict()))
         lost = sorted(set(missing) & expected)
@@ -461,29 +497,6 @@ def _read_hops(meta: dict[str, Any], directory: Path) -> HopSettings:
     except (TypeError, ConfigError) as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: the 'hops' section is invalid ({e}); "
                               "save the model again or fix the file.") from None
-
-
-def read_checkpoint_meta(directory: Path) -> dict[str, Any]:
-    """The JSON header of a checkpoint folder, validated."""
-    if not directory.is_dir():
-        shipped = ", ".join(shipped_names()) or "none installed"
-        raise CheckpointError(
-            f"checkpoint folder {str(directory)!r} does not exist (checkpoints shipped with qrag: {shipped})."
-        )
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        if not (directory / name).is_file():
-            raise CheckpointError(
-                f"{str(directory)!r} is not a qrag checkpoint: {name} is missing (save with QNetwork.save_pretrained)."
-            )
-    try:
-        meta = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{directory / CONFIG_FILE} is not valid JSON: {e}") from None
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{directory / CONFIG_FILE} is not a qrag checkpoint header (format {meta.get('format')!r}).")
-    if meta.get("version", 0) > CHECKPOINT_VERSION:
-        raise CheckpointError(f"{str(directory)!r} was written by a newer qrag (format version {meta['version']}); upgrade qrag.")
-    return meta  # type: ignore[no-any-return]
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -37,10 +37,12 @@ from typing import Any, Literal
 
 import torch
 
+from qrag.training.atomic import atomic_dir, recover
 from qrag.training.config import HopSettings
-from qrag.training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
+from qrag.training.index import INDEX_FILE, Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
 from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.shipped import resolve_checkpoint
+from qrag.training.validate import check_device
 
 Order = Literal["hop", "document"]
 FromModel = Literal["model"]
@@ -225,47 +227,56 @@ class MultiHopSearcher:
         return self.store if isinstance(self.store, ChunkIndex) else None
 
     # ------------------------------------------------------------------ persistence
-    def save(self, folder: str | Path) -> Path:
-        """Write `model/` (`save_pretrained`), `index/` (`ChunkIndex.save`) and `search.json`; no pickle.
+    def save(self, folder: str | Path, *, extra_files: Mapping[str, str] | None = None) -> Path:
+        """Write `model/` (`save_pretrained`), `index/` (`ChunkIndex.save`), `search.json` and `extra_files`
+        (name → text, e.g. an adapter's own JSON) as one atomic write; no pickle.
+
+        The whole folder is built beside `folder`, checked, then swapped in with one rename: a crash, a full
+        disk or a kill at any moment leaves the previous save or the new one, never a mix of the two.
 
         Raises:
-            SearchError: the store is external (persist that store itself; only the model is ours).
+            SearchError: the store is external (persist that store itself; only the model is ours), or the
+                index was embedded by another chunk tower than this model's.
+            FileExistsError: `folder` exists and is neither empty nor an earlier save.
         """
         if not isinstance(self.store, ChunkIndex):
             raise SearchError(
                 f"this searcher uses an external store ({type(self.store).__name__}); persist that store itself "
                 "and save the model with QNetwork.save_pretrained."
             )
-        target = Path(folder)
-        target.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(target / MODEL_DIR)
-        self.store.save(target / INDEX_DIR)
-        blob = {"format": SEARCH_FORMAT, "version": 1, "config": dataclasses.asdict(self.config)}
-        (target / SEARCH_FILE).write_text(json.dumps(blob, indent=2), encoding="utf-8")
-        return target
+        tower = self.model.chunk_tower_fingerprint()
+        if self.store.chunk_tower is not None and self.store.chunk_tower != tower:
+            raise SearchError("the index was embedded by another chunk tower than this model's (was the model trained "
+                              "or replaced after indexing?); rebuild it with ChunkIndex.from_texts(model, ...).")
+        blob = json.dumps({"format": SEARCH_FORMAT, "version": 1, "config": dataclasses.asdict(self.config)}, indent=2)
+        with atomic_dir(Path(folder), check=_check_saved, replace=_replaceable) as tmp:
+            self.model.save_pretrained(tmp / MODEL_DIR)
+            self.store.save(tmp / INDEX_DIR)
+            (tmp / SEARCH_FILE).write_text(blob, encoding="utf-8")
+            for name, text in (extra_files or {}).items():
+                (tmp / name).write_text(text, encoding="utf-8")
+        return Path(folder)
 
     @classmethod
     def load(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> MultiHopSearcher:
         """Rebuild a searcher written by `save`; `encoder` relocates a base encoder the checkpoint needs.
 
         Raises:
-            SearchError: the folder or its `search.json` is missing or corrupt.
+            SearchError: the folder or its `search.json` is missing or corrupt, `device` is unusable, or the
+                index was embedded by another chunk tower than the saved model's.
             CheckpointError / IndexLoadError: the model or the index part is missing or corrupt.
         """
         d = Path(folder)
-        head_path = d / SEARCH_FILE
-        if not head_path.is_file():
-            raise SearchError(f"{str(d)!r} is not a saved qrag searcher/retriever: {SEARCH_FILE} is missing.")
-        try:
-            head = json.loads(head_path.read_text(encoding="utf-8"))
-            if head.get("format") != SEARCH_FORMAT:
-                raise ValueError(f"format {head.get('format')!r}")
-            config = SearchConfig(**head["config"]).validate()
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise SearchError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save it again.") from None
+        check_device(device, SearchError)
+        recover(d)
+        config = _read_head(d)
         model = QNetwork.from_pretrained(d / MODEL_DIR, encoder=encoder)
+        index = ChunkIndex.load(d / INDEX_DIR)
+        if index.chunk_tower is not None and index.chunk_tower != model.chunk_tower_fingerprint():
+            raise SearchError(f"{d / INDEX_DIR} was embedded by another chunk tower than the model in {d / MODEL_DIR} "
+                              "(a mixed or hand-assembled folder); save the searcher again from one model.")
         model = model.to(device) if device else model
-        return cls(model, ChunkIndex.load(d / INDEX_DIR, device=device), config)
+        return cls(model, index.to(device) if device else index, config)
 
     # ------------------------------------------------------------------ public API
     def search_one(self, question: str, **overrides: Any) -> SearchResult:
@@ -308,6 +319,7 @@ class MultiHopSearcher:
             if not rows:
                 break
             states = self._encode([questions[b] for b, _ in rows], [beam.chunks for _, beam in rows])  # (R, D)
+            check_finite_q(states, [questions[b] for b, _ in rows])
             cands = self._candidates(states, [beam.chunks for _, beam in rows], cfg.beam_size)
             grown: dict[int, list[_Beam]] = {b: [] for b, _ in rows}
             for (b, beam), cand in zip(rows, cands, strict=True):
@@ -344,6 +356,7 @@ class MultiHopSearcher:
             return
         seqs = [max(beams[b], key=lambda x: x.total).chunks for b in need]
         states = self._encode([questions[b] for b in need], seqs)  # (R, D)
+        check_finite_q(states, [questions[b] for b in need])
         width = cfg.k - min(len(results[b]) for b in need)
         for b, seq, cand in zip(need, seqs, self._candidates(states, seqs, width), strict=True):
             missing = cfg.k - len(results[b])
@@ -405,6 +418,7 @@ class MultiHopSearcher:
 
     @staticmethod
     def _pick(index: ChunkIndex, scores: torch.Tensor, taken_rows: list[list[int]], width: int) -> list[list[ScoredChunk]]:
+        check_finite_q(scores, None)
         scores = scores.clone()  # (R, N)
         for r, rows in enumerate(taken_rows):
             if rows:
@@ -499,6 +513,7 @@ def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex
                         positions[i : i + step] if positions is not None else None)
             for i in range(0, len(rows), step)
         ])  # (R, N)
+        check_finite_q(scores.masked_fill(~row_valid, 0.0), [questions[b] for b in rows])
         scores = scores.masked_fill(selected | ~row_valid, -math.inf)
         best, idx = scores.max(dim=1)  # (R,), (R,)
         for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):
@@ -508,6 +523,44 @@ def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex
             taken[b].append(int(i))
             qs[b].append(float(q))
     return list(zip(taken, qs, strict=True))
+
+
+def check_finite_q(values: torch.Tensor, questions: Sequence[str] | None) -> None:
+    """Raise `SearchError` if state vectors or Q-values hold NaN/inf (the stop rule would never fire)."""
+    bad = ~torch.isfinite(values)
+    if bool(bad.any()):
+        row = int(bad.reshape(bad.shape[0], -1).any(dim=1).nonzero()[0, 0])
+        which = f" for question {questions[row]!r:.80}" if questions else ""
+        raise SearchError(f"the model produced NaN or infinite Q-values{which}: its weights or the index vectors are "
+                          "damaged or training diverged; load an earlier checkpoint or rebuild the index.")
+
+
+def _read_head(d: Path) -> SearchConfig:
+    head_path = d / SEARCH_FILE
+    if not head_path.is_file():
+        raise SearchError(f"{str(d)!r} is not a saved qrag searcher/retriever: {SEARCH_FILE} is missing.")
+    try:
+        head = json.loads(head_path.read_text(encoding="utf-8"))
+        if not isinstance(head, dict) or head.get("format") != SEARCH_FORMAT:
+            raise ValueError(f"format {head.get('format') if isinstance(head, dict) else type(head).__name__!r}")
+        return SearchConfig(**head["config"]).validate()
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+        raise SearchError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save it again.") from None
+
+
+def _check_saved(d: Path) -> None:
+    """What a finished save must hold before it replaces the previous one (headers parse, files present)."""
+    from qrag.training.qnet import read_checkpoint_meta
+
+    _read_head(d)
+    read_checkpoint_meta(d / MODEL_DIR)
+    if not (d / INDEX_DIR / INDEX_FILE).is_file():
+        raise SearchError(f"{d / INDEX_DIR} was not written completely; nothing was replaced.")
+
+
+def _replaceable(folder: Path) -> bool:
+    """A folder `save` may replace: empty, or an earlier save."""
+    return (folder / SEARCH_FILE).is_file() or not any(folder.iterdir())
 
 
 def _stops(cfg: SearchConfig, hop: int, best_q: float) -> bool:
@@ -540,6 +593,7 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
         CheckpointError / EncoderLoadError: the path or name cannot be loaded (the message says why).
         TypeError: `model` is none of the accepted types.
     """
+    check_device(device)
     if isinstance(model, QNetwork):
         qnet = model
     elif isinstance(model, (str, Path)):

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
@@ -34,12 +33,14 @@ from qrag.training.checkpoint import (
     optimizer_from_tensors,
     optimizer_to_tensors,
     read_checkpoint,
+    resume_guard,
     write_checkpoint,
 )
 from qrag.training.config import EnvConfig, TrainConfig
 from qrag.training.data.episode import Episode
 from qrag.training.env import EpisodeState, RetrievalEnv
 from qrag.training.index import ChunkVectorCache
+from qrag.training.persist import read_weights
 from qrag.training.qnet import WEIGHTS_FILE, QNetwork
 from qrag.training.selection import TaskSampler, calibrate_stop_rule, evaluate_at_sf
 
@@ -496,13 +497,17 @@ class Trainer:
         write_checkpoint(self.output_dir / "last", self.online.save_pretrained, tensors, state)
 
     def load_checkpoint(self, folder: Path) -> None:
+        with resume_guard(folder):  # a damaged last/ is a ResumeError naming it, not a KeyError or size mismatch
+            self._restore(folder)
+
+    def _restore(self, folder: Path) -> None:
         tensors, state = read_checkpoint(folder)
         saved_model = state["config"]["model"]
         current = self.config.to_dict()["model"]
         if saved_model != current:
             diff = {k: (saved_model.get(k), v) for k, v in current.items() if saved_model.get(k) != v}
             raise ResumeError(f"cannot resume {str(folder)!r}: model settings differ (saved, now): {diff}.")
-        online_tensors = load_file(str(folder / MODEL_DIR / WEIGHTS_FILE))
+        online_tensors = read_weights(folder / MODEL_DIR / WEIGHTS_FILE)  # NaN/inf weights refused
         self.online.load_state_dict(online_tensors, strict=False)
         self.target.load_state_dict({k[len("target."):]: v for k, v in tensors.items() if k.startswith("target.")},
                                     strict=False)

@@ -55,9 +55,13 @@ def test_failing_reader_keeps_partial_results(tmp_path: Path, capsys: pytest.Cap
     before = (tmp_path / "results.jsonl").read_text()
     assert len(read_results(tmp_path / "results.jsonl")) == 4
     rc = main([*base, "--lengths", "12,24", "--reader", str(tmp_path / "no-reader-here")])
-    err = capsys.readouterr().err
-    assert rc == 2 and "does not exist" in err and "kept" in err
+    err = capsys.readouterr().err  # another reader is another sweep: refused before the reader is even loaded
+    assert rc == 2 and "reader: None there" in err and "kept" in err
     assert (tmp_path / "results.jsonl").read_text() == before
+    other = tmp_path / "with-reader"
+    rc = main([*base, "--out", str(other), "--reader", str(tmp_path / "no-reader-here")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not exist" in err
 
 
 def test_oracle_and_bm25() -> None:

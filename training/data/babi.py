@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from qrag.training.data.episode import Episode, EpisodeError
+from qrag.training.data.episode import Episode, EpisodeError, open_utf8
 
 Task = Literal["qa1", "qa2", "qa3", "qa4", "qa5"]
 Split = Literal["train", "test"]
@@ -494,7 +494,7 @@ def read_babi_file(path: str | Path, *, task: str | None = None) -> list[BabiSam
     samples: list[BabiSample] = []
     facts: list[str] = []
     fact_of_line: dict[int, int] = {}
-    with p.open(encoding="utf-8") as f:
+    with open_utf8(p) as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.rstrip("\n")
             if not line.strip():

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from qrag.training.data.babi import BabiSample, Split, check_task, infer_sample, iter_samples, parse_fact
-from qrag.training.data.episode import Episode, EpisodeError
+from qrag.training.data.episode import Episode, EpisodeError, open_utf8, read_utf8
 from qrag.training.data.text_sources import TEXT_SOURCES, background_sentences, estimate_tokens
 
 TokenCount = Literal["estimate", "minilm"]
@@ -290,7 +290,7 @@ def read_babilong_release(path: str | Path, task: str) -> list[Episode]:
         raise FileNotFoundError(f"BabiLong file {str(p)!r} does not exist (or is not a file).")
     out: list[Episode] = []
     if p.suffix == ".jsonl":
-        with p.open(encoding="utf-8") as f:
+        with open_utf8(p) as f:
             for lineno, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
@@ -303,7 +303,7 @@ def read_babilong_release(path: str | Path, task: str) -> list[Episode]:
                 out.append(release_episode(rec, t, id=f"{p.stem}-{lineno}", where=f"{p}:{lineno}"))
         return out
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_utf8(p))
     except json.JSONDecodeError as e:
         raise EpisodeError(f"{p}:{e.lineno}: malformed JSON ({e.msg}).") from None
     if not isinstance(data, list):

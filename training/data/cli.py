@@ -18,6 +18,7 @@ from typing import Any
 
 from qrag.training.data.episode import EpisodeError, write_jsonl
 from qrag.training.data.sources import DEFAULT_NUM_SAMPLES, SOURCES, iter_episodes
+from qrag.training.validate import check_out_path, one_line
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 2 bad arguments or input)."""
     args = _parser().parse_args(argv)
+    try:  # refused up front, before any episode is generated
+        for flag in ("num_samples", "num_sentences", "num_docs"):
+            value = getattr(args, flag)
+            if value is not None and value < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}.")
+        if args.out is not None:
+            check_out_path(args.out, "--out", folder=False)
+    except ValueError as e:
+        print(f"qrag-data: error: {e}", file=sys.stderr)
+        return 2
     if args.list or not args.source:
         for s in SOURCES.values():
             tasks = ", ".join(s.tasks) if s.tasks else "-"
@@ -74,8 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for ep in eps:
                 sys.stdout.write(json.dumps(ep.to_json(), ensure_ascii=False) + "\n")
                 count += 1
-    except (ValueError, FileNotFoundError, EpisodeError, ImportError) as e:
-        print(f"qrag-data: error: {e}", file=sys.stderr)
+    except (ValueError, OSError, EpisodeError, ImportError) as e:
+        print(f"qrag-data: error: {one_line(e)}", file=sys.stderr)
         return 2
     where = args.out or "stdout"
     print(f"qrag-data: wrote {count} episodes to {where} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)

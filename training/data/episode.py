@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 class EpisodeError(ValueError):
@@ -147,7 +148,7 @@ def iter_json_lines(path: str | Path, kind: str = "file") -> Iterator[tuple[int,
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{kind} {str(p)!r} does not exist (or is not a file).")
-    with p.open(encoding="utf-8") as f:
+    with open_utf8(p) as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -159,6 +160,38 @@ def iter_json_lines(path: str | Path, kind: str = "file") -> Iterator[tuple[int,
             yield lineno, where, rec
 
 
+@contextmanager
+def open_utf8(path: str | Path) -> Iterator[Iterator[str]]:
+    """The lines of a UTF-8 text file; a byte that is not UTF-8 raises `EpisodeError` naming file and line."""
+    p = Path(path)
+    with p.open("rb") as f:
+        yield _decoded_lines(f, p)
+
+
+def _decoded_lines(f: IO[bytes], p: Path) -> Iterator[str]:
+    for lineno, raw in enumerate(f, start=1):
+        yield _decode(raw, p, lineno).replace("\r\n", "\n")
+
+
+def read_utf8(path: str | Path) -> str:
+    """A whole UTF-8 text file; a byte that is not UTF-8 raises `EpisodeError` naming file and line."""
+    p = Path(path)
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise EpisodeError(f"{p}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); save the file as UTF-8.") from None
+
+
+def _decode(raw: bytes, p: Path, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EpisodeError(f"{p}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                           "save the file as UTF-8.") from None
+
+
 def read_jsonl(path: str | Path) -> list[Episode]:
     """Read every episode of a custom-format JSON Lines file (see `iter_jsonl`)."""
     return list(iter_jsonl(path))
@@ -167,12 +200,18 @@ def read_jsonl(path: str | Path) -> list[Episode]:
 def write_jsonl(episodes: Iterable[Episode], path: str | Path) -> int:
     """Write episodes in the custom format, atomically (temp file then rename). Returns the count."""
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(21, "is a folder; pass a file name such as out.jsonl", str(p))
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
     n = 0
-    with tmp.open("w", encoding="utf-8") as f:
-        for ep in episodes:
-            f.write(json.dumps(ep.to_json(), ensure_ascii=False) + "\n")
-            n += 1
-    tmp.replace(p)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for ep in episodes:
+                f.write(json.dumps(ep.to_json(), ensure_ascii=False) + "\n")
+                n += 1
+        tmp.replace(p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
     return n

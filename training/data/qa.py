@@ -24,7 +24,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from qrag.training.data.episode import Episode, EpisodeError, iter_json_lines, iter_jsonl
+from qrag.training.data.episode import (
+    Episode,
+    EpisodeError,
+    iter_json_lines,
+    iter_jsonl,
+    open_utf8,
+    read_utf8,
+)
 
 QAKind = Literal["hotpotqa", "2wiki", "musique"]
 QA_KINDS: tuple[QAKind, ...] = get_args(QAKind)
@@ -124,7 +131,7 @@ def _records(path: Path) -> Iterator[tuple[Any, str]]:
             yield rec, where
         return
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_utf8(path))
     except json.JSONDecodeError as e:
         raise EpisodeError(f"{path}:{e.lineno}: malformed JSON ({e.msg}).") from None
     if not isinstance(data, list):
@@ -171,7 +178,7 @@ def load_qa_hub(kind: QAKind, hub_id: str, split: str = "validation", config: st
 
 
 def _is_corpus_file(path: Path) -> bool:
-    with path.open(encoding="utf-8") as f:
+    with open_utf8(path) as f:
         for line in f:
             if line.strip():
                 try:

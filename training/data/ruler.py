@@ -26,7 +26,7 @@ from itertools import cycle
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from qrag.training.data.episode import Episode, EpisodeError
+from qrag.training.data.episode import Episode, EpisodeError, read_utf8
 from qrag.training.data.text_sources import estimate_tokens, iter_background
 
 NiahTask = Literal[
@@ -233,7 +233,7 @@ def _read_json(path: str | Path, what: str) -> Any:
     if not p.is_file():
         raise FileNotFoundError(f"{what} file {str(p)!r} does not exist (or is not a file).")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(read_utf8(p))
     except json.JSONDecodeError as e:
         raise EpisodeError(f"{p}:{e.lineno}: malformed JSON ({e.msg}).") from None
 

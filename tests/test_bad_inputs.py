@@ -1,0 +1,568 @@
+"""Bad input and faults at every public entry point: a clear error of the project's own, never a library
+traceback, never a silently wrong answer, never a lost save.
+
+Covers persistence (corrupt checkpoints, indexes and saved retrievers; SIGKILL during a save; full disk;
+stale temporary folders), finite numbers, the adapters' edges, and the three CLIs (in-process via `main`).
+Everything runs on the tiny random BERT of tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from qrag.training.atomic import previous_dir
+from qrag.training.checkpoint import ResumeError
+from qrag.training.index import ChunkIndex, IndexLoadError
+from qrag.training.qnet import CheckpointError, QNetwork
+from qrag.training.search import MultiHopSearcher, SearchError, load_model, search_many
+from tests import sigkill
+from tests.training.two_hop import make_two_hop_episodes
+
+TEXTS = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden.", "The milk is cold."]
+SURROGATE = "milk \ud800 here"
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+
+
+@pytest.fixture(scope="module")
+def qnet(tiny_encoder_path: Path) -> QNetwork:
+    # Nudged off the base encoder, as a trained model is: its checkpoint holds every weight.
+    return sigkill.perturbed(QNetwork.from_encoder(str(tiny_encoder_path)), seed=2).eval()
+
+
+@pytest.fixture(scope="module")
+def saved(qnet: QNetwork, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A checkpoint, a searcher, a LangChain and a LlamaIndex save, written once for the module."""
+    from qrag.integrations import QRAGRetriever
+
+    root = tmp_path_factory.mktemp("saved")
+    searcher = MultiHopSearcher(qnet, ChunkIndex.from_texts(qnet, TEXTS))
+    return {"ckpt": qnet.save_pretrained(root / "ckpt"), "searcher": searcher.save(root / "searcher"),
+            "retriever": QRAGRetriever.from_texts(TEXTS, qnet, k=2).save_local(root / "retriever")}
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(src, tmp_path / src.name))
+
+
+# ------------------------------------------------------------------ corrupt checkpoints
+
+
+def _truncate(d: Path) -> None:
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+
+
+def _pickled(d: Path) -> None:
+    (d / "model.safetensors").write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+
+
+def _edit_header(edit: Callable[[dict[str, Any]], Any]) -> Callable[[Path], None]:
+    def apply(d: Path) -> None:
+        head = json.loads((d / "qrag_config.json").read_text())
+        (d / "qrag_config.json").write_text(json.dumps(edit(head)))
+    return apply
+
+
+def _set_tensor(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Path], None]:
+    def apply(d: Path) -> None:
+        tensors = load_file(str(d / "model.safetensors"))
+        name = next(k for k in tensors if k.endswith("word_embeddings.weight"))
+        tensors[name] = fn(tensors[name])
+        save_file(tensors, str(d / "model.safetensors"))
+    return apply
+
+
+def _break_tokenizer(d: Path) -> None:
+    for f in (d / "tokenizer").iterdir():
+        f.write_text("{not json")
+
+
+def _nan(t: torch.Tensor) -> torch.Tensor:
+    t = t.clone()
+    t[0, 0] = float("nan")
+    return t
+
+
+CHECKPOINT_DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "truncated weights": (_truncate, "model.safetensors"),
+    "zero-byte weights": (lambda d: (d / "model.safetensors").write_bytes(b""), "model.safetensors"),
+    "pickle weights": (_pickled, "model.safetensors"),
+    "missing tokenizer": (lambda d: shutil.rmtree(d / "tokenizer"), "tokenizer"),
+    "corrupt tokenizer": (_break_tokenizer, "tokenizer"),
+    "header is a list": (lambda d: (d / "qrag_config.json").write_text("[1, 2]"), "qrag_config.json"),
+    "header not JSON": (lambda d: (d / "qrag_config.json").write_text("{oops"), "qrag_config.json"),
+    "header not UTF-8": (lambda d: (d / "qrag_config.json").write_bytes(b"\xff\xfe{}"), "qrag_config.json"),
+    "header lacks model": (_edit_header(lambda h: {k: v for k, v in h.items() if k != "model"}), "qrag_config.json"),
+    "header lacks saved_params": (_edit_header(lambda h: {**h, "saved_params": None}), "qrag_config.json"),
+    "unknown model key": (_edit_header(lambda h: {**h, "model": {**h["model"], "bogus": 1}}), "qrag_config.json"),
+    "model value of wrong type": (_edit_header(lambda h: {**h, "model": {**h["model"], "max_chunk_tokens": "x"}}),
+                                  "qrag_config.json"),
+    "version is a string": (_edit_header(lambda h: {**h, "version": "1"}), "qrag_config.json"),
+    "missing encoder config": (lambda d: shutil.rmtree(d / "encoder"), "encoder"),
+    "wrong-dim weights": (_set_tensor(lambda t: t[:, :8].contiguous()), "model.safetensors"),
+    "NaN weights": (_set_tensor(_nan), "NaN"),
+    "missing weights": (lambda d: (d / "model.safetensors").unlink(), "model.safetensors"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKPOINT_DAMAGE))
+def test_damaged_checkpoint_is_a_checkpoint_error_naming_the_file(case: str, saved: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    damage, needle = CHECKPOINT_DAMAGE[case]
+    d = _copy(saved["ckpt"], tmp_path)
+    damage(d)
+    with pytest.raises(CheckpointError, match=needle):
+        QNetwork.from_pretrained(d)
+
+
+def test_missing_checkpoint_folder(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist"):
+        QNetwork.from_pretrained(tmp_path / "nope")
+
+
+# ------------------------------------------------------------------ indexes and saved searchers
+
+
+def _index_edit(edit: Callable[[dict[str, Any]], Any]) -> Callable[[Path], None]:
+    def apply(d: Path) -> None:
+        p = d / "index" / "index.json"
+        p.write_text(json.dumps(edit(json.loads(p.read_text()))))
+    return apply
+
+
+def _nan_vectors(d: Path) -> None:
+    p = d / "index" / "vectors.safetensors"
+    v = load_file(str(p))["vectors"]
+    v[1, 2] = float("inf")
+    save_file({"vectors": v}, str(p))
+
+
+def _search_json(text: str) -> Callable[[Path], None]:
+    return lambda d: (d / "search.json").write_text(text)
+
+
+SEARCHER_DAMAGE: dict[str, tuple[Callable[[Path], None], type[Exception], str]] = {
+    "NaN index vectors": (_nan_vectors, IndexLoadError, "NaN or infinite"),
+    "index header not JSON": (lambda d: (d / "index" / "index.json").write_text("{"), IndexLoadError, "index.json"),
+    "index count disagrees": (_index_edit(lambda h: {**h, "count": 99}), IndexLoadError, "inconsistent"),
+    "index metadata not dicts": (_index_edit(lambda h: {**h, "metadatas": [["ab", "cd"]] * 4}), IndexLoadError,
+                                 "metadatas"),
+    "truncated vectors": (lambda d: (d / "index" / "vectors.safetensors").write_bytes(b"\0" * 9), IndexLoadError,
+                          "vectors.safetensors"),
+    "search.json is a list": (_search_json("[]"), SearchError, "search.json"),
+    "search.json bad k": (_search_json(json.dumps({"format": "qrag-multihop-searcher", "config": {"k": "3"}})),
+                          SearchError, "search.json"),
+    "search.json missing": (lambda d: (d / "search.json").unlink(), SearchError, "search.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(SEARCHER_DAMAGE))
+def test_damaged_saved_searcher_is_a_clear_error(case: str, saved: dict[str, Path], tmp_path: Path) -> None:
+    damage, error, needle = SEARCHER_DAMAGE[case]
+    d = _copy(saved["searcher"], tmp_path)
+    damage(d)
+    with pytest.raises(error, match=needle):
+        MultiHopSearcher.load(d)
+
+
+def test_index_of_another_chunk_tower_is_refused_at_load(qnet: QNetwork, saved: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    d = _copy(saved["searcher"], tmp_path)
+    other = sigkill.perturbed(qnet)
+    shutil.rmtree(d / "index")
+    ChunkIndex.from_texts(other, TEXTS).save(d / "index")  # a mixed folder: this model, another's vectors
+    with pytest.raises(SearchError, match="another chunk tower"):
+        MultiHopSearcher.load(d)
+    with pytest.raises(SearchError, match="another chunk tower"):  # and the same pairing is not saved either
+        MultiHopSearcher(qnet, ChunkIndex.from_texts(other, TEXTS)).save(tmp_path / "mixed")
+
+
+def test_corrupt_retriever_json(saved: dict[str, Path], tmp_path: Path) -> None:
+    from qrag.integrations import QRAGRetriever
+
+    d = _copy(saved["retriever"], tmp_path)
+    (d / "retriever.json").write_text('{"format": "qrag-langchain-retriever", "fields": [1]}')
+    with pytest.raises(ValueError, match="retriever.json"):
+        QRAGRetriever.load_local(d)
+
+
+# ------------------------------------------------------------------ atomic saves
+
+
+def test_failed_save_keeps_the_previous_one_and_leaves_nothing(qnet: QNetwork, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from qrag.integrations import QRAGRetriever
+
+    folder = tmp_path / "r"
+    QRAGRetriever.from_texts(TEXTS, qnet, k=2).save_local(folder)
+    before = {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    other = sigkill.perturbed(qnet)  # the failed saves carry another model: a replaced model/ would show
+    bad = QRAGRetriever.from_texts(TEXTS, other, metadatas=[{"x": object()}] * 4, k=3)
+    with pytest.raises(ValueError, match="JSON"):  # metadata that is not JSON: found after model/ was written
+        bad.save_local(folder)
+
+    def disk_full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("qrag.training.index.save_file", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        QRAGRetriever.from_texts(TEXTS, other, k=3).save_local(folder)
+    assert {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    assert sigkill.strays(folder) == []
+    assert QRAGRetriever.load_local(folder).k == 2
+
+
+def test_save_refuses_to_replace_a_foreign_folder(qnet: QNetwork, tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("precious")
+    with pytest.raises(FileExistsError, match="not an earlier save"):
+        MultiHopSearcher(qnet, ChunkIndex.from_texts(qnet, TEXTS)).save(tmp_path)
+    with pytest.raises(FileExistsError, match="not an earlier save"):
+        qnet.save_pretrained(tmp_path)
+    assert (tmp_path / "mine.txt").read_text() == "precious"
+
+
+def test_saved_folders_follow_the_umask(qnet: QNetwork, tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        qnet.save_pretrained(tmp_path / "ckpt")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "ckpt").stat().st_mode & 0o777 == 0o755
+
+
+def test_stale_temp_folders_are_cleaned_and_an_interrupted_swap_is_undone(saved: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    d = _copy(saved["ckpt"], tmp_path)
+    dead = tmp_path / f".{d.name}.tmp-999999999-dead"
+    shutil.copytree(d, dead)
+    live = tmp_path / f".{d.name}.tmp-{os.getpid()}-live"
+    live.mkdir()
+    os.replace(d, previous_dir(d))  # killed between "old out" and "new in"
+    QNetwork.from_pretrained(d)  # loads the previous save, put back
+    assert d.is_dir() and not previous_dir(d).exists() and not dead.exists()
+    assert live.exists()  # a live writer's folder is left alone
+
+
+@pytest.mark.parametrize("kind", ["save_local", "persist", "save_pretrained"])
+def test_sigkill_during_a_save_leaves_the_old_or_the_new_save(kind: str, qnet: QNetwork, tmp_path: Path) -> None:
+    k = sigkill.kinds()[kind]
+    a, b = k.build(qnet, sigkill.TEXTS_A, 2), k.build(sigkill.perturbed(qnet), sigkill.TEXTS_B, 3)
+    sig_a, sig_b = k.memory_signature(a), k.memory_signature(b)
+    seconds = sigkill.save_seconds(k, a, tmp_path / kind, repeats=1)
+    trials = [sigkill.run_trial(k, a, b, sig_a, sig_b, tmp_path / kind, f * seconds) for f in (0.0, 0.3, 0.6, 0.9, 3.0)]
+    assert all(t.loaded in ("old", "new") for t in trials), trials
+    assert all(t.outcome != "failed" and t.strays_after_next_save == 0 for t in trials), trials
+    assert any(t.outcome == "killed" for t in trials), trials
+
+
+# ------------------------------------------------------------------ finite numbers
+
+
+def test_nan_vectors_are_refused_when_indexing() -> None:
+    vectors = torch.zeros(2, 4)
+    vectors[1, 0] = float("nan")
+    with pytest.raises(ValueError, match="chunk vector 1"):
+        ChunkIndex(vectors, ["a", "b"])
+
+
+def test_nan_q_values_raise_instead_of_returning_max_hops_chunks(qnet: QNetwork) -> None:
+    import copy
+
+    broken = copy.deepcopy(qnet)
+    index = ChunkIndex.from_texts(broken, TEXTS)
+    with torch.no_grad():
+        next(broken.state_tower.parameters()).fill_(float("nan"))
+    with pytest.raises(SearchError, match="NaN"):
+        MultiHopSearcher(broken, index).search_one("Where is the milk?")
+    with pytest.raises(SearchError, match="NaN"):
+        search_many(broken, ["Where is the milk?"], [index])
+
+
+# ------------------------------------------------------------------ the adapters' edges
+
+
+@pytest.fixture(scope="module")
+def retriever(qnet: QNetwork) -> Any:
+    from qrag.integrations import QRAGRetriever
+
+    return QRAGRetriever.from_texts(TEXTS, qnet, metadatas=[{"src": i} for i in range(4)], k=2)
+
+
+BAD_ARGS = [{"k": "3"}, {"k": True}, {"k": 0}, {"k": 2.0}, {"stop_threshold": "0.5"}, {"stop_threshold": float("nan")},
+            {"max_hops": True}, {"beam_size": 1.5}, {"order": "random"}]
+
+
+@pytest.mark.parametrize("args", BAD_ARGS, ids=[repr(a) for a in BAD_ARGS])
+def test_langchain_arguments_are_strict_in_the_constructor_and_per_call(args: dict[str, Any], retriever: Any) -> None:
+    from qrag.integrations import QRAGRetriever
+
+    name = next(iter(args))
+    with pytest.raises(ValueError, match=name):
+        QRAGRetriever(searcher=retriever.searcher, **args)
+    with pytest.raises(ValueError, match=name):
+        retriever.invoke("Where is the milk?", **args)
+
+
+@pytest.mark.parametrize("args", BAD_ARGS[:5], ids=[repr(a) for a in BAD_ARGS[:5]])
+def test_llama_index_arguments_are_strict(args: dict[str, Any], qnet: QNetwork) -> None:
+    from llama_index.core.schema import TextNode
+
+    from qrag.integrations import QRAGLlamaIndexRetriever
+
+    nodes = [TextNode(text=t, id_=str(i)) for i, t in enumerate(TEXTS)]
+    renamed = {("similarity_top_k" if k == "k" else k): v for k, v in args.items()}
+    with pytest.raises(ValueError, match=next(iter(args))):
+        QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=qnet, **renamed)
+
+
+@pytest.mark.parametrize("query", ["", "   ", None, 3, SURROGATE])
+def test_bad_queries(query: Any, retriever: Any) -> None:
+    with pytest.raises(ValueError, match="query|Unicode"):
+        retriever.invoke(query)
+
+
+FROM_TEXTS = {
+    "texts=None": ({"texts": None}, "texts must be a list"),
+    "texts is a string": ({"texts": "Mary took the milk."}, "single string"),
+    "no texts": ({"texts": []}, "empty corpus"),
+    "a text is not a string": ({"texts": ["ok", 3]}, r"texts\[1\]"),
+    "lone surrogate": ({"texts": ["ok", SURROGATE]}, "surrogate"),
+    "metadatas not dicts": ({"metadatas": [["ab", "cd"]] * 4}, r"metadatas\[0\] must be a dict"),
+    "metadatas is a dict": ({"metadatas": {"a": 1}}, "list of dicts"),
+    "metadata key 'score'": ({"metadatas": [{"score": 1}] * 4}, "score"),
+    "metadata key 'hop'": ({"metadatas": [{}, {"hop": 1}, {}, {}]}, r"metadatas\[1\].*hop"),
+    "ids of the wrong length": ({"ids": ["a"]}, "ids for 4 texts"),
+    "duplicate ids": ({"ids": ["a", "a", "b", "c"]}, "unique"),
+}
+
+
+@pytest.mark.parametrize("case", list(FROM_TEXTS))
+def test_langchain_from_texts_refuses(case: str, qnet: QNetwork) -> None:
+    from qrag.integrations import QRAGRetriever
+
+    kwargs, needle = FROM_TEXTS[case]
+    with pytest.raises(ValueError, match=needle):
+        QRAGRetriever.from_texts(**{"texts": TEXTS, "model": qnet, **kwargs})
+
+
+def test_llama_index_trace_keys_do_not_overwrite_node_metadata(qnet: QNetwork) -> None:
+    from llama_index.core.schema import TextNode
+
+    from qrag.integrations import QRAGLlamaIndexRetriever
+
+    nodes = [TextNode(text=t, id_=str(i), metadata={"q_value": 7} if i == 2 else {}) for i, t in enumerate(TEXTS)]
+    with pytest.raises(ValueError, match="node '2'.*q_value"):
+        QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=qnet)
+
+
+EMBED_CALLS: dict[str, tuple[str, Any, str]] = {
+    "documents as one string": ("embed_documents", "text", "wrap a single text"),
+    "a document that is None": ("embed_documents", ["ok", None], r"texts\[1\]"),
+    "documents=None": ("embed_documents", None, "list of strings"),
+    "empty query": ("embed_query", "", "non-empty"),
+    "query None": ("embed_query", None, "non-empty"),
+    "query with a lone surrogate": ("embed_query", SURROGATE, "surrogate"),
+}
+
+
+@pytest.mark.parametrize("case", list(EMBED_CALLS))
+def test_embeddings_edges(case: str, qnet: QNetwork) -> None:
+    from qrag.integrations import QRAGEmbeddings
+
+    method, arg, needle = EMBED_CALLS[case]
+    with pytest.raises(ValueError, match=needle):
+        getattr(QRAGEmbeddings(qnet), method)(arg)
+
+
+@pytest.mark.parametrize("query", ["", SURROGATE])
+def test_llama_index_embedding_query_edges(query: str, qnet: QNetwork) -> None:
+    from qrag.integrations import QRAGLlamaIndexEmbedding
+
+    with pytest.raises(ValueError, match="non-empty|surrogate"):
+        QRAGLlamaIndexEmbedding(qnet).get_query_embedding(query)
+
+
+@NO_CUDA
+@pytest.mark.parametrize("device", ["cuda", "cuda:3", "gpu0"])
+def test_unusable_devices_are_named(device: str, qnet: QNetwork, saved: dict[str, Path]) -> None:
+    from qrag.integrations import QRAGRetriever
+
+    with pytest.raises(ValueError, match=device):
+        load_model(qnet, device=device)
+    with pytest.raises(ValueError, match=device):
+        QRAGRetriever.load_local(saved["retriever"], device=device)
+
+
+# ------------------------------------------------------------------ the CLIs, in-process
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], needle: str) -> str:
+    """The command's error is one line, the last, and names `needle`; no traceback anywhere."""
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    errors = [line for line in lines if ": error:" in line]
+    assert len(errors) == 1 and lines[-1] == errors[0] and needle in errors[0], lines
+    assert not any("Traceback" in line for line in lines), lines
+    return errors[0]
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    from qrag.training.data import write_jsonl
+
+    good = tmp_path / "good.jsonl"
+    write_jsonl(make_two_hop_episodes(6, 0), good)
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(good.read_bytes().split(b"\n")[0] + b"\n" + '{"question": "caf\u00e9?"}\n'.encode("latin-1"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    return {"good": good, "latin1": latin1, "file": a_file, "dir": tmp_path, "missing": tmp_path / "missing.jsonl"}
+
+
+DATA_CASES: dict[str, tuple[list[str], str]] = {
+    "negative --num-samples": (["babi", "--num-samples", "-5"], "--num-samples must be >= 1"),
+    "zero --num-sentences": (["babilong", "--num-sentences", "0"], "--num-sentences"),
+    "--out is a folder": (["jsonl", "--path", "{good}", "--out", "{dir}"], "is a folder"),
+    "--out under a file": (["jsonl", "--path", "{good}", "--out", "{file}/x.jsonl"], "is a file"),
+    "non-UTF-8 --path": (["jsonl", "--path", "{latin1}"], "latin1.jsonl:2: not UTF-8"),
+    "missing --path": (["jsonl", "--path", "{missing}"], "missing.jsonl"),
+    "--path is a folder": (["jsonl", "--path", "{dir}"], "is not a file"),
+}
+
+
+@pytest.mark.parametrize("case", list(DATA_CASES))
+def test_qrag_data_bad_input(case: str, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.training.data.cli import main
+
+    argv, needle = DATA_CASES[case]
+    assert main([a.format(**files) for a in argv]) == 2
+    _one_line_error(capsys, needle)
+
+
+def test_qrag_data_failure_leaves_no_half_written_file(files: dict[str, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.training.data.cli import main
+
+    out = tmp_path / "out" / "eps.jsonl"
+    assert main(["jsonl", "--path", str(files["latin1"]), "--out", str(out)]) == 2  # fails at the second episode
+    _one_line_error(capsys, "not UTF-8")
+    assert not out.exists() and list(out.parent.iterdir()) == []
+
+
+TRAIN_CASES: dict[str, tuple[list[str], str]] = {
+    "negative num_train": (["--data.num_train", "-5"], "data.num_train must be >= 0"),
+    "negative num_val": (["--data.num_val", "-1"], "data.num_val must be >= 0"),
+    "output_dir is a file": (["--trainer.output_dir", "{file}"], "is a file"),
+    "non-UTF-8 train_path": (["--data.source", "jsonl", "--data.train_path", "{latin1}"], "latin1.jsonl:2"),
+    "missing train_path": (["--data.source", "jsonl", "--data.train_path", "{missing}"], "missing.jsonl"),
+    "train_path is a folder": (["--data.source", "jsonl", "--data.train_path", "{dir}"], "not a file"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRAIN_CASES))
+def test_qrag_train_bad_input(case: str, files: dict[str, Path], tiny_encoder_path: Path, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.training.cli import main
+
+    argv, needle = TRAIN_CASES[case]
+    base = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run")]
+    assert main([*base, *(a.format(**files) for a in argv)]) == 2
+    _one_line_error(capsys, needle)
+
+
+@pytest.mark.parametrize("damage", ["state not JSON", "state is a list", "tensors truncated", "model weights NaN"])
+def test_resume_from_a_damaged_last_is_one_line(damage: str, qnet: QNetwork, files: dict[str, Path],
+                                                tiny_encoder_path: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.training.checkpoint import read_checkpoint
+    from qrag.training.cli import main
+
+    last = tmp_path / "run" / "last"
+    qnet.save_pretrained(last / "model")
+    (last / "trainer_state.json").write_text({"state not JSON": "{", "state is a list": "[]"}.get(damage, "{}"))
+    save_file({"rng.torch": torch.zeros(3)}, str(last / "trainer_tensors.safetensors"))
+    if damage == "tensors truncated":
+        (last / "trainer_tensors.safetensors").write_bytes(b"\x08")
+    if damage == "model weights NaN":
+        _set_tensor(_nan)(last / "model")
+    argv = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run"), "--resume",
+            "--data.source", "jsonl", "--data.train_path", str(files["good"]), "--data.num_val", "2",
+            "--trainer.no-progress"]
+    assert main(argv) == 2
+    _one_line_error(capsys, str(last))
+    if damage != "model weights NaN":
+        with pytest.raises(ResumeError, match="last"):
+            read_checkpoint(last)
+
+
+EVAL_CASES: dict[str, tuple[list[str], str]] = {
+    "--budget 0": (["--budget", "0"], "--budget) must be an integer >= 1, got 0"),
+    "--budget -3": (["--budget", "-3"], "got -3"),
+    "--lengths inf": (["--lengths", "inf"], "bad length 'inf'"),
+    "--lengths nan": (["--lengths", "nan"], "bad length 'nan'"),
+    "--num-samples -5": (["--num-samples", "-5"], "--num-samples) must be an integer >= 1"),
+    "--max-hops 0": (["--max-hops", "0"], "--max-hops"),
+    "--stop-threshold nan": (["--stop-threshold", "nan"], "--stop-threshold"),
+    "--out is a file": (["--out", "{file}"], "is a file"),
+    "--out under a file": (["--out", "{file}/sub"], "is a file, not a folder"),
+}
+
+
+@pytest.mark.parametrize("case", list(EVAL_CASES))
+def test_qrag_eval_bad_input(case: str, files: dict[str, Path], tmp_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.eval.cli import main
+
+    argv, needle = EVAL_CASES[case]
+    base = ["babilong", "--out", str(tmp_path / "ev"), "--no-progress", "--num-samples", "1", "--methods", "bm25"]
+    assert main([*base, *(a.format(**files) for a in argv)]) == 2
+    _one_line_error(capsys, needle)
+
+
+def test_qrag_eval_non_utf8_data(files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.eval.cli import main
+
+    assert main(["jsonl", "--data", str(files["latin1"]), "--out", str(tmp_path / "ev"), "--methods", "bm25",
+                 "--no-progress"]) == 2
+    _one_line_error(capsys, "latin1.jsonl:2: not UTF-8")
+
+
+@pytest.mark.parametrize("change", [["--budget", "3"], ["--seed", "1"], ["--encoder", "other-encoder"],
+                                    ["--max-hops", "2"]])
+def test_qrag_eval_resume_with_other_settings_is_refused(change: list[str], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.eval.cli import main
+    from qrag.eval.runner import read_results
+
+    base = ["babilong", "--out", str(tmp_path), "--no-progress", "--num-samples", "2", "--tasks", "qa1",
+            "--lengths", "12", "--methods", "bm25", "--budget", "2"]
+    assert main(base) == 0
+    records = read_results(tmp_path / "results.jsonl")
+    assert records and all(r["settings"]["budget"] == 2 for r in records)
+    capsys.readouterr()
+    assert main([*base, *change]) == 2
+    err = capsys.readouterr().err
+    assert change[0].removeprefix("--").replace("-", "_") in err and "other settings" in err
+    assert read_results(tmp_path / "results.jsonl") == records
+
+
+def test_sweep_key_follows_the_checkpoint_not_its_path(tmp_path: Path) -> None:
+    from qrag.eval.runner import check_resumable
+
+    settings = {"model": "runs/a/best", "model_fingerprint": "f1", "budget": 2}
+    (tmp_path / "results.jsonl").write_text(json.dumps({"key": "k1", "settings": settings}) + "\n")
+    assert len(check_resumable(tmp_path / "results.jsonl", {**settings, "model": "/abs/runs/a/best"})) == 1
+    with pytest.raises(ValueError, match="model_fingerprint: 'f1' there, 'f2' now"):
+        check_resumable(tmp_path / "results.jsonl", {**settings, "model_fingerprint": "f2"})
+    (tmp_path / "results.jsonl").write_text(json.dumps({"key": "k1"}) + "\n")
+    with pytest.raises(ValueError, match="without its settings"):
+        check_resumable(tmp_path / "results.jsonl", settings)

@@ -1,0 +1,150 @@
+"""Checks of what users pass in, shared by the index, the searcher and the framework adapters.
+
+Each raises `ValueError` naming the argument, the offending item and what to pass instead, so every public
+entry point refuses bad input the same way (and the adapters stay thin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise ValueError("texts must be a list of strings, got a single string; wrap it in a list.")
+    if isinstance(texts, bytes) or not isinstance(texts, Iterable):
+        raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}.")
+    out = list(texts)
+    if not out:
+        raise ValueError("cannot index an empty corpus: pass at least one text.")
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise ValueError(f"texts[{i}] must be a str, got {type(t).__name__} ({t!r:.60}).")
+        check_encodable(t, f"texts[{i}]")
+    return out
+
+
+def check_encodable(text: str, what: str) -> None:
+    """Raise `ValueError` if `text` cannot be written as UTF-8 (a lone surrogate, e.g. from a bad decode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} holds a character that is not valid Unicode ({text[e.start:e.end]!r} at "
+                         f"offset {e.start}, a lone surrogate); clean the text (e.g. decode with errors='replace').") from None
+
+
+def check_ids(ids: Sequence[str] | None, n: int) -> list[str]:
+    if ids is None:
+        return [str(i) for i in range(n)]
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise ValueError(f"ids must be a list of strings (one per text), got {type(ids).__name__}.")
+    out = [str(i) for i in ids]
+    if len(out) != n:
+        raise ValueError(f"got {len(out)} ids for {n} texts; pass one id per text or none.")
+    if len(set(out)) != n:
+        dup = next(i for i in out if out.count(i) > 1)
+        raise ValueError(f"ids must be unique, {dup!r} appears more than once.")
+    return out
+
+
+def check_metadatas(metadatas: Sequence[Mapping[str, Any]] | None, n: int) -> list[dict[str, Any]]:
+    if metadatas is None:
+        return [{} for _ in range(n)]
+    if isinstance(metadatas, (str, bytes, Mapping)) or not isinstance(metadatas, Iterable):
+        raise ValueError(f"metadatas must be a list of dicts (one per text), got {type(metadatas).__name__}.")
+    out = []
+    for i, m in enumerate(metadatas):
+        if m is not None and not isinstance(m, Mapping):
+            raise ValueError(f"metadatas[{i}] must be a dict, got {type(m).__name__} ({m!r:.60}).")
+        bad = next((k for k in (m or {}) if not isinstance(k, str)), None)
+        if bad is not None:
+            raise ValueError(f"metadatas[{i}] has a key that is not a string ({bad!r}); use string keys.")
+        out.append(dict(m) if m is not None else {})
+    if len(out) != n:
+        raise ValueError(f"got {len(out)} metadatas for {n} texts; pass one dict per text or none.")
+    return out
+
+
+def json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def check_device(device: Any, error: type[Exception] = ValueError) -> None:
+    """Refuse a device string torch cannot parse, or a CUDA/MPS device this machine lacks."""
+    if device is None:
+        return
+    import torch
+
+    if isinstance(device, bool) or not isinstance(device, (str, torch.device)):
+        raise error(f"device must be a string such as 'cpu' or 'cuda:0', got {device!r}.")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise error(f"device {device!r} is not a torch device ({e}); use 'cpu', 'cuda' or 'cuda:N'.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise error(f"device {device!r} was asked for but this machine has no usable CUDA GPU; use device='cpu'.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise error(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s).")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise error(f"device {device!r} was asked for but MPS is not available here; use device='cpu'.")
+
+
+def one_line(e: BaseException) -> str:
+    """An error as one line for a CLI: an OSError as 'PATH: reason', anything else with its whitespace folded."""
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    return " ".join(str(e).split())
+
+
+def check_out_path(path: str | Path, flag: str, *, folder: bool) -> None:
+    """Refuse an output path that cannot be written: a folder where a file is wanted (or the reverse), a file
+    among its parents, or a parent without write permission. Raises `ValueError` naming the flag and path."""
+    out = Path(path)
+    if out.exists() and out.is_dir() != folder:
+        kind, want = ("a file", "a folder (it is created if missing)") if folder else ("a folder", "a file name")
+        raise ValueError(f"{flag} {str(out)!r} is {kind}; pass {want}.")
+    parent = out if folder else out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {str(out)!r} cannot be created: {str(parent)!r} is a file, not a folder.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(out)!r} cannot be written: no write permission in {str(parent)!r}.")
+
+
+def check_query(query: Any, who: str) -> str:
+    """A non-empty question string that can be encoded; `who` names the caller in the message."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"{who} needs a non-empty string query, got {query!r:.80}.")
+    check_encodable(query, "the query")
+    return query
+
+
+def check_text_list(texts: Any, what: str) -> list[str]:
+    """A list of strings (possibly empty) to embed; a lone string is refused rather than split into characters."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        hint = "; wrap a single text in a list" if isinstance(texts, str) else ""
+        raise ValueError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}.")
+    out = list(texts)
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise ValueError(f"{what}[{i}] must be a str, got {type(t).__name__} ({t!r:.60}).")
+        check_encodable(t, f"{what}[{i}]")
+    return out
+
+
+def check_trace_keys(metadata: Mapping[str, Any], trace_keys: Sequence[str], where: str) -> None:
+    """Refuse user metadata that uses a key the retriever writes its trace under (it would be overwritten)."""
+    clash = sorted(set(metadata) & set(trace_keys))
+    if clash:
+        raise ValueError(f"{where} has metadata key(s) {clash}, which the retriever sets on every result "
+                         f"({', '.join(trace_keys)}); rename them in your metadata so they are not overwritten.")
