@@ -206,6 +206,17 @@ class MultiHopRetriever:
         return out
 
 
+def _untrained(encoder: str | QNetwork, trained: QNetwork | None, device: str | None) -> QNetwork:
+    """The untrained baselines' model; beside a trained one it reads chunks as far (and with the same
+    scale), so dense search and the trained model's first hop see the same passage text (and share vectors
+    when the trained chunk tower is the frozen base)."""
+    if isinstance(encoder, QNetwork) or trained is None:
+        return load_model(encoder, device=device)
+    qnet = QNetwork.from_encoder(encoder, train_towers="state", max_chunk_tokens=trained.config.max_chunk_tokens,
+                                 scale=trained.config.scale)
+    return qnet.to(device) if device is not None else qnet
+
+
 def make_retrievers(
     methods: Sequence[str],
     *,
@@ -222,7 +233,8 @@ def make_retrievers(
 
     Args:
         methods: Names from `METHODS`.
-        encoder: Encoder name/path for the untrained baselines (dense, multihop), or an untrained `QNetwork`.
+        encoder: Encoder name/path for the untrained baselines (dense, multihop), or an untrained `QNetwork`;
+            a name beside a checkpoint keeps the checkpoint's `max_chunk_tokens` and `scale`.
         checkpoint: A trained Q-RAG checkpoint folder (`QNetwork.save_pretrained`) or `QNetwork`, needed by
             the qrag methods.
         budget: Results per question for non-adaptive methods (None: |SF|).
@@ -261,7 +273,7 @@ def make_retrievers(
     with torch.no_grad():
         for m in methods:
             if m in ("dense", "multihop") and untrained is None:
-                untrained = load_model(encoder, device=device)
+                untrained = _untrained(encoder, trained, device)
             if m == "oracle":
                 out.append(OracleRetriever())
             elif m == "bm25":

@@ -5,6 +5,11 @@ Examples:
     qrag-eval babilong --model ckpt/ --methods qrag,qrag+stop,dense --reader smollm2 --num-samples 20 --out runs/q
     qrag-eval ruler --tasks niah_multivalue --lengths 4k,16k --out runs/niah
     qrag-eval hotpotqa --data hotpot_dev_distractor_v1.json --model ckpt/ --methods qrag,bm25 --out runs/hp
+    qrag-eval wiki --tasks bridge,single --model qrag/wiki-minilm --methods dense,bm25,multihop,qrag --budget 8 --out runs/w
+    qrag-eval jsonl --data my_corpus.jsonl --model qrag/wiki-minilm --methods dense,bm25,multihop,qrag --budget 8 --out runs/c
+
+With --budget 8 every method returns 8 passages per question and recall.md gives recall@2/4/8 of each
+method with its paired 95% interval against dense search (the first k of a greedy ranking are its top k).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 
 from qrag.eval.baselines import METHODS
 from qrag.eval.reader import ReaderLoadError
-from qrag.eval.report import PLOT_FILE, SUMMARY_FILE, TABLE_FILE
+from qrag.eval.report import PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
 from qrag.eval.runner import BENCHMARKS, RESULTS_FILE, RunConfig, run
 from qrag.training.validate import one_line
 
@@ -85,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"qrag-eval: results finished so far are kept in {args.out / RESULTS_FILE}.", file=sys.stderr)
         return 2
     print((args.out / TABLE_FILE).read_text(encoding="utf-8") if summary["methods"] else "no results.")
+    if (args.out / RECALL_FILE).is_file():
+        print((args.out / RECALL_FILE).read_text(encoding="utf-8"))
     print(f"wrote {args.out / RESULTS_FILE}, {SUMMARY_FILE}, {TABLE_FILE}, {PLOT_FILE}")
     return 0
 

@@ -156,7 +156,7 @@ def run_chain(model: QNetwork, episode: Episode, max_hops: int, reader_name: str
 
     task = str(episode.metadata.get("task"))
     retriever = QRAGRetriever.from_texts(list(episode.chunks), model=model, k=None, max_hops=max_hops,
-                                         order="document")
+                                         order="document", ordered=True)  # a haystack is one document
     print(f"haystack: {episode.num_chunks} sentences (~{episode.metadata.get('num_tokens')} tokens), {task}; "
           f"gold supporting sentences {list(episode.supporting)}, gold answer {episode.answer!r}")
     print(f"Q: {episode.question}")

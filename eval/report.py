@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 SUMMARY_FILE, TABLE_FILE, PLOT_FILE, MARGINS_FILE = "summary.json", "table.md", "plot.png", "margins.md"
+RECALL_FILE, RECALL_JSON = "recall.md", "recall.json"
 METRICS = ("accuracy", "answer_em", "answer_f1", "fact_f1", "fact_em", "fact_precision", "fact_recall",
            "recall_at_1", "num_retrieved", "hops", "encoder_calls", "num_tokens", "retrieval_s", "latency_s")
 TABLE_METRICS = ("accuracy", "answer_f1", "fact_f1", "fact_em", "recall_at_1", "num_retrieved", "hops",
@@ -142,6 +143,70 @@ def write_margins(records: Sequence[dict[str, Any]], methods: Sequence[str], bas
     path = out / MARGINS_FILE
     path.write_text("\n".join(margins_table(margins(records, m, baselines, metric), metric) for m in methods),
                     encoding="utf-8")
+    return path
+
+
+def recall_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], ks: Sequence[int],
+                reference: str = "dense") -> list[dict[str, Any]]:
+    """recall@k per (task, method, k) and each method's paired margin against `reference` (95% interval).
+
+    Rows cover every task and, when there are several, 'all' of them; a sample counts for a method only
+    where `reference` has the same sample (paired by task and id).
+    """
+    from qrag.eval.metrics import paired_margin
+
+    by: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
+    for r in records:
+        for k in ks:
+            if f"recall_at_{k}" in r:
+                by[(r["method"], str(k))][f"{r['task']}|{r['id']}"] = float(r[f"recall_at_{k}"])
+    tasks = sorted({r["task"] for r in records})
+    rows = []
+    for task in [*tasks, "all"] if len(tasks) > 1 else tasks:
+        for m in methods:
+            for k in ks:
+                ours, ref = by.get((m, str(k)), {}), by.get((reference, str(k)), {})
+                ids = sorted(i for i in ours if i in ref and (task == "all" or i.split("|", 1)[0] == task))
+                if not ids:
+                    continue
+                row: dict[str, Any] = {"task": task, "method": m, "k": k, "n": len(ids),
+                                       "recall": _mean([ours[i] for i in ids])}
+                if m != reference:
+                    margin, half = paired_margin([ours[i] for i in ids], [ref[i] for i in ids])
+                    row.update({"margin": margin, "ci95": half, "ahead": margin - half > 0})
+                rows.append(row)
+    return rows
+
+
+def recall_table(rows: Sequence[dict[str, Any]], reference: str = "dense") -> str:
+    """Markdown for `recall_rows`: one line per (task, method), recall@k and the margin against `reference`."""
+    ks = sorted({r["k"] for r in rows})
+    head = " | ".join(f"recall@{k} (vs {reference})" for k in ks)
+    lines = [f"| task | method | n | {head} |", "|---|---|---|" + "---|" * len(ks)]
+    cells: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        cells[(r["task"], r["method"])][r["k"]] = r
+    for (task, m), per_k in cells.items():
+        parts = []
+        for k in ks:
+            r = per_k.get(k)
+            if r is None:
+                parts.append("-")
+            elif "margin" in r:
+                parts.append(f"{r['recall']:.3f} ({r['margin']:+.3f} ± {r['ci95']:.3f})")
+            else:
+                parts.append(f"{r['recall']:.3f}")
+        n = max(r["n"] for r in per_k.values())
+        lines.append(f"| {task} | {m} | {n} | " + " | ".join(parts) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_recall(records: Sequence[dict[str, Any]], methods: Sequence[str], out: Path, ks: Sequence[int]) -> Path:
+    """Write recall.md and recall.json into `out` (`recall_rows` against 'dense')."""
+    rows = recall_rows(records, methods, ks)
+    (out / RECALL_JSON).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    path = out / RECALL_FILE
+    path.write_text(recall_table(rows), encoding="utf-8")
     return path
 
 

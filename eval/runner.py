@@ -24,7 +24,7 @@ from tqdm import tqdm
 from qrag.eval import metrics
 from qrag.eval.baselines import BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
 from qrag.eval.reader import Reader, build_prompt, load_reader
-from qrag.eval.report import summarize, write_margins, write_reports
+from qrag.eval.report import summarize, write_margins, write_recall, write_reports
 from qrag.training.data import Episode, load_episodes
 from qrag.training.index import ChunkVectorFolder
 from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE
@@ -32,6 +32,8 @@ from qrag.training.shipped import resolve_checkpoint
 from qrag.training.validate import check_out_path
 
 RESULTS_FILE = "results.jsonl"
+RECALL_KS = (2, 4, 8)
+"""recall@k recorded whenever a method returned at least k chunks (run with --budget 8 for all three)."""
 SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data")
 """RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
 resumed into the same folder must have the same values."""
@@ -65,6 +67,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "2wiki": Benchmark("2wiki", None, None, needs_path=True),
     "musique": Benchmark("musique", None, None, needs_path=True),
     "jsonl": Benchmark("jsonl", None, None, needs_path=True),
+    "wiki": Benchmark("wiki", ("mix", "bridge", "chain", "comparison", "single"), None),
 }
 
 BABILONG_SENTENCES = {"0k": 10, "1k": 50, "2k": 100, "4k": 160, "8k": 320, "16k": 600, "32k": 1200,
@@ -177,7 +180,7 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None) -> list[
     """The samples of one (task, length) cell of a validated sweep (deterministic: the same every call)."""
     bench = BENCHMARKS[cfg.benchmark]
     kw: dict[str, Any] = {"task": task, "num_samples": cfg.num_samples, "seed": cfg.seed}
-    if bench.source in ("babilong", "ruler_niah"):
+    if bench.source in ("babilong", "ruler_niah", "wiki"):
         kw["split"] = "test"
     if bench.length_kind == "sentences":
         kw["num_sentences"] = length
@@ -233,6 +236,9 @@ def _record(cfg: RunConfig, task: str | None, length: str, ep: Episode, method: 
     if ep.supporting:
         rec.update(metrics.fact_scores(r.indices, ep.supporting))
         rec["recall_at_1"] = metrics.recall_at_k(r.indices, ep.supporting, 1) if r.indices else 0.0
+        for k in RECALL_KS:  # greedy rankings: the first k of a budget-8 retrieval are the budget-k retrieval
+            if len(r.indices) >= k or len(r.indices) == ep.num_chunks:
+                rec[f"recall_at_{k}"] = metrics.recall_at_k(r.indices, ep.supporting, k)
     return rec
 
 
@@ -371,4 +377,6 @@ def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
     baselines = [m for m in cfg.methods if m in BASELINES]
     if trained and baselines:
         write_margins(records, trained, baselines, cfg.out)
+    if "dense" in cfg.methods and any("recall_at_2" in r for r in records):
+        write_recall(records, cfg.methods, cfg.out, RECALL_KS)
     return summary

@@ -86,6 +86,7 @@ class QRAGEmbeddings(Embeddings):
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         texts = check_text_list(texts, "texts")
+        self.model.check_chunk_lengths(texts)  # one ChunkLengthWarning when chunks would be cut
         with model_lock(self.model):
             vectors = self.model.embed_chunks(texts, batch_size=self.batch_size)  # (N, D)
         return vectors.cpu().tolist()  # type: ignore[no-any-return]
@@ -95,6 +96,24 @@ class QRAGEmbeddings(Embeddings):
         with model_lock(self.model):
             state = self.model.embed_states([text], [[]], batch_size=self.batch_size)  # (1, D)
         return state[0].cpu().tolist()  # type: ignore[no-any-return]
+
+
+def store_metric(store: VectorStore) -> str | None:
+    """The similarity a LangChain vector store ranks by, lower-cased ('dot', 'cosine', 'euclidean', ...), or
+    None when it cannot be told (Qdrant `distance`, FAISS/PGVector `distance_strategy`, Chroma `hnsw:space`;
+    `InMemoryVectorStore` is always cosine)."""
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    if isinstance(store, InMemoryVectorStore):
+        return "cosine"
+    for attr in ("distance", "distance_strategy", "_distance_strategy"):
+        value = getattr(store, attr, None)
+        if value is not None:
+            return str(getattr(value, "value", value)).lower()
+    meta = getattr(getattr(store, "_collection", None), "metadata", None)
+    if isinstance(meta, dict):
+        return str(meta.get("hnsw:space", "l2")).lower()
+    return None
 
 
 class LangChainChunkStore:

@@ -93,15 +93,18 @@ class QRAGRetriever(BaseRetriever):
         *,
         backend: Literal["torch", "faiss"] = "torch",
         show_progress: bool | None = None,
+        ordered: bool = False,
         **kwargs: Any,
     ) -> QRAGRetriever:
         """Index `texts` with the chunk tower of `model` (a `QNetwork`, a `save_pretrained` folder, or
-        an encoder name for an untrained model); `kwargs` are retriever fields (`k`, `max_hops`, ...)."""
+        an encoder name for an untrained model); `kwargs` are retriever fields (`k`, `max_hops`, ...).
+        `ordered=True` declares the texts one document in reading order (position-aware models need it)."""
         metas = check_metadatas(metadatas, len(check_texts(texts)))
         for i, meta in enumerate(metas):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         qnet = load_model(model)
-        index = ChunkIndex.from_texts(qnet, texts, ids, metas, backend=backend, show_progress=show_progress)
+        index = ChunkIndex.from_texts(qnet, texts, ids, metas, backend=backend, show_progress=show_progress,
+                                      ordered=ordered)
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
 
     @classmethod
@@ -116,9 +119,23 @@ class QRAGRetriever(BaseRetriever):
     def from_vector_store(
         cls, store: VectorStore, model: QNetwork | str | Path, *, id_key: str | None = None, **kwargs: Any
     ) -> QRAGRetriever:
-        """Hops against an external store holding `QRAGEmbeddings` vectors with a dot-product metric."""
-        from qrag.integrations.langchain_embeddings import LangChainChunkStore
+        """Hops against an external store holding `QRAGEmbeddings` vectors with a dot-product metric.
 
+        Raises:
+            ValueError: the store ranks by cosine or euclidean distance: the scores it returns are then not
+                Q-values, so hop order and the stop rule would mean nothing (recreate it with inner product,
+                e.g. Qdrant `Distance.DOT`, FAISS `DistanceStrategy.MAX_INNER_PRODUCT`, Chroma 'ip').
+        """
+        from qrag.integrations.langchain_embeddings import LangChainChunkStore, store_metric
+
+        metric = store_metric(store)
+        if metric is not None and any(w in metric for w in ("cos", "euclid", "l2")):
+            raise ValueError(
+                f"{type(store).__name__} ranks by {metric!r}, but qrag's scores are raw inner products (Q-values): "
+                "hop order and the stop rule mean nothing under another metric. Build the store with an inner-"
+                "product metric (Qdrant Distance.DOT, FAISS DistanceStrategy.MAX_INNER_PRODUCT, Chroma "
+                "'hnsw:space': 'ip'), or use QRAGRetriever.from_texts for an exact in-process index."
+            )
         return cls(searcher=MultiHopSearcher(load_model(model), LangChainChunkStore(store, id_key=id_key)), **kwargs)
 
     # ------------------------------------------------------------------ retrieval

@@ -99,10 +99,12 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         similarity_top_k: int | None = 2,
         node_parser: NodeParser | None = None,
         backend: Literal["torch", "faiss"] = "torch",
+        ordered: bool = False,
         **kwargs: Any,
     ) -> QRAGLlamaIndexRetriever:
         """Index `nodes` (or `documents`, split by `node_parser` if given, else one node each) with the
-        chunk tower of `model`: a `QNetwork`, a `save_pretrained` folder, or an encoder name (untrained)."""
+        chunk tower of `model`: a `QNetwork`, a `save_pretrained` folder, or an encoder name (untrained).
+        `ordered=True` declares the nodes one document in reading order (position-aware models need it)."""
         if model is None:
             raise ValueError("from_defaults needs model=: a QNetwork, a checkpoint folder or an encoder name.")
         if (nodes is None) == (documents is None):
@@ -112,7 +114,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         assert nodes is not None
         qnet = load_model(model)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-        index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend)
+        index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend, ordered=ordered)
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
     @classmethod

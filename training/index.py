@@ -268,6 +268,8 @@ class ChunkIndex:
         metadatas: N JSON-serialisable metadata dicts (default: empty).
         backend: "torch" (exact, default) or "faiss" (`IndexFlatIP`, needs `faiss-cpu`).
         encoder: The name of the encoder the vectors came from, recorded for error messages.
+        ordered: Whether the texts are in a meaningful order (one document in reading order); a
+            position-aware model (position_mode 'relative'/'absolute') scores by position and warns without it.
 
     Example:
         >>> from qrag.training.qnet import QNetwork
@@ -287,6 +289,7 @@ class ChunkIndex:
         *,
         backend: Backend = "torch",
         encoder: str | None = None,
+        ordered: bool = False,
         chunk_tower: str | None = None,
     ) -> None:
         texts = check_texts(texts)
@@ -305,6 +308,7 @@ class ChunkIndex:
         self.ids: list[str] = check_ids(ids, n)
         self.metadatas: list[dict[str, Any]] = check_metadatas(metadatas, n)
         self.encoder = encoder
+        self.ordered = bool(ordered)
         self._row = {cid: i for i, cid in enumerate(self.ids)}
         if backend not in ("torch", "faiss"):
             raise ValueError(f"ChunkIndex backend must be 'torch' or 'faiss', got {backend!r}.")
@@ -323,6 +327,7 @@ class ChunkIndex:
         batch_size: int = 128,
         show_progress: bool | None = None,
         backend: Backend = "torch",
+        ordered: bool = False,
     ) -> ChunkIndex:
         """Embed `texts` once with the chunk tower (length-sorted batches) and index them.
 
@@ -334,6 +339,7 @@ class ChunkIndex:
             batch_size: Chunks per encoder batch.
             show_progress: Progress bar; None shows it from 10 000 chunks on.
             backend: "torch" (exact) or "faiss".
+            ordered: Declare the texts one document in reading order (position-aware models need it).
 
         Raises:
             ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, or
@@ -343,11 +349,12 @@ class ChunkIndex:
         ids_ = check_ids(ids, len(texts))
         metas = check_metadatas(metadatas, len(texts))
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
+        model.check_chunk_lengths(texts, stacklevel=2)
         with model_lock(model):
             vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
-                   chunk_tower=tower() if callable(tower) else None)
+                   chunk_tower=tower() if callable(tower) else None, ordered=ordered)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -451,6 +458,7 @@ class ChunkIndex:
             "dim": self.dim,
             "backend": self.backend,
             "encoder": self.encoder,
+            "ordered": self.ordered,
             "chunk_tower": self.chunk_tower,
             "vector_file": _VECTOR_FILES[vector_format],
             "ids": self.ids,
@@ -526,7 +534,8 @@ class ChunkIndex:
                                  "rebuild and save the index.")
         try:
             index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"),
-                        encoder=head.get("encoder"), chunk_tower=head.get("chunk_tower"))
+                        encoder=head.get("encoder"), chunk_tower=head.get("chunk_tower"),
+                        ordered=bool(head.get("ordered", False)))
         except (ValueError, TypeError) as e:
             raise IndexLoadError(f"{head_path} holds invalid chunks ({e}); rebuild and save the index.") from None
         return index.to(device) if device else index

@@ -38,7 +38,11 @@ from qrag.training.persist import (
     short,
 )
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
-from qrag.training.shipped import resolve_checkpoint
+from qrag.training.shipped import ShippedNameError, resolve_checkpoint
+
+
+class ChunkLengthWarning(UserWarning):
+    """Chunks longer than the model's `max_chunk_tokens` are cut: only their beginning is embedded."""
 
 
 class Tower(nn.Module):
@@ -171,6 +175,25 @@ class QNetwork(nn.Module):
             list(texts), truncation=True, max_length=self.config.max_chunk_tokens, padding=True, return_tensors="pt"
         )
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+    def check_chunk_lengths(self, texts: Sequence[str], *, stacklevel: int = 2) -> int:
+        """Warn once (`ChunkLengthWarning`) when chunks exceed `max_chunk_tokens`: how many, and by how much.
+
+        Returns:
+            How many of `texts` are longer than `max_chunk_tokens` tokens (special tokens included).
+        """
+        limit = self.config.max_chunk_tokens
+        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]]
+        over = [n - limit for n in lengths if n > limit]
+        if over:
+            warnings.warn(
+                f"{len(over)} of {len(lengths)} chunks are longer than this model's max_chunk_tokens={limit} (by up "
+                f"to {max(over)} tokens, {sum(over) / len(over):.0f} on average) and are embedded from their first "
+                f"{limit} tokens only; split them into smaller chunks, or use a model trained on passages "
+                "(qrag/wiki-minilm keeps 128 tokens).",
+                ChunkLengthWarning, stacklevel=stacklevel + 1,
+            )
+        return len(over)
 
     def state_token_ids(self, question: str, selected_chunks: Sequence[str]) -> list[int]:
         """`[CLS] q [SEP] c1 [SEP] c2 [SEP]`, each piece truncated to `max_state_piece_tokens` on its own."""
@@ -403,7 +426,10 @@ class QNetwork(nn.Module):
         Raises:
             CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
         """
-        d = resolve_checkpoint(directory)
+        try:
+            d = resolve_checkpoint(directory)
+        except ShippedNameError as e:
+            raise CheckpointError(str(e)) from None
         recover(d)
         meta = read_checkpoint_meta(d)
         try:

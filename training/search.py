@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,10 @@ SEARCH_FILE = "search.json"
 SEARCH_FORMAT = "qrag-multihop-searcher"
 MODEL_DIR, INDEX_DIR = "model", "index"
 ROTATE_BUDGET = 1 << 25  # elements of rotated (rows, N, D) vectors materialised at once (128 MiB fp32)
+
+
+class CorpusOrderWarning(UserWarning):
+    """A position-aware model searches a corpus whose order was not declared meaningful."""
 
 
 class SearchError(ValueError):
@@ -162,6 +167,11 @@ class MultiHopSearcher:
         store: A `ChunkIndex` built with this model's chunk tower, or a `ChunkStore` (position mode
             'none' only) whose vectors came from it.
         config: Default search settings; each `search` call may override fields.
+        ordered: Whether the chunks' order means something (one document in reading order); None: what
+            the `ChunkIndex` declares (`ordered=` when it was built). A position-aware model (position_mode
+            'relative' or 'absolute') scores chunks by their position, so on a corpus whose order is not
+            declared meaningful it warns (`CorpusOrderWarning`): shuffling the same texts would change even
+            the first hop. Pass `ordered=True` for one long document, or use a position-free model.
 
     Raises:
         SearchError: the model's vector dim differs from the index's, or a position-aware model is
@@ -178,7 +188,8 @@ class MultiHopSearcher:
         [('1', 0), ('0', 1)]
     """
 
-    def __init__(self, model: QNetwork, store: ChunkIndex | ChunkStore, config: SearchConfig | None = None) -> None:
+    def __init__(self, model: QNetwork, store: ChunkIndex | ChunkStore, config: SearchConfig | None = None, *,
+                 ordered: bool | None = None) -> None:
         self.model = model
         self.store = store
         self.config = (config or SearchConfig()).validate()
@@ -193,6 +204,14 @@ class MultiHopSearcher:
                 )
             if self.mode == "absolute":
                 self._absolute = self._absolute_vectors(store)
+            if self.mode != "none" and not (store.ordered if ordered is None else ordered):
+                warnings.warn(
+                    f"this model is position-aware (position_mode={self.mode!r}): it scores chunks by their place "
+                    f"in the corpus, so the order of these {len(store)} chunks changes its results. If they are one "
+                    "document in reading order, declare it (ordered=True when building the index or retriever); "
+                    "for a set of passages use a position-free model (position_mode='none', e.g. qrag/wiki-minilm).",
+                    CorpusOrderWarning, stacklevel=2,
+                )
         elif self.mode != "none":
             raise SearchError(
                 f"position_mode={self.mode!r} re-rotates every chunk vector at every hop, which an external "
@@ -447,7 +466,7 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
         group = list(range(start, min(start + cfg.batch_size, len(questions))))
         alone = [b for b in group if cfg.k is not None and cfg.k > cfg.horizon and len(indexes[b]) > cfg.horizon]
         for b in alone:
-            results[b] = MultiHopSearcher(model, indexes[b], cfg).search_one(questions[b])
+            results[b] = MultiHopSearcher(model, indexes[b], cfg, ordered=True).search_one(questions[b])
         batch = [b for b in group if b not in alone]
         if not batch:
             continue

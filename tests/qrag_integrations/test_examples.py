@@ -1,4 +1,4 @@
-"""The examples run offline end to end on the bundled encoder (slow: each loads MiniLM)."""
+"""The examples run offline end to end on paragraph text with the shipped general checkpoint (slow)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("script", ["langchain_chain.py", "llama_index_query_engine.py"])
 def test_example_runs_offline(script: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / script)], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout
-    assert "milk" in out and "answer:" in out
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--questions", "8"], env=env,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "recall of the gold paragraphs qrag" in out and "cosine InMemoryVectorStore" in out and "answer:" in out

