@@ -5,8 +5,8 @@ Examples:
     qrag-eval babilong --model ckpt/ --methods qrag,qrag+stop,dense --reader smollm2 --num-samples 20 --out runs/q
     qrag-eval ruler --tasks niah_multivalue --lengths 4k,16k --out runs/niah
     qrag-eval hotpotqa --data hotpot_dev_distractor_v1.json --model ckpt/ --methods qrag,bm25 --out runs/hp
-    qrag-eval wiki --tasks bridge,single --model qrag/wiki-minilm --methods dense,bm25,multihop,qrag --budget 8 --out runs/w
-    qrag-eval jsonl --data my_corpus.jsonl --model qrag/wiki-minilm --methods dense,bm25,multihop,qrag --budget 8 --out runs/c
+    qrag-eval wiki --tasks bridge,single --model runs/wiki-cpu/best --methods dense,bm25,multihop,qrag --budget 8 --out runs/w
+    qrag-eval jsonl --data my_corpus.jsonl --model runs/wiki-cpu/best --methods dense,bm25,multihop,qrag --budget 8 --out runs/c
 
 With --budget 8 every method returns 8 passages per question and recall.md gives recall@2/4/8 of each
 method with its paired 95% interval against dense search (the first k of a greedy ranking are its top k).

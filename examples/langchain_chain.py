@@ -1,12 +1,13 @@
 """qrag in a LangChain chain on paragraph text, with its recall beside LangChain's cosine vector store.
 
 The corpus is real paragraphs: the Wikipedia summaries of the held-out `wiki` questions (pages no part of
-training saw). qrag (`qrag/wiki-minilm`, shipped, offline) and an `InMemoryVectorStore` (cosine over the
+training saw). qrag (`--model`: your checkpoint, e.g. `runs/wiki-cpu/best` from `qrag-train --preset
+wiki-cpu`; by default the untrained base MiniLM, plumbing only) and an `InMemoryVectorStore` (cosine over the
 same base MiniLM) each retrieve k paragraphs per question; the script prints both recalls of the gold
 paragraphs, then runs one question through retriever | format | prompt | LLM (a fake LLM: swap in yours).
 
     python examples/langchain_chain.py                       # 30 questions, k=4
-    python examples/langchain_chain.py --model runs/wiki/best --questions 100
+    python examples/langchain_chain.py --model runs/wiki-cpu/best --questions 100
 """
 
 from __future__ import annotations
@@ -37,12 +38,21 @@ def recall(docs: list[Document], gold: set[str]) -> float:
     return len({d.page_content for d in docs} & gold) / len(gold)
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1 (a count of results or questions)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qrag/wiki-minilm", help="a qrag checkpoint (shipped name or folder)")
+    parser.add_argument("--model", default="all-MiniLM-L6-v2",
+                        help="a qrag checkpoint folder (default: the untrained base encoder; no shipped qrag model is "
+                             "for paragraph text yet)")
     parser.add_argument("--encoder", default="all-MiniLM-L6-v2", help="base encoder of the cosine vector store")
-    parser.add_argument("--k", type=int, default=4, help="paragraphs per question")
-    parser.add_argument("--questions", type=int, default=30, help="held-out multi-hop questions to score")
+    parser.add_argument("--k", type=positive, default=4, help="paragraphs per question")
+    parser.add_argument("--questions", type=positive, default=30, help="held-out multi-hop questions to score")
     args = parser.parse_args()
 
     episodes = load_episodes("wiki", task="mix", split="test", num_samples=args.questions, seed=0)

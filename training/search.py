@@ -209,7 +209,7 @@ class MultiHopSearcher:
                     f"this model is position-aware (position_mode={self.mode!r}): it scores chunks by their place "
                     f"in the corpus, so the order of these {len(store)} chunks changes its results. If they are one "
                     "document in reading order, declare it (ordered=True when building the index or retriever); "
-                    "for a set of passages use a position-free model (position_mode='none', e.g. qrag/wiki-minilm).",
+                    "for a set of passages use a position-free model (position_mode='none').",
                     CorpusOrderWarning, stacklevel=2,
                 )
         elif self.mode != "none":

@@ -1,4 +1,4 @@
-"""The examples run offline end to end on paragraph text with the shipped general checkpoint (slow)."""
+"""The examples run offline end to end on paragraph text, printing recall beside the cosine store (slow)."""
 
 from __future__ import annotations
 
