@@ -15,7 +15,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
-from qrag.training.index import Chunk, ScoredChunk, model_lock
+from qrag.training.index import Chunk, ScoredChunk, model_lock, search_rows
 from qrag.training.qnet import QNetwork
 from qrag.training.search import load_model
 from qrag.training.validate import check_query, check_text_list
@@ -139,13 +139,10 @@ class LangChainChunkStore:
     def search(
         self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None
     ) -> list[list[ScoredChunk]]:
-        out: list[list[ScoredChunk]] = []
-        for b, vector in enumerate(queries.detach().float().cpu().tolist()):  # (D,) per state row
-            skip = exclude[b] if exclude else ()
-            pairs = self.vector_search(vector, k=k + len(skip))
-            chunks = [(self._chunk(doc), self.inner_product(float(score))) for doc, score in pairs]
-            out.append([(c, s) for c, s in chunks if c.id not in skip][:k])
-        return out
+        def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
+            return [(self._chunk(doc), self.inner_product(float(score))) for doc, score in self.vector_search(vector, k=n)]
+
+        return search_rows(queries, k, exclude, fetch)
 
     def _chunk(self, doc: Any) -> Chunk:
         meta = dict(doc.metadata or {})

@@ -12,7 +12,7 @@ from llama_index.core.schema import MetadataMode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
-from qrag.training.index import Chunk, ScoredChunk
+from qrag.training.index import Chunk, ScoredChunk, search_rows
 
 POSITION_KEY = "qrag_position"
 
@@ -58,15 +58,12 @@ class LlamaIndexChunkStore:
     def search(
         self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None
     ) -> list[list[ScoredChunk]]:
-        out: list[list[ScoredChunk]] = []
-        for b, vector in enumerate(queries.detach().float().cpu().tolist()):  # (D,) per state row
-            skip = exclude[b] if exclude else ()
-            result = self.store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=k + len(skip)))
-            nodes = result.nodes or []
-            scores = result.similarities or []
-            chunks = [(self._chunk(node), self.inner_product(float(s))) for node, s in zip(nodes, scores, strict=True)]
-            out.append([(c, s) for c, s in chunks if c.id not in skip][:k])
-        return out
+        def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
+            result = self.store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n))
+            pairs = zip(result.nodes or [], result.similarities or [], strict=True)
+            return [(self._chunk(node), self.inner_product(float(s))) for node, s in pairs]
+
+        return search_rows(queries, k, exclude, fetch)
 
     def _chunk(self, node: Any) -> Chunk:
         meta = dict(node.metadata or {})

@@ -21,7 +21,7 @@ import json
 import math
 import threading
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -89,6 +89,19 @@ class ChunkStore(Protocol):
         """Per query row (B, D): at most `k` (chunk, inner product) pairs, best first, skipping the ids
         in `exclude[b]`."""
         ...
+
+
+def search_rows(
+    queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None,
+    fetch: Callable[[list[float], int], list[tuple[Chunk, float]]],
+) -> list[list[ScoredChunk]]:
+    """`ChunkStore.search` over a store that answers one vector at a time: `fetch(vector, n)` returns the top n
+    (chunk, inner product) pairs; each row over-fetches by its excluded ids and drops them."""
+    out: list[list[ScoredChunk]] = []
+    for b, vector in enumerate(queries.detach().float().cpu().tolist()):  # (D,) per state row
+        skip = exclude[b] if exclude else ()
+        out.append([(c, s) for c, s in fetch(vector, k + len(skip)) if c.id not in skip][:k])
+    return out
 
 
 # Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
