@@ -251,6 +251,8 @@ def episode_index(vectors: Any, texts: Sequence[str]) -> Any:
             self.ids = _RowIds(len(texts))  # type: ignore[assignment]
             self.metadatas = _NoMeta(len(texts))  # type: ignore[assignment]
             self.encoder = None
+            self.chunk_tower = None
+            self.ordered = True  # a haystack is one document in reading order
             self._row = {}
             self.backend = "torch"
             self._faiss = None
@@ -549,7 +551,7 @@ def scale_phase(run: Run, bench: str, task: str, length: str, universe: Universe
     sync(cuda)
     t = time.perf_counter()
     with amp():
-        index = ChunkIndex.from_texts(qnet, texts, batch_size=a.encode_batch, show_progress=False)
+        index = ChunkIndex.from_texts(qnet, texts, batch_size=a.encode_batch, show_progress=False, ordered=True)
     sync(cuda)
     index_s = time.perf_counter() - t
     index_peak = mem.peak()
