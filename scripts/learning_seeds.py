@@ -14,10 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from tests.conftest import make_tiny_encoder  # noqa: E402
-from tests.training.two_hop import learning_config, make_two_hop_episodes  # noqa: E402
 from qrag.training.qnet import QNetwork  # noqa: E402
 from qrag.training.trainer import Trainer, evaluate  # noqa: E402
+from tests.conftest import make_tiny_encoder  # noqa: E402
+from tests.training.two_hop import learning_config, make_two_hop_episodes  # noqa: E402
 
 
 def main() -> None:
