@@ -36,7 +36,7 @@ def test_shipped_checkpoint_loads_by_name_and_hops_through_the_story(name: str) 
     assert load_model(name).trainable_state_dict().keys() == qnet.trainable_state_dict().keys()
     from qrag.integrations import QRAGRetriever
 
-    docs = QRAGRetriever.from_texts(STORY, model=qnet, k=None).invoke("Where is the milk?")  # the stop rule decides
+    docs = QRAGRetriever.from_texts(STORY, model=qnet, k=None, ordered=True).invoke("Where is the milk?")  # the stop rule decides
     texts = [d.page_content for d in docs]
     assert texts[0] == "Mary took the milk there."  # hop 1: who has the milk
     assert "Mary travelled to the office." in texts  # a later hop: where she went
