@@ -390,9 +390,10 @@ class Trainer:
                 next_log = self._next_multiple(tc.log_every)
                 sps = (self.transitions - start_transitions) / max(1e-9, time.perf_counter() - started)
                 stats.update(self._episode_stats())
+                temperature, epsilon = self.acting()  # one reading of the time-keyed schedule for both figures
                 stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
-                              "charts/alpha": self.alpha, "charts/act_temperature": self.acting()[0],
-                              "charts/act_epsilon": self.acting()[1], "charts/updates": self.updates})
+                              "charts/alpha": self.alpha, "charts/act_temperature": temperature,
+                              "charts/act_epsilon": epsilon, "charts/updates": self.updates})
                 self._log(stats, writer)
                 postfix.update(tr=str(self.transitions), ret=f"{stats.get('charts/episodic_return', 0):.3f}",
                                recall=f"{stats.get('charts/fact_recall', 0):.2f}",
