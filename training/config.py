@@ -19,6 +19,7 @@ from qrag.training.positions import PositionMode
 
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]
+StateAnchor = Literal["none", "question"]
 StateOrder = Literal["document", "selection"]
 ValueTarget = Literal["mean", "min"]
 Schedule = Literal["constant", "linear", "cosine"]
@@ -66,12 +67,20 @@ class ModelConfig:
     train_towers: TrainTowers = "both"
     """Which towers `train_mode` applies to: 'both' (METHOD.md), or 'state' (the chunk tower stays the base
     encoder, so chunk vectors are computed once for a whole run and shared with untrained indexes)."""
+    state_anchor: StateAnchor = "none"
+    """'question': a state's vector is the base encoder's vector of the question alone plus what training
+    changed in the state tower, `f_0(q) + f_θ(s) − f_0(s)`, so an untrained network is single-hop dense search
+    at every hop and training learns a correction to it (needs train_towers='state': f_0 is the chunk tower)."""
 
     def validate(self) -> None:
         _check_choice("model.position_mode", self.position_mode, PositionMode)
         _check_choice("model.state_order", self.state_order, StateOrder)
         _check_choice("model.train_mode", self.train_mode, TrainMode)
         _check_choice("model.train_towers", self.train_towers, TrainTowers)
+        _check_choice("model.state_anchor", self.state_anchor, StateAnchor)
+        if self.state_anchor == "question" and self.train_towers != "state":
+            raise ConfigError("model.state_anchor='question' needs model.train_towers='state' (the frozen chunk tower "
+                              f"is the base encoder the anchor is computed with), got {self.train_towers!r}.")
         for name in ("max_chunk_tokens", "max_state_piece_tokens", "max_state_tokens", "trainable_layers", "lora_rank"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}.")

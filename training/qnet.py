@@ -90,6 +90,9 @@ class QNetwork(nn.Module):
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
             raise ConfigError(f"the two-head ensemble needs an even vector dim, got {self.dim}.")
+        if config.state_anchor == "question" and tokenizer.sep_token_id is None:
+            raise ConfigError("model.state_anchor='question' finds the question in a state by its [SEP] token; "
+                              f"the tokenizer of {config.encoder!r} has none: use state_anchor='none'.")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -239,7 +242,7 @@ class QNetwork(nn.Module):
         Returns:
             (q1, q2), each (B,): `⟨s¹, a¹⟩` and `⟨s², a²⟩`; their sum is Q.
         """
-        s = self.state_tower(**state_inputs)  # (B, D)
+        s = self.state_vectors(state_inputs)  # (B, D)
         if isinstance(chunk_inputs, torch.Tensor):
             if not self.chunk_tower_frozen:
                 raise ValueError("precomputed chunk vectors carry no gradient: pass token ids unless train_towers='state'.")
@@ -259,7 +262,7 @@ class QNetwork(nn.Module):
 
         Batches are length-sorted so padding is small; dropout is off (eval mode) while encoding.
         """
-        return self._embed(self.chunk_tower, lambda idx: self.tokenize_chunks([texts[i] for i in idx]),
+        return self._embed(lambda inputs: self.chunk_tower(**inputs), lambda idx: self.tokenize_chunks([texts[i] for i in idx]),
                            [len(t) for t in texts], batch_size, show_progress, "chunks")
 
     @torch.no_grad()
@@ -274,7 +277,7 @@ class QNetwork(nn.Module):
             raise ValueError(f"got {len(questions)} questions but {len(selected_chunks)} lists of selected chunks.")
         lengths = [len(q) + sum(len(c) for c in sel) for q, sel in zip(questions, selected_chunks, strict=True)]
         return self._embed(
-            self.state_tower,
+            self.state_vectors,
             lambda idx: self.tokenize_states([questions[i] for i in idx], [selected_chunks[i] for i in idx]),
             lengths,
             batch_size,
@@ -282,21 +285,41 @@ class QNetwork(nn.Module):
             "states",
         )
 
-    def _embed(self, tower: Tower, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
+    def state_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Tokenised states (B, L) → state vectors (B, D): `f_θ(s)`, or with `state_anchor='question'`
+        `f_0(q) + f_θ(s) − f_0(s)`, where f_0 is the frozen base (the chunk tower, in eval mode, no gradient)
+        and q the state's question piece (its tokens up to the first [SEP], attended to alone)."""
+        s = self.state_tower(**state_inputs)  # (B, D)
+        if self.config.state_anchor == "none":
+            return s
+        base = self.chunk_tower
+        was_training = base.training
+        base.eval()
+        try:
+            with torch.no_grad():
+                anchor = base(**question_inputs(state_inputs, self.tokenizer.sep_token_id)) - base(**state_inputs)
+        finally:
+            base.train(was_training)
+        return s + anchor.to(s.dtype)  # (B, D)
+
+    def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
         n = len(lengths)
         out = torch.empty(n, self.dim, device=self.device)  # (N, D)
         if n == 0:
             return out
         order = sorted(range(n), key=lambda i: -lengths[i])
-        was_training = tower.training
-        tower.eval()
+        towers = (self.state_tower, self.chunk_tower)
+        modes = [t.training for t in towers]
+        for t in towers:
+            t.eval()
         try:
             for start in tqdm(range(0, n, batch_size), desc=f"embedding {what}", disable=not show, unit="batch"):
                 idx = order[start : start + batch_size]
                 inputs = {k: v.to(self.device) for k, v in tokenize(idx).items()}
-                out[torch.tensor(idx, device=self.device)] = tower(**inputs).float()
+                out[torch.tensor(idx, device=self.device)] = encode(inputs).float()
         finally:
-            tower.train(was_training)
+            for t, mode in zip(towers, modes, strict=True):
+                t.train(mode)
         return out
 
     # ------------------------------------------------------------------ scoring
@@ -497,6 +520,21 @@ def _read_hops(meta: dict[str, Any], directory: Path) -> HopSettings:
     except (TypeError, ConfigError) as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: the 'hops' section is invalid ({e}); "
                               "save the model again or fix the file.") from None
+
+
+def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[str, torch.Tensor]:
+    """The question piece of tokenised states `[CLS] q [SEP] c1 [SEP] …`: ids and mask up to and including each
+    row's first [SEP] (the whole row where there is none), cut to the longest such prefix.
+
+    Attending to the prefix alone gives the same vector as encoding `[CLS] q [SEP]` by itself: the question
+    comes first, so its positions do not change.
+    """
+    ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
+    is_sep = (ids == sep_id) & mask.bool()  # (B, L)
+    length = torch.where(is_sep.any(dim=1), is_sep.int().argmax(dim=1) + 1, mask.sum(dim=1))  # (B,)
+    width = int(length.max())
+    keep = torch.arange(width, device=ids.device).unsqueeze(0) < length.unsqueeze(1)  # (B, width)
+    return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width] * keep.to(mask.dtype)}
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:

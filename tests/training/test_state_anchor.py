@@ -1,0 +1,87 @@
+"""`model.state_anchor='question'`: an untrained network is single-hop dense search at every hop, and
+training changes the state vector only through the state tower's change from its base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from qrag.training.config import ConfigError
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork, question_inputs
+from qrag.training.search import MultiHopSearcher
+
+TEXTS = [
+    "Mary went to the kitchen.", "John picked up the apple.", "Mary took the milk there.",
+    "Sandra travelled to the office.", "John went to the garden.", "Daniel dropped the football.",
+    "The milk is in the fridge.", "Sandra grabbed the ball.", "Daniel journeyed to the bedroom.",
+]
+
+
+@pytest.fixture()
+def anchored(tiny_encoder_path: Path) -> QNetwork:
+    return QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="question")
+
+
+def test_question_inputs_keep_each_rows_prefix_up_to_its_first_sep() -> None:
+    cls, sep, pad = 101, 102, 0
+    ids = torch.tensor([[cls, 7, 8, sep, 9, sep, pad],
+                        [cls, 5, sep, 6, 6, 6, sep],
+                        [cls, 4, 4, 4, pad, pad, pad]])  # no [SEP] at all: the whole row
+    mask = (ids != pad).long()
+    got = question_inputs({"input_ids": ids, "attention_mask": mask}, sep)
+    assert got["input_ids"].tolist() == [[cls, 7, 8, sep], [cls, 5, sep, 6], [cls, 4, 4, 4]]
+    assert got["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]]
+
+
+def test_untrained_anchored_state_is_the_question_alone_at_every_hop(anchored: QNetwork, tiny_encoder_path: Path) -> None:
+    plain = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    questions = ["Where is the milk?", "Where is the apple?", "Where is Daniel?"]
+    taken = [[TEXTS[2], TEXTS[0]], [TEXTS[1]], []]
+    dense = plain.embed_states(questions, [[] for _ in questions])  # the base encoder on the question alone
+    torch.testing.assert_close(anchored.embed_states(questions, taken), dense, atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(plain.embed_states(questions, taken), dense, atol=1e-3)  # unanchored: it moves
+
+
+def test_untrained_anchored_search_returns_the_dense_ranking(anchored: QNetwork, tiny_encoder_path: Path) -> None:
+    plain = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    index = ChunkIndex.from_texts(anchored, TEXTS)
+    for question in ["Where is the milk?", "Who has the ball?"]:
+        hits = MultiHopSearcher(anchored, index).search_one(question, k=6, max_hops=6, stop_threshold=None).hits
+        scores = plain.score(plain.embed_states([question], [[]]), plain.embed_chunks(TEXTS))[0]
+        assert [int(h.chunk.id) for h in hits] == scores.argsort(descending=True)[:6].tolist()
+        assert [h.q_value for h in hits] == pytest.approx(scores.sort(descending=True).values[:6].tolist(), abs=1e-5)
+
+
+def test_only_the_state_tower_learns_and_its_change_moves_every_hop(anchored: QNetwork) -> None:
+    anchored.train()
+    states = anchored.tokenize_states(["Where is the milk?"], [[TEXTS[2]]])
+    chunk = anchored.embed_chunks([TEXTS[6]])  # frozen chunk tower: cached vectors
+    q1, q2 = anchored(states, chunk)
+    (q1 + q2).sum().backward()
+    grads = {n: p.grad for n, p in anchored.named_parameters() if p.grad is not None}
+    assert grads and all(n.startswith("state_tower.") for n in grads)
+    before = anchored.embed_states(["Where is the milk?"], [[TEXTS[2]]])
+    with torch.no_grad():
+        for p in anchored.state_tower.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    assert not torch.allclose(anchored.embed_states(["Where is the milk?"], [[TEXTS[2]]]), before, atol=1e-4)
+
+
+def test_anchor_survives_a_checkpoint_round_trip(anchored: QNetwork, tmp_path: Path) -> None:
+    with torch.no_grad():
+        next(anchored.state_tower.parameters()).add_(0.05)
+    anchored.save_pretrained(tmp_path / "ckpt")
+    loaded = QNetwork.from_pretrained(tmp_path / "ckpt")
+    assert loaded.config.state_anchor == "question"
+    args = (["Where is the milk?"], [[TEXTS[2]]])
+    torch.testing.assert_close(loaded.embed_states(*args), anchored.embed_states(*args))
+
+
+def test_anchor_needs_the_frozen_base_chunk_tower(tiny_encoder_path: Path) -> None:
+    with pytest.raises(ConfigError, match="state_anchor='question' needs model.train_towers='state'"):
+        QNetwork.from_encoder(str(tiny_encoder_path), state_anchor="question")
+    with pytest.raises(ConfigError, match="model.state_anchor"):
+        QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="chunks")
