@@ -408,8 +408,9 @@ class QNetwork(nn.Module):
         return self._tower_fp[1]
 
     # ------------------------------------------------------------------ persistence
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write safetensors + JSON (+ tokenizer); atomic: a temp folder renamed into place.
+    def save_pretrained(self, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
+        """Write safetensors + JSON (+ tokenizer, + `extra_files`: name → text); atomic: a temp folder renamed
+        into place, so the files beside the model (e.g. the trainer's eval.json) are never from another save.
 
         In 'full' mode with both towers trained the folder is self-contained; otherwise it holds only the
         trained parameters and names its base encoder, so a trained model is a few MB beside a shared base
@@ -432,6 +433,8 @@ class QNetwork(nn.Module):
             }
             (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
             self.tokenizer.save_pretrained(str(tmp / "tokenizer"))
+            for name, text in (extra_files or {}).items():
+                (tmp / name).write_text(text, encoding="utf-8")
             if saved == "all":
                 self._base_encoder(self.state_tower).config.save_pretrained(str(tmp / ENCODER_CONFIG_DIR))
         return target

@@ -463,9 +463,8 @@ class Trainer:
             if tc.calibrate_stop:  # inside the evaluation's time, which the time budget accounts for
                 with self.accelerator.autocast():
                     result.update(calibrate_stop_rule(self.online, self.val_episodes, self.chunk_store))
-            self.online.save_pretrained(self.output_dir / "best")
-            (self.output_dir / "best" / BEST_EVAL_FILE).write_text(
-                json.dumps({"transitions": self.transitions, **result}, indent=1), encoding="utf-8")
+            report = json.dumps({"transitions": self.transitions, **result}, indent=1)
+            self.online.save_pretrained(self.output_dir / "best", extra_files={BEST_EVAL_FILE: report})
         return result
 
     # ------------------------------------------------------------------ checkpoints

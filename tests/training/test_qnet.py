@@ -101,8 +101,9 @@ def test_checkpoint_on_wrong_base_refused(tiny_encoder_path: Path, tmp_path: Pat
 
 
 def test_save_replaces_atomically_and_keeps_old_on_failure(tiny_qnet: QNetwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tiny_qnet.save_pretrained(tmp_path / "ckpt")
+    tiny_qnet.save_pretrained(tmp_path / "ckpt", extra_files={"eval.json": '{"fact_em": 0.5}'})
     before = (tmp_path / "ckpt" / "model.safetensors").read_bytes()
+    assert (tmp_path / "ckpt" / "eval.json").read_text() == '{"fact_em": 0.5}'  # written inside the same swap
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("disk full")
@@ -111,6 +112,7 @@ def test_save_replaces_atomically_and_keeps_old_on_failure(tiny_qnet: QNetwork, 
     with pytest.raises(RuntimeError):
         tiny_qnet.save_pretrained(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before
+    assert (tmp_path / "ckpt" / "eval.json").exists()  # the old save's report stays with the old model
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temp folder left behind
 
 
