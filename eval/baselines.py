@@ -31,6 +31,7 @@ from qrag.training.shipped import resolve_checkpoint, shipped_names
 METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
 """Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
 NEEDS_CHECKPOINT = ("qrag", "qrag+stop")
+ADAPTIVE = ("qrag+stop",)  # methods whose stop rule decides how many chunks they return
 BASELINES = ("bm25", "dense", "multihop")
 """The untrained methods a trained one is measured against (the oracle is a ceiling, not a baseline)."""
 
@@ -286,6 +287,6 @@ def make_retrievers(
                 out.append(MultiHopRetriever(untrained, name=m, budget=budget, max_hops=max_hops, cache=cache))
             else:
                 assert trained is not None
-                out.append(MultiHopRetriever(trained, name=m, budget=budget, adaptive=m == "qrag+stop",
+                out.append(MultiHopRetriever(trained, name=m, budget=budget, adaptive=m in ADAPTIVE,
                                              max_hops=max_hops, stop_threshold=threshold, cache=cache))
     return out

@@ -22,7 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from qrag.eval import metrics
-from qrag.eval.baselines import BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
+from qrag.eval.baselines import ADAPTIVE, BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
 from qrag.eval.reader import Reader, build_prompt, load_reader
 from qrag.eval.report import summarize, write_margins, write_recall, write_reports
 from qrag.training.data import Episode, load_episodes
@@ -236,8 +236,10 @@ def _record(cfg: RunConfig, task: str | None, length: str, ep: Episode, method: 
     if ep.supporting:
         rec.update(metrics.fact_scores(r.indices, ep.supporting))
         rec["recall_at_1"] = metrics.recall_at_k(r.indices, ep.supporting, 1) if r.indices else 0.0
-        for k in RECALL_KS:  # greedy rankings: the first k of a budget-8 retrieval are the budget-k retrieval
-            if len(r.indices) >= k or len(r.indices) == ep.num_chunks:
+        # Greedy rankings: the first k of a budget-8 retrieval are the budget-k retrieval. An adaptive method's
+        # recall@k counts what it kept among its first k, however few (a user with k as the cap gets that).
+        for k in RECALL_KS:
+            if len(r.indices) >= k or len(r.indices) == ep.num_chunks or method in ADAPTIVE:
                 rec[f"recall_at_{k}"] = metrics.recall_at_k(r.indices, ep.supporting, k)
     return rec
 

