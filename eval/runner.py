@@ -22,7 +22,15 @@ from typing import Any
 from tqdm import tqdm
 
 from qrag.eval import metrics
-from qrag.eval.baselines import ADAPTIVE, BASELINES, METHODS, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
+from qrag.eval.baselines import (
+    ADAPTIVE,
+    BASELINES,
+    METHODS,
+    NEEDS_CHECKPOINT,
+    Retrieval,
+    Retriever,
+    make_retrievers,
+)
 from qrag.eval.reader import Reader, build_prompt, load_reader
 from qrag.eval.report import summarize, write_margins, write_recall, write_reports
 from qrag.training.data import Episode, load_episodes
