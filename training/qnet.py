@@ -308,18 +308,16 @@ class QNetwork(nn.Module):
         if n == 0:
             return out
         order = sorted(range(n), key=lambda i: -lengths[i])
-        towers = (self.state_tower, self.chunk_tower)
-        modes = [t.training for t in towers]
-        for t in towers:
-            t.eval()
+        modes = [(m, m.training) for m in self.modules()]  # each module's own: `.train(True)` would turn on
+        self.eval()  # the dropout of a pretrained encoder loaded in eval mode inside a training-mode wrapper
         try:
             for start in tqdm(range(0, n, batch_size), desc=f"embedding {what}", disable=not show, unit="batch"):
                 idx = order[start : start + batch_size]
                 inputs = {k: v.to(self.device) for k, v in tokenize(idx).items()}
                 out[torch.tensor(idx, device=self.device)] = encode(inputs).float()
         finally:
-            for t, mode in zip(towers, modes, strict=True):
-                t.train(mode)
+            for m, mode in modes:
+                m.training = mode
         return out
 
     # ------------------------------------------------------------------ scoring
