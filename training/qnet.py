@@ -5,12 +5,13 @@ Shape legend: B batch, N chunks, L tokens, D vector dim (H = D // 2 per head hal
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -293,13 +294,8 @@ class QNetwork(nn.Module):
         if self.config.state_anchor == "none":
             return s
         base = self.chunk_tower
-        was_training = base.training
-        base.eval()
-        try:
-            with torch.no_grad():
-                anchor = base(**question_inputs(state_inputs, self.tokenizer.sep_token_id)) - base(**state_inputs)
-        finally:
-            base.train(was_training)
+        with eval_mode(base), torch.no_grad():
+            anchor = base(**question_inputs(state_inputs, self.tokenizer.sep_token_id)) - base(**state_inputs)
         return s + anchor.to(s.dtype)  # (B, D)
 
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
@@ -308,16 +304,11 @@ class QNetwork(nn.Module):
         if n == 0:
             return out
         order = sorted(range(n), key=lambda i: -lengths[i])
-        modes = [(m, m.training) for m in self.modules()]  # each module's own: `.train(True)` would turn on
-        self.eval()  # the dropout of a pretrained encoder loaded in eval mode inside a training-mode wrapper
-        try:
+        with eval_mode(self):
             for start in tqdm(range(0, n, batch_size), desc=f"embedding {what}", disable=not show, unit="batch"):
                 idx = order[start : start + batch_size]
                 inputs = {k: v.to(self.device) for k, v in tokenize(idx).items()}
                 out[torch.tensor(idx, device=self.device)] = encode(inputs).float()
-        finally:
-            for m, mode in modes:
-                m.training = mode
         return out
 
     # ------------------------------------------------------------------ scoring
@@ -521,6 +512,19 @@ def _read_hops(meta: dict[str, Any], directory: Path) -> HopSettings:
     except (TypeError, ConfigError) as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: the 'hops' section is invalid ({e}); "
                               "save the model again or fix the file.") from None
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """`module.eval()` for the block, then every submodule's own training flag back (`.train(True)` would
+    also turn on the dropout of a pretrained encoder loaded in eval mode inside a training-mode wrapper)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
 
 
 def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[str, torch.Tensor]:

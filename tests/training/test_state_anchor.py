@@ -85,3 +85,15 @@ def test_anchor_needs_the_frozen_base_chunk_tower(tiny_encoder_path: Path) -> No
         QNetwork.from_encoder(str(tiny_encoder_path), state_anchor="question")
     with pytest.raises(ConfigError, match="model.state_anchor"):
         QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="chunks")
+
+
+def test_embedding_leaves_every_modules_training_flag_as_it_was(anchored: QNetwork) -> None:
+    anchored.train()
+    anchored.state_tower.encoder.eval()  # pretrained encoders loaded in eval mode inside training-mode wrappers
+    anchored.chunk_tower.encoder.eval()
+    before = {name: m.training for name, m in anchored.named_modules()}
+    anchored.embed_states(["Where is the milk?"], [[TEXTS[2]]])
+    anchored.embed_chunks(TEXTS[:2])
+    anchored.tokenize_states(["Where is the milk?"], [[TEXTS[2]]])
+    anchored(anchored.tokenize_states(["Where is the milk?"], [[TEXTS[2]]]), anchored.embed_chunks([TEXTS[0]]))
+    assert {name: m.training for name, m in anchored.named_modules()} == before
