@@ -58,9 +58,9 @@ def main(mode: str, config_path: str, out: str) -> None:
         writes.append(f"checkpoint {Path(target).name}")
         write_checkpoint(target, *args)
 
-    def logged_save(self: QNetwork, directory: str | Path) -> Path:
+    def logged_save(self: QNetwork, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
         writes.append(f"model {Path(directory).name}")
-        return save_pretrained(self, directory)
+        return save_pretrained(self, directory, extra_files)
 
     trainer_module.write_checkpoint = logged_write  # type: ignore[assignment]
     QNetwork.save_pretrained = logged_save  # type: ignore[method-assign]
