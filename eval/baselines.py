@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 
 from qrag.training.data import Episode
 from qrag.training.index import ChunkIndex, ChunkVectorCache, ChunkVectorFolder
@@ -28,7 +29,7 @@ from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.search import FROM_MODEL, FromModel, SearchConfig, SearchResult, load_model, search_many
 from qrag.training.shipped import resolve_checkpoint, shipped_names
 
-METHODS = ("bm25", "dense", "multihop", "qrag", "qrag+stop", "oracle")
+METHODS = ("bm25", "dense", "cosine", "multihop", "qrag", "qrag+stop", "oracle")
 """Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
 NEEDS_CHECKPOINT = ("qrag", "qrag+stop")
 ADAPTIVE = ("qrag+stop",)  # methods whose stop rule decides how many chunks they return
@@ -136,11 +137,15 @@ class _IndexCache:
 
 
 class DenseRetriever:
-    """Single-hop dense top-k: state tower on the question alone, chunk tower on the chunks."""
+    """Single-hop dense top-k: state tower on the question alone, chunk tower on the chunks.
+
+    'dense' ranks by the inner product, qrag's Q-value before any training; 'cosine' (`cosine=True`) by the
+    cosine of the same vectors, what a vector store with a cosine metric does with the base encoder.
+    """
 
     def __init__(self, model: QNetwork, budget: int | None = None, cache: _IndexCache | None = None,
-                 name: str = "dense") -> None:
-        self.model, self.budget, self.name = model.eval(), budget, name
+                 name: str = "dense", cosine: bool = False) -> None:
+        self.model, self.budget, self.name, self.cosine = model.eval(), budget, name, cosine
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
@@ -153,7 +158,10 @@ class DenseRetriever:
                 k = _budget(ep, self.budget)
                 empty = torch.zeros(1, len(index), dtype=torch.bool, device=index.device)  # (1, N)
                 positions = self.model.positions(empty)  # (1, N) or None
-                scores = self.model.score(state[None].to(index.device), index.vectors, positions)  # (1, N)
+                state, vectors = state[None].to(index.device), index.vectors  # (1, D), (N, D)
+                if self.cosine:  # a rotation keeps norms, so normalising before it is normalising after it
+                    state, vectors = F.normalize(state, dim=-1), F.normalize(vectors, dim=-1)
+                scores = self.model.score(state, vectors, positions)  # (1, N)
                 top, rows = scores[0].topk(k)  # (k,)
                 out.append((ep, [int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
         each = (time.perf_counter() - start) / max(1, len(episodes))
@@ -273,15 +281,15 @@ def make_retrievers(
     threshold: float | FromModel = FROM_MODEL if stop_threshold is None else stop_threshold
     with torch.no_grad():
         for m in methods:
-            if m in ("dense", "multihop") and untrained is None:
+            if m in ("dense", "cosine", "multihop") and untrained is None:
                 untrained = _untrained(encoder, trained, device)
             if m == "oracle":
                 out.append(OracleRetriever())
             elif m == "bm25":
                 out.append(BM25Retriever(budget))
-            elif m == "dense":
+            elif m in ("dense", "cosine"):
                 assert untrained is not None
-                out.append(DenseRetriever(untrained, budget, cache))
+                out.append(DenseRetriever(untrained, budget, cache, name=m, cosine=m == "cosine"))
             elif m == "multihop":
                 assert untrained is not None
                 out.append(MultiHopRetriever(untrained, name=m, budget=budget, max_hops=max_hops, cache=cache))

@@ -10,6 +10,8 @@ Examples:
 
 With --budget 8 every method returns 8 passages per question and recall.md gives recall@2/4/8 of each
 method with its paired 95% interval against dense search (the first k of a greedy ranking are its top k).
+`dense` ranks by the inner product (qrag's untrained Q-value); `cosine` by the cosine of the same vectors,
+what a vector store with a cosine metric does with the base encoder: the floor a general-text model must beat.
 """
 
 from __future__ import annotations

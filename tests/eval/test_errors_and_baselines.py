@@ -85,6 +85,19 @@ def test_dense_and_multihop_interface(tiny_encoder_path: Path) -> None:
     assert m.indices[0] == d.indices[0]
 
 
+def test_cosine_ranks_by_the_cosine_of_the_dense_vectors(tiny_encoder_path: Path) -> None:
+    dense, cosine = make_retrievers(["dense", "cosine"], encoder=str(tiny_encoder_path), budget=5)
+    assert isinstance(dense, DenseRetriever) and isinstance(cosine, DenseRetriever) and cosine.name == "cosine"
+    (c,) = cosine.retrieve([EP])
+    model = dense.model
+    q = model.embed_states([EP.question], [[]])[0]  # (D,)
+    chunks = model.embed_chunks(list(EP.chunks))  # (N, D)
+    want = (chunks @ q) / (chunks.norm(dim=-1) * q.norm())  # (N,) hand-computed cosines
+    assert c.indices == want.argsort(descending=True).tolist()
+    assert c.q_values == pytest.approx(want.sort(descending=True).values.tolist(), abs=1e-5)
+    assert all(-1.0 <= v <= 1.0 for v in c.q_values)
+
+
 def test_budget_beyond_max_hops_tops_up_without_more_hops(tiny_encoder_path: Path) -> None:
     (multihop,) = make_retrievers(["multihop"], encoder=str(tiny_encoder_path), budget=4, max_hops=2)
     (r,) = multihop.retrieve([EP])
