@@ -216,13 +216,13 @@ class MultiHopRetriever:
 
 
 def _untrained(encoder: str | QNetwork, trained: QNetwork | None, device: str | None) -> QNetwork:
-    """The untrained baselines' model; beside a trained one it reads chunks as far (and with the same
-    scale), so dense search and the trained model's first hop see the same passage text (and share vectors
-    when the trained chunk tower is the frozen base)."""
+    """The untrained baselines' model; beside a trained one it reads chunks as far (with the same scale and
+    normalisation), so dense search and the trained model's first hop see the same passage text (and share
+    vectors when the trained chunk tower is the frozen base). With a normalising model, 'dense' is 'cosine'."""
     if isinstance(encoder, QNetwork) or trained is None:
         return load_model(encoder, device=device)
     qnet = QNetwork.from_encoder(encoder, train_towers="state", max_chunk_tokens=trained.config.max_chunk_tokens,
-                                 scale=trained.config.scale)
+                                 scale=trained.config.scale, normalize=trained.config.normalize)
     return qnet.to(device) if device is not None else qnet
 
 

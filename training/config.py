@@ -52,6 +52,10 @@ class ModelConfig:
     """Cap on the spliced state length (the end is cut)."""
     scale: float = 10.0
     """Pooled vectors are divided by this."""
+    normalize: bool = False
+    """L2-normalise pooled vectors before the division by `scale`: an untrained network's Q-value is then the
+    cosine of the base encoder's vectors over `scale`², the ranking of a cosine vector store (with
+    all-MiniLM-L6-v2 on paragraphs, cosine is far stronger than the unnormalised inner product)."""
     train_mode: TrainMode = "full"
     """What is trained: 'full' fine-tuning, the 'top_layers' only, or 'lora' adapters."""
     trainable_layers: int = 2
@@ -259,7 +263,8 @@ class TrainerConfig:
     minibatch_size: int = 64
     """Transitions per minibatch."""
     eval_every: int = 2000
-    """Greedy evaluation on the validation split every this many transitions (0: only at the end)."""
+    """Greedy evaluation on the validation split every this many transitions and once before training, so the
+    starting network competes for best/ (0: only at the end)."""
     save_every: int = 2000
     """Checkpoint (last/) every this many transitions."""
     log_every: int = 200

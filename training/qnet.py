@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 from torch import nn
+from torch.nn import functional as F
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -47,17 +48,20 @@ class ChunkLengthWarning(UserWarning):
 
 
 class Tower(nn.Module):
-    """An encoder followed by masked mean pooling and division by `scale` (no normalisation, no head)."""
+    """An encoder followed by masked mean pooling, optional L2 normalisation and division by `scale` (no head)."""
 
-    def __init__(self, encoder: PreTrainedModel | nn.Module, scale: float) -> None:
+    def __init__(self, encoder: PreTrainedModel | nn.Module, scale: float, normalize: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
         self.scale = scale
+        self.normalize = normalize
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
+        if self.normalize:
+            pooled = F.normalize(pooled, dim=-1)  # (B, D) unit rows
         return pooled / self.scale
 
 
@@ -127,7 +131,8 @@ class QNetwork(nn.Module):
     ) -> QNetwork:
         state_enc = _apply_train_mode(state_enc, config)
         chunk_enc = _apply_train_mode(chunk_enc, config) if config.train_towers == "both" else chunk_enc.requires_grad_(False)
-        return cls(Tower(state_enc, config.scale), Tower(chunk_enc, config.scale), tokenizer, config)
+        return cls(Tower(state_enc, config.scale, config.normalize), Tower(chunk_enc, config.scale, config.normalize),
+                   tokenizer, config)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -162,7 +167,7 @@ class QNetwork(nn.Module):
     def chunk_vectors_key(self) -> str:
         """What a chunk vector depends on besides its text, for caches shared between networks.
 
-        With a frozen chunk tower that is the base encoder, the truncation and the scale, so an untrained
+        With a frozen chunk tower that is the base encoder, the truncation, the scale and the normalisation, so an untrained
         network and one trained with `train_towers='state'` share their vectors; otherwise it is this
         network object itself (its chunk tower may change as it trains).
         """
@@ -170,7 +175,7 @@ class QNetwork(nn.Module):
             return f"{TRANSIENT_KEY_PREFIX}{id(self)}"
         if self._base_key is None:
             self._base_key = f"base:{self.base_fingerprint()}"
-        return f"{self._base_key}:tokens={self.config.max_chunk_tokens}:scale={self.config.scale:g}"
+        return f"{self._base_key}:tokens={self.config.max_chunk_tokens}:scale={self.config.scale:g}{self._norm_tag}"
 
     # ------------------------------------------------------------------ tokenisation
     def tokenize_chunks(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -377,24 +382,32 @@ class QNetwork(nn.Module):
         return hashlib.sha256(emb.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
 
     def chunk_tower_fingerprint(self) -> str:
-        """A short hash of everything a chunk vector depends on: the chunk tower's weights, truncation, scale.
+        """A short hash of everything a chunk vector depends on: the chunk tower's weights, truncation, scale
+        and normalisation.
 
         A saved `ChunkIndex` records it, and `MultiHopSearcher.load` compares it with the loaded model's,
         so an index is never searched with a chunk tower other than the one that embedded it.
         """
         tensors = sorted(self.chunk_tower.state_dict().items())
         # Cached until a weight changes: every in-place update (an optimiser step, load_state_dict) bumps _version.
-        stamp = (self.config.max_chunk_tokens, self.config.scale, *((id(t), t._version) for _, t in tensors))
+        settings = f"tokens={self.config.max_chunk_tokens}:scale={self.config.scale!r}{self._norm_tag}"
+        stamp = (settings, *((id(t), t._version) for _, t in tensors))
         cached = self._tower_fp
         if cached is not None and cached[0] == stamp:
             return str(cached[1])
         h = hashlib.blake2b(digest_size=8)
-        h.update(f"tokens={self.config.max_chunk_tokens}:scale={self.config.scale!r}".encode())
+        h.update(settings.encode())
         for name, tensor in tensors:
             h.update(name.encode())
             h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
         self._tower_fp = (stamp, h.hexdigest())
         return self._tower_fp[1]
+
+    @property
+    def _norm_tag(self) -> str:
+        """Normalisation's part of chunk-vector keys and fingerprints (empty when off, so the keys and saved
+        indexes of unnormalised models are what they were before the option existed)."""
+        return ":normalize" if self.config.normalize else ""
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:

@@ -376,6 +376,12 @@ class Trainer:
         # The run must end within the budget, its final evaluation and checkpoint included: stop once the time
         # left is less than the last rollout + evaluation + checkpoint took (measured, not guessed).
         eval_s = save_s = 0.0
+        if self.transitions == 0 and tc.eval_every and self.val_episodes:
+            # The starting point competes for best/ too: a run whose training never beats it on validation
+            # keeps the network it started from (for an anchored model, the base encoder's own search).
+            tick = time.perf_counter()
+            last_eval = self._evaluate_and_keep_best(writer)
+            eval_s = time.perf_counter() - tick
         while self.transitions < tc.total_transitions:
             before, tick = self.transitions, time.perf_counter()
             stats = self.update(self.collect_rollout())

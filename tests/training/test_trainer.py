@@ -132,6 +132,19 @@ def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Pat
     assert stored["stop/fact_em"] >= stored["stop/em_all_hops"] - 0.01
 
 
+def test_the_starting_network_is_evaluated_and_kept_when_training_never_beats_it(tiny_encoder_path: Path,
+                                                                                 tmp_path: Path) -> None:
+    cfg = small_config(tiny_encoder_path, tmp_path, eval_every=8)
+    cfg.optim.lr, cfg.optim.weight_decay = 1e-12, 0.0  # below fp32 resolution: no later evaluation can beat the first
+    val = make_two_hop_episodes(6, 1)
+    Trainer(cfg, make_two_hop_episodes(20, 0), val).train()
+    evals = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"eval/return"' in line]
+    assert [e["transitions"] for e in evals] == [0, 8, 16]
+    assert json.loads((tmp_path / "best" / "eval.json").read_text())["transitions"] == 0
+    untrained = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=16, max_state_piece_tokens=16)
+    assert evaluate(QNetwork.from_pretrained(tmp_path / "best"), val, cfg.env) == evaluate(untrained, val, cfg.env)
+
+
 def test_acting_schedule_follows_the_time_budget(tiny_encoder_path: Path, tmp_path: Path) -> None:
     import time
 
