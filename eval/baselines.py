@@ -23,8 +23,9 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from qrag.training.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
 from qrag.training.data import Episode
-from qrag.training.index import ChunkIndex, ChunkVectorCache, ChunkVectorFolder
+from qrag.training.index import ChunkIndex
 from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.search import FROM_MODEL, FromModel, SearchConfig, SearchResult, load_model, search_many
 from qrag.training.shipped import resolve_checkpoint, shipped_names

@@ -42,10 +42,11 @@ import torch
 from qrag.eval.baselines import BASELINES, NEEDS_CHECKPOINT, make_retrievers
 from qrag.eval.report import margins
 from qrag.eval.runner import BABILONG_SENTENCES, RunConfig, cell_episodes, read_results, run
+from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes
 from qrag.training.data.episode import Episode
-from qrag.training.index import ChunkVectorCache, IndexLoadError
+from qrag.training.index import IndexLoadError
 from qrag.training.qnet import CheckpointError, QNetwork
 from qrag.training.trainer import Trainer
 

@@ -33,8 +33,8 @@ from qrag.eval.baselines import (
 )
 from qrag.eval.reader import Reader, build_prompt, load_reader
 from qrag.eval.report import summarize, write_margins, write_recall, write_reports
+from qrag.training.chunk_vectors import ChunkVectorFolder
 from qrag.training.data import Episode, load_episodes
-from qrag.training.index import ChunkVectorFolder
 from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE
 from qrag.training.shipped import resolve_checkpoint
 from qrag.training.validate import check_out_path

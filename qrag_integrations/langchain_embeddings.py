@@ -15,8 +15,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
-from qrag.training.index import Chunk, ScoredChunk, model_lock, search_rows
-from qrag.training.qnet import QNetwork
+from qrag.training.index import Chunk, ScoredChunk, search_rows
+from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.search import load_model
 from qrag.training.validate import check_query, check_text_list
 

@@ -9,8 +9,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import PrivateAttr
 
-from qrag.training.index import model_lock
-from qrag.training.qnet import QNetwork
+from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.search import load_model
 from qrag.training.validate import check_query, check_text_list
 

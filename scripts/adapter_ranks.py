@@ -24,8 +24,8 @@ import torch
 
 from qrag.eval.baselines import NEEDS_CHECKPOINT, make_retrievers
 from qrag.eval.runner import RunConfig, run
+from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.compress import low_rank_adapters
-from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import QNetwork
 
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")

@@ -16,8 +16,8 @@ import dataclasses
 import json
 
 from qrag.training.calibrate import calibrate_stop_threshold
+from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.data import SOURCES, load_episodes
-from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.shipped import resolve_checkpoint
 

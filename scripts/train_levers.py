@@ -30,10 +30,10 @@ from pathlib import Path
 
 import torch
 
+from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes
 from qrag.training.data.episode import Episode
-from qrag.training.index import ChunkVectorCache
 from qrag.training.qnet import QNetwork
 from qrag.training.trainer import Trainer, evaluate
 

@@ -20,3 +20,32 @@ def test_results_readme_names_every_entry() -> None:
     gpu = [p.name for p in (REPO / "results" / "gpu").iterdir()]
     missing = [e for e in entries + gpu if f"`{e}`" not in readme]
     assert not missing, f"results/README.md does not say what {missing} are (and which command wrote them)."
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The modules of `package` that `path` imports anywhere (top level, in functions, under TYPE_CHECKING)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package + "."):
+            found.add(node.module[len(package) + 1 :].split(".")[0])
+    return found
+
+
+def test_no_import_cycle_in_training() -> None:
+    graph = {p.stem: _imports(p, "qrag.training") for p in (REPO / "training").glob("*.py")}
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for dep in sorted(graph.get(node, ())):
+                if dep == start:
+                    return [*path, start]
+                if dep not in path:
+                    stack.append((dep, [*path, dep]))
+        return None
+
+    cycles = [c for c in map(cycle_from, sorted(graph)) if c]
+    assert not cycles, f"import cycles in training/: {[' -> '.join(c) for c in cycles]}"

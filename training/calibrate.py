@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.data import Episode
-from qrag.training.index import ChunkIndex, ChunkVectorCache
+from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
 from qrag.training.search import SearchConfig, search_many, stop_point
 

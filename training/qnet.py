@@ -10,7 +10,9 @@ import copy
 import dataclasses
 import hashlib
 import json
+import threading
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,6 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel, PreTrainedToken
 from qrag.training.atomic import atomic_dir, recover
 from qrag.training.config import ConfigError, HopSettings, ModelConfig
 from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
-from qrag.training.index import TRANSIENT_KEY_PREFIX
 from qrag.training.persist import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
@@ -41,6 +42,24 @@ from qrag.training.persist import (
 )
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
 from qrag.training.shipped import ShippedNameError, resolve_checkpoint
+
+TRANSIENT_KEY_PREFIX = "network:"
+"""`QNetwork.chunk_vectors_key` of a chunk tower that can train: valid for one network object only, so its
+vectors are never written to disk by a `ChunkVectorFolder`."""
+
+# Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
+# calls are serialised per model; scoring and top-k run outside the lock.
+_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: Any) -> threading.Lock:
+    """The lock that serialises encoder calls on `model` (shared by every searcher and adapter)."""
+    with _LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.Lock()
+        return lock
 
 
 class ChunkLengthWarning(UserWarning):

@@ -39,8 +39,8 @@ import torch
 
 from qrag.training.atomic import atomic_dir, recover
 from qrag.training.config import HopSettings
-from qrag.training.index import INDEX_FILE, Chunk, ChunkIndex, ChunkStore, ScoredChunk, model_lock
-from qrag.training.qnet import CONFIG_FILE, QNetwork
+from qrag.training.index import INDEX_FILE, Chunk, ChunkIndex, ChunkStore, ScoredChunk
+from qrag.training.qnet import CONFIG_FILE, QNetwork, model_lock
 from qrag.training.shipped import resolve_checkpoint
 from qrag.training.validate import check_device
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
+from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import EnvConfig
 from qrag.training.data.episode import Episode
-from qrag.training.index import ChunkVectorCache
 
 SINGLE_TASK = "all"  # the task name of episodes without a metadata 'task'
 

@@ -36,11 +36,11 @@ from qrag.training.checkpoint import (
     resume_guard,
     write_checkpoint,
 )
+from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import EnvConfig, TrainConfig
 from qrag.training.data.episode import Episode
 from qrag.training.distributed import any_process, gather_rank_states, own_entries, rank_entries, shard
 from qrag.training.env import EpisodeState, RetrievalEnv
-from qrag.training.index import ChunkVectorCache
 from qrag.training.persist import read_weights
 from qrag.training.qnet import WEIGHTS_FILE, QNetwork
 from qrag.training.selection import TaskSampler, calibrate_stop_rule, evaluate_at_sf

@@ -106,7 +106,7 @@ def test_bad_corpus_input_gets_clear_errors() -> None:
 
 def test_chunk_vector_cache_embeds_each_text_once_and_survives_a_round_trip(tiny_encoder_path: Path,
                                                                            tmp_path: Path) -> None:
-    from qrag.training.index import ChunkVectorCache
+    from qrag.training.chunk_vectors import ChunkVectorCache
     from qrag.training.qnet import QNetwork
 
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
@@ -145,7 +145,7 @@ def test_chunk_vector_cache_embeds_each_text_once_and_survives_a_round_trip(tiny
 
 
 def test_chunk_vector_folder_keeps_one_cache_per_tower_between_runs(tiny_encoder_path: Path, tmp_path: Path) -> None:
-    from qrag.training.index import ChunkVectorFolder
+    from qrag.training.chunk_vectors import ChunkVectorFolder
     from qrag.training.qnet import QNetwork
 
     frozen = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
