@@ -282,7 +282,7 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
             job.finish("train")
     with job.phase("eval", "4/5 held-out evaluation"):
         trained = model or QNetwork.from_pretrained(out / "train" / "best")
-        retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, max_hops=config.env.max_steps,
+        retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, max_hops=config.env.max_hops,
                                      chunk_stores=[store])
         with precision_context(precision):
             run(cfg, retrievers=retrievers)
@@ -292,7 +292,7 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
     with job.phase("chain", "5/5 one question through a LangChain chain (QRAGRetriever | prompt | local LLM)"):
         episode = next(ep for ep in cell_episodes(cfg, "qa2", cfg.lengths_resolved[-1][1]))
         with precision_context(precision):
-            run_chain(trained, episode, config.env.max_steps, args.reader)
+            run_chain(trained, episode, config.env.max_hops, args.reader)
     where = args.model or f"{out}/train/best"
     print(f"\ndone in {job.spent() / 60:.1f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in job.state['seconds'].items())}); "
           f"the trained model is {where}: QRAGRetriever.from_texts(texts, model='{where}')")

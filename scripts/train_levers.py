@@ -8,7 +8,7 @@ Every variant starts from the `babilong-cpu` preset (the main job's), changes on
 (`model.train_towers`) and PRECISION (`trainer.mixed_precision`), trains for the same number of transitions
 (`--transitions`) or the same wall time (`--minutes`) on the same qa1–qa5 training episodes, each in a process
 of its own (accelerate fixes the precision per process), and is scored greedily on the same validation episodes (per task
-fact EM, `max_steps` picks). `--per-task V` also trains variant V as five one-task models, each for a fifth of
+fact EM, `max_hops` picks). `--per-task V` also trains variant V as five one-task models, each for a fifth of
 the transitions, and scores each on its own task: one model for five tasks against one per task at the same
 total budget. Frozen-chunk-tower variants share one chunk-vector cache (`--vectors`), filled once before any
 timing; run nothing else on the machine when comparing by time.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import tyro
 
 from qrag.training.checkpoint import ResumeError
 from qrag.training.config import (
+    RENAMED_KEYS,
     ConfigError,
     TrainConfig,
     load_preset,
@@ -55,6 +57,7 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     config = load_preset(known.preset) if known.preset else TrainConfig()
     if known.config:
         config = load_yaml(known.config, base=config)
+    rest = [_renamed_flag(a) for a in rest]
     config = tyro.cli(
         TrainConfig, default=config, args=rest, use_underscores=True, description=__doc__,
         prog="qrag-train",
@@ -65,6 +68,17 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"trainer.output_dir {str(out)!r} is a file; pass a folder (it is created if missing).")
     return config.validate()
+
+
+def _renamed_flag(arg: str) -> str:
+    """`--env.max_steps 4` (a renamed key, `RENAMED_KEYS`) still works, with a FutureWarning."""
+    flag, sep, value = arg.partition("=")
+    for old, new in RENAMED_KEYS.items():
+        if flag in (f"--{old}", f"--{old.replace('_', '-')}"):
+            warnings.warn(f"{flag} is now --{new}; the old flag will stop working in a later version.",
+                          FutureWarning, stacklevel=2)
+            return f"--{new}{sep}{value}"
+    return arg
 
 
 def main(argv: Sequence[str] | None = None) -> int:

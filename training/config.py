@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -101,7 +102,7 @@ class HopSettings:
     """
 
     max_hops: int = 4
-    """Most hops per question: the horizon the model was trained for (`env.max_steps`)."""
+    """Most hops per question: the horizon the model was trained for (`env.max_hops`)."""
     stop_threshold: float | None = 0.5
     """Adaptive search stops before a hop whose best Q-value is below this; None: the model has no stop rule."""
     calibrated: bool = False
@@ -122,16 +123,17 @@ class HopSettings:
 class EnvConfig:
     """The retrieval MDP (METHOD.md §1)."""
 
-    max_steps: int = 6
-    """Episode horizon: BabiLong 6, HotpotQA 2, MuSiQue 4, NIAH 5."""
+    max_hops: int = 6
+    """Episode horizon, the most hops per question (`max_steps` before): BabiLong 6, HotpotQA 2, MuSiQue 4,
+    NIAH 5. Saved with the model as its search horizon."""
     penalize_extra_steps: bool = True
     """Completion reward 0.5 + 0.5·|SF|/|selected| instead of 1."""
     never_terminate: bool = False
-    """Keep the episode going after completion (reward 0 afterwards) until max_steps."""
+    """Keep the episode going after completion (reward 0 afterwards) until max_hops."""
 
     def validate(self) -> None:
-        if self.max_steps < 1:
-            raise ConfigError(f"env.max_steps must be >= 1, got {self.max_steps}.")
+        if self.max_hops < 1:
+            raise ConfigError(f"env.max_hops must be >= 1, got {self.max_hops}.")
 
 
 @dataclass
@@ -287,7 +289,7 @@ class TrainerConfig:
     """Show a console progress bar."""
     select_on: SelectOn = "sf_em"
     """best/ is the checkpoint with the highest 'sf_em' (per-task fact EM at exactly |SF| greedy hops,
-    averaged over tasks) or the highest mean 'return' with max_steps hops."""
+    averaged over tasks) or the highest mean 'return' with max_hops hops."""
     calibrate_stop: bool = True
     """Calibrate the stop threshold on the validation episodes whenever best/ is saved, and save it with it."""
     task_weighting: TaskWeighting = "uniform"
@@ -388,18 +390,29 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _overlay(obj: Any, data: dict[str, Any], where: str) -> Any:
+RENAMED_KEYS: dict[str, str] = {"env.max_steps": "env.max_hops"}
+"""Config keys of earlier qrag versions and their names now (read with a FutureWarning, so saved run configs
+and users' YAML files keep working)."""
+
+
+def _overlay(obj: Any, data: dict[str, Any], where: str, section: str = "") -> Any:
     hints = typing.get_type_hints(type(obj))
     names = {f.name for f in dataclasses.fields(obj)}
     changes: dict[str, Any] = {}
-    for key, value in data.items():
+    for old_key, value in data.items():
+        key = RENAMED_KEYS.get(section + old_key, section + old_key)[len(section):]
+        if key != old_key:
+            if key in data:
+                raise ConfigError(f"{where}: both {old_key!r} and its new name {key!r} are set; keep only {key!r}.")
+            warnings.warn(f"{where}: config key {old_key!r} is now {key!r}; the old name will stop working in a "
+                          "later version.", FutureWarning, stacklevel=2)
         if key not in names:
             raise ConfigError(f"{where}: unknown config key {key!r} in {type(obj).__name__}; known: {sorted(names)}.")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: section {key!r} must be a mapping, got {value!r}.")
-            changes[key] = _overlay(current, value, f"{where}:{key}")
+            changes[key] = _overlay(current, value, f"{where}:{key}", f"{section}{key}.")
         else:
             changes[key] = _coerce(value, hints[key], f"{where}:{key}")
     return dataclasses.replace(obj, **changes)

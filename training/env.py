@@ -80,7 +80,7 @@ class RetrievalEnv:
 
     Example:
         >>> ep = Episode("q?", ["a", "b", "c"], (0, 2))
-        >>> env = RetrievalEnv([ep], EnvConfig(max_steps=3), num_envs=1, auto_reset=False)
+        >>> env = RetrievalEnv([ep], EnvConfig(max_hops=3), num_envs=1, auto_reset=False)
         >>> env.step([0]).rewards.tolist(), env.step([2]).rewards.tolist()
         ([0.0], [1.0])
     """
@@ -175,7 +175,7 @@ class RetrievalEnv:
                 )
                 s.episode_return += float(rewards[row])
                 terminated[row] = not self.config.never_terminate
-            if not terminated[row] and (s.steps >= self.config.max_steps or s.steps >= s.episode.num_chunks):
+            if not terminated[row] and (s.steps >= self.config.max_hops or s.steps >= s.episode.num_chunks):
                 truncated[row] = True
             if terminated[row] or truncated[row]:
                 finished.append(s)

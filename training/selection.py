@@ -37,7 +37,7 @@ def evaluate_at_sf(
     Args:
         evaluate: `qrag.training.trainer.evaluate` (a greedy pass returning `fact_em`).
         qnet / episodes / env_config / kwargs: passed to `evaluate`; each group of equal (task, |SF|) runs
-            with `max_steps = |SF|`.
+            with `max_hops = |SF|`.
 
     Returns:
         `{'sf_em/<task>': ..., 'sf_em': mean over tasks}`.
@@ -48,7 +48,7 @@ def evaluate_at_sf(
     hits: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for (task, n_sf), group in sorted(groups.items()):
-        env = replace(env_config, max_steps=n_sf, never_terminate=False)
+        env = replace(env_config, max_hops=n_sf, never_terminate=False)
         em = evaluate(qnet, group, env, **kwargs)["fact_em"]
         hits[task] += em * len(group)
         counts[task] += len(group)

@@ -141,7 +141,7 @@ def evaluate(
     qnet: QNetwork, episodes: Sequence[Episode], env_config: EnvConfig, num_envs: int = 16, batch_size: int = 128,
     store: ChunkVectorCache | None = None,
 ) -> dict[str, float]:
-    """Greedy pass over `episodes` (argmax over the available chunks up to `max_steps`).
+    """Greedy pass over `episodes` (argmax over the available chunks up to `max_hops`).
 
     `store` (a frozen chunk tower only) serves chunk vectors already computed.
     Returns mean `return`, `fact_recall` and `fact_em` (all supporting chunks retrieved) and `steps`.
@@ -200,7 +200,7 @@ class Trainer:
         self.val_episodes = list(val_episodes)
 
         online = qnet if qnet is not None else QNetwork.from_config(config.model)
-        online.hops = dataclasses.replace(online.hops, max_hops=config.env.max_steps)  # saved with every checkpoint
+        online.hops = dataclasses.replace(online.hops, max_hops=config.env.max_hops)  # saved with every checkpoint
         self.target = copy.deepcopy(online).eval().requires_grad_(False)
         self.params = [p for p in online.parameters() if p.requires_grad]
         oc = config.optim
@@ -521,7 +521,8 @@ class Trainer:
 
     def _restore(self, folder: Path) -> None:
         tensors, state = read_checkpoint(folder)
-        saved_model = state["config"]["model"]
+        # Settings added since the run was saved read as their defaults (what the run had without them).
+        saved_model = {**TrainConfig().to_dict()["model"], **state["config"]["model"]}
         current = self.config.to_dict()["model"]
         if saved_model != current:
             diff = {k: (saved_model.get(k), v) for k, v in current.items() if saved_model.get(k) != v}

@@ -62,7 +62,7 @@ SPEC_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200"
                     "A100": 312.0, "L40S": 362.0, "L4": 121.0}
 """Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, by GPU name fragment."""
 BENCH_SOURCES = {"babilong": None, "ruler": ("britannica", "wikipedia")}  # None: all four text sources
-DEFAULT_MAX_HOPS = {"babilong": 6, "ruler": 5}  # the presets' env.max_steps
+DEFAULT_MAX_HOPS = {"babilong": 6, "ruler": 5}  # the presets' env.max_hops
 METHODS = ("qrag", "qrag+stop", "dense", "bm25")
 
 

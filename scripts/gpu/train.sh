@@ -18,7 +18,7 @@ QA_ALL_MINUTES="${QA_ALL_MINUTES:-6.5}"
 NIAH_MINUTES="${NIAH_MINUTES:-6.5}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 
-# The paper's BabiLong settings (presets babilong / niah: γ .99, λ .65, α .01, τ .1, minibatch 64, max_steps
+# The paper's BabiLong settings (presets babilong / niah: γ .99, λ .65, α .01, τ .1, minibatch 64, max_hops
 # 6 / 5, relative positions, document-order states) with what this setting changes, each for a reason:
 # - LoRA r16 (query, value) on both towers, lr 5e-4 instead of 5e-5 because only adapters train: a
 #   checkpoint is ~1 MB of adapters beside the bundled MiniLM (full towers would be 181 MB).

@@ -20,7 +20,7 @@ from tests.training.two_hop import make_two_hop_episodes
 
 SMALL = ["--trainer.num_envs", "2", "--trainer.rollout_steps", "2", "--trainer.minibatch_size", "4",
          "--trainer.log_every", "4", "--trainer.eval_every", "8", "--trainer.save_every", "4",
-         "--trainer.no-progress", "--env.max_steps", "2", "--data.num_val", "4",
+         "--trainer.no-progress", "--env.max_hops", "2", "--data.num_val", "4",
          "--model.max_chunk_tokens", "16", "--model.max_state_piece_tokens", "16"]
 
 

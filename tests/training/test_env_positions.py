@@ -34,19 +34,19 @@ def test_completion_reward_examples_from_the_method() -> None:
 
 
 def test_reward_paid_once_at_completion_and_terminates() -> None:
-    rewards, term, trunc = play(EnvConfig(max_steps=6), [0, 1, 4])
+    rewards, term, trunc = play(EnvConfig(max_hops=6), [0, 1, 4])
     assert rewards == pytest.approx([0.0, 0.0, 0.5 + 0.5 * 2 / 3])
     assert term == [False, False, True] and trunc == [False, False, False]
 
 
-def test_never_terminate_pays_nothing_after_completion_and_truncates_at_max_steps() -> None:
-    rewards, term, trunc = play(EnvConfig(max_steps=4, never_terminate=True), [1, 4, 0, 2])
+def test_never_terminate_pays_nothing_after_completion_and_truncates_at_max_hops() -> None:
+    rewards, term, trunc = play(EnvConfig(max_hops=4, never_terminate=True), [1, 4, 0, 2])
     assert rewards == pytest.approx([0.0, 1.0, 0.0, 0.0])
     assert term == [False] * 4 and trunc == [False, False, False, True]
 
 
 def test_truncation_at_horizon_without_success() -> None:
-    rewards, term, trunc = play(EnvConfig(max_steps=2, penalize_extra_steps=False), [0, 2])
+    rewards, term, trunc = play(EnvConfig(max_hops=2, penalize_extra_steps=False), [0, 2])
     assert rewards == [0.0, 0.0] and trunc == [False, True] and term == [False, False]
 
 
@@ -61,11 +61,11 @@ def test_selected_chunk_cannot_be_taken_again() -> None:
 
 def test_auto_reset_and_state_order() -> None:
     order = iter([0, 0, 0])
-    env = RetrievalEnv([EP], EnvConfig(max_steps=2), 1, sampler=lambda: next(order), state_order="document")
+    env = RetrievalEnv([EP], EnvConfig(max_hops=2), 1, sampler=lambda: next(order), state_order="document")
     env.step([4])
     env.step([1])  # completes: the slot restarts with a fresh episode
     assert env.slot(0).selected == []
-    env2 = RetrievalEnv([EP], EnvConfig(max_steps=3), 1, auto_reset=False, state_order="document")
+    env2 = RetrievalEnv([EP], EnvConfig(max_hops=3), 1, auto_reset=False, state_order="document")
     env2.step([4])
     env2.step([0])
     assert env2.state_texts()[1] == [["a", "e"]]
@@ -74,9 +74,9 @@ def test_auto_reset_and_state_order() -> None:
 
 
 def test_env_state_round_trip() -> None:
-    env = RetrievalEnv([EP, EP], EnvConfig(max_steps=3), 2, sampler=lambda: 1)
+    env = RetrievalEnv([EP, EP], EnvConfig(max_hops=3), 2, sampler=lambda: 1)
     env.step([2, 3])
-    other = RetrievalEnv([EP, EP], EnvConfig(max_steps=3), 2, sampler=lambda: 0)
+    other = RetrievalEnv([EP, EP], EnvConfig(max_hops=3), 2, sampler=lambda: 0)
     other.load_state_dict(env.state_dict())
     assert [s.selected for s in other.slots] == [[2], [3]]  # type: ignore[union-attr]
     assert [s.episode_index for s in other.slots] == [1, 1]  # type: ignore[union-attr]

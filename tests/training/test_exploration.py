@@ -39,7 +39,7 @@ def lure_first(qnet: QNetwork, episodes: list) -> float:
 def test_exploration_finds_the_chain_that_greedy_acting_misses(encoder_64: Path, tmp_path: Path) -> None:
     train, val = with_lure(make_two_hop_episodes(1000, seed=0), 0), with_lure(make_two_hop_episodes(50, seed=1), 1)
     test = with_lure(make_two_hop_episodes(200, seed=2), 2)
-    env = EnvConfig(max_steps=2)
+    env = EnvConfig(max_hops=2)
     results = {}
     for explore in (False, True):
         cfg = exploration_config(str(encoder_64), str(tmp_path / f"explore-{explore}"), explore)

@@ -80,7 +80,7 @@ def test_retriever_from_a_trained_folder_uses_its_horizon_and_stop_rule(tiny_qne
 
 def test_training_saves_its_horizon_with_every_checkpoint(tiny_encoder_path: Path, tmp_path: Path) -> None:
     cfg = small_config(tiny_encoder_path, tmp_path, total_transitions=8)
-    cfg.env.max_steps = 3
+    cfg.env.max_hops = 3
     Trainer(cfg, make_two_hop_episodes(20, 0), make_two_hop_episodes(4, 1)).train()
     for folder in (tmp_path / "best", tmp_path / "last" / "model"):
         assert QNetwork.from_pretrained(folder).hops.max_hops == 3
@@ -112,3 +112,20 @@ def test_plain_loads_are_quiet(capfd: pytest.CaptureFixture[str]) -> None:
     assert "Loading weights" not in out + err
     assert not [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))
                 and "qrag" not in str(w.filename)], [str(w.message) for w in caught]
+
+
+def test_the_horizon_has_one_name_and_the_old_one_still_reads(tmp_path: Path) -> None:
+    from qrag.training.cli import parse_config
+    from qrag.training.config import ConfigError, TrainConfig, load_yaml
+
+    old = tmp_path / "old.yaml"
+    old.write_text("env:\n  max_steps: 3\n", encoding="utf-8")
+    with pytest.warns(FutureWarning, match="'max_steps' is now 'max_hops'"):
+        assert load_yaml(old).env.max_hops == 3
+    with pytest.raises(ConfigError, match="keep only 'max_hops'"):
+        TrainConfig.from_dict({"env": {"max_steps": 3, "max_hops": 2}})
+    for flag in (["--env.max_steps", "5"], ["--env.max-steps=5"]):
+        with pytest.warns(FutureWarning, match="--env.max_hops"):
+            assert parse_config(flag).env.max_hops == 5
+    assert parse_config(["--env.max_hops", "2"]).env.max_hops == 2
+    assert "max_steps" not in TrainConfig().to_dict()["env"]

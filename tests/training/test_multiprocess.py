@@ -47,7 +47,7 @@ def make_config(encoder: Path, out: Path, **trainer: Any) -> TrainConfig:
     model = trainer.pop("model", {})
     return TrainConfig.from_dict({
         "model": {"encoder": str(encoder), "max_chunk_tokens": 16, "max_state_piece_tokens": 16, **model},
-        "env": {"max_steps": 2},
+        "env": {"max_hops": 2},
         "rl": {"lam": 0.5, "alpha": 0.05, "tau": 0.25},
         "optim": {"lr": 1e-3, "warmup_steps": 1, "schedule": "constant"},
         "trainer": {"output_dir": str(out), "total_transitions": 32, "num_envs": 2, "rollout_steps": 2,

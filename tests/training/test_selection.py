@@ -22,20 +22,20 @@ def test_each_task_and_sf_group_is_scored_at_exactly_sf_hops_and_tasks_weigh_equ
     calls: list[tuple[str, int, int, bool]] = []
 
     def fake_evaluate(qnet: Any, episodes: list[Episode], env: EnvConfig, **kw: Any) -> dict[str, float]:
-        calls.append((task_of(episodes[0]), len(episodes[0].supporting), env.max_steps, env.never_terminate))
+        calls.append((task_of(episodes[0]), len(episodes[0].supporting), env.max_hops, env.never_terminate))
         assert kw == {"num_envs": 3}
         # qa2 (|SF| 2) scores 0.5, qa3 (|SF| 3) 1.0, qa1 (|SF| 1) 0.0
         return {"fact_em": {1: 0.0, 2: 0.5, 3: 1.0}[len(episodes[0].supporting)]}
 
     episodes = [ep("qa2", 2, i) for i in range(4)] + [ep("qa3", 3, i) for i in range(2)] + [ep("qa1", 1, 0)]
-    out = evaluate_at_sf(fake_evaluate, None, episodes, EnvConfig(max_steps=6, never_terminate=True), num_envs=3)
+    out = evaluate_at_sf(fake_evaluate, None, episodes, EnvConfig(max_hops=6, never_terminate=True), num_envs=3)
     assert sorted(calls) == [("qa1", 1, 1, False), ("qa2", 2, 2, False), ("qa3", 3, 3, False)]
     assert out == {"sf_em/qa1": 0.0, "sf_em/qa2": 0.5, "sf_em/qa3": 1.0, "sf_em": pytest.approx(0.5)}
 
 
 def test_a_task_with_mixed_sf_sizes_is_averaged_over_its_episodes() -> None:
     def fake_evaluate(qnet: Any, episodes: list[Episode], env: EnvConfig, **kw: Any) -> dict[str, float]:
-        return {"fact_em": 1.0 if env.max_steps == 1 else 0.0}
+        return {"fact_em": 1.0 if env.max_hops == 1 else 0.0}
 
     out = evaluate_at_sf(fake_evaluate, None, [ep(None, 1, 0), ep(None, 2, 1), ep(None, 2, 2), ep(None, 1, 3)],
                          EnvConfig())

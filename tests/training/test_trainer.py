@@ -20,7 +20,7 @@ from tests.training.two_hop import make_two_hop_episodes
 def small_config(encoder: Path, out: Path, **trainer: object) -> TrainConfig:
     return TrainConfig.from_dict({
         "model": {"encoder": str(encoder), "max_chunk_tokens": 16, "max_state_piece_tokens": 16},
-        "env": {"max_steps": 2},
+        "env": {"max_hops": 2},
         "rl": {"lam": 0.5, "alpha": 0.05, "tau": 0.25},
         "optim": {"lr": 1e-3, "warmup_steps": 1},
         "trainer": {"output_dir": str(out), "total_transitions": 16, "num_envs": 4, "rollout_steps": 2,
@@ -110,6 +110,24 @@ def test_resume_with_different_model_settings_refused(tiny_encoder_path: Path, t
         Trainer(cfg, make_two_hop_episodes(10, 0)).train()
 
 
+def test_resume_of_a_run_saved_before_a_model_setting_existed(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    from qrag.training.checkpoint import TRAINER_STATE, find_last
+
+    Trainer(small_config(tiny_encoder_path, tmp_path), make_two_hop_episodes(10, 0)).train()
+    state_file = find_last(tmp_path) / TRAINER_STATE  # type: ignore[operator]
+    state = json.loads(state_file.read_text())
+    for added in ("normalize", "state_anchor"):  # what a run saved by an earlier qrag lacks
+        del state["config"]["model"][added]
+    state_file.write_text(json.dumps(state))
+    resumed = Trainer(small_config(tiny_encoder_path, tmp_path, resume=True, total_transitions=24),
+                      make_two_hop_episodes(10, 0))
+    assert resumed.train()["transitions"] == 24
+    cfg = small_config(tiny_encoder_path, tmp_path, resume=True, total_transitions=32)
+    cfg.model.normalize = True  # not what it was saved with (the default, off)
+    with pytest.raises(ResumeError, match="normalize"):
+        Trainer(cfg, make_two_hop_episodes(10, 0)).train()
+
+
 def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Path) -> None:
     cfg = small_config(tiny_encoder_path, tmp_path, eval_every=8)
     val = make_two_hop_episodes(6, 1)
@@ -125,7 +143,7 @@ def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Pat
     # the stop rule was calibrated on the validation episodes when training ended, and saved with best/
     from qrag.training.calibrate import calibrate_stop_threshold
 
-    assert best.hops.calibrated and best.hops.max_hops == cfg.env.max_steps
+    assert best.hops.calibrated and best.hops.max_hops == cfg.env.max_hops
     assert best.hops.stop_threshold == pytest.approx(calibrate_stop_threshold(best, val).threshold)
     stored = json.loads((tmp_path / "best" / "eval.json").read_text())
     assert stored["stop/threshold"] == pytest.approx(best.hops.stop_threshold)

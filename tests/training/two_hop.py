@@ -38,7 +38,7 @@ def learning_config(encoder: str, output_dir: str, seed: int = 0, scale: float =
     """The end-to-end learning test's training run (tests/training/test_learning.py, scripts/learning_seeds.py)."""
     return TrainConfig.from_dict({
         "model": {"encoder": encoder, "max_chunk_tokens": 16, "max_state_piece_tokens": 16, "scale": scale},
-        "env": {"max_steps": 2},
+        "env": {"max_hops": 2},
         "rl": {"lam": 0.5, "alpha": 0.05, "tau": 0.1},
         "optim": {"lr": 1e-3, "warmup_steps": 10, "schedule": "constant"},
         "trainer": {"output_dir": output_dir, "total_transitions": 6000, "num_envs": 16,
@@ -70,7 +70,7 @@ def exploration_config(encoder: str, output_dir: str, explore: bool, transitions
         rl.update(learning_starts=transitions // 2, act_epsilon=0.5)
     return TrainConfig.from_dict({
         "model": {"encoder": encoder, "max_chunk_tokens": 16, "max_state_piece_tokens": 16, "scale": 10.0},
-        "env": {"max_steps": 2},
+        "env": {"max_hops": 2},
         "rl": rl,
         "optim": {"lr": 1e-3, "warmup_steps": 10, "schedule": "constant"},
         "trainer": {"output_dir": output_dir, "total_transitions": transitions, "num_envs": 16,
