@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/bench_train.py --rollouts 4 --repeats 3 --out results/bench_train.json
     .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out results/bench_train_levers.json
+    .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:1:loop,full:state:bf16:4:fused \
+        --rollouts 4 --repeats 3 --out results/bench_train_groups.json   # the main job's update, before and after
     python scripts/bench_train.py --gpu --preset babilong --mixed-precision bf16 --num-envs 16 \
         --num-sentences 160 --modes lora,top_layers,full --rollouts 3 --repeats 1 --threads 4 \
         --out results/gpu/bench_train_gpu.json                                   # on a CUDA machine
@@ -42,9 +44,12 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(args.threads)
     config = load_preset(args.preset)
     parts = mode.split(":")
-    train_mode, towers, precision = parts + ["lora", "both", args.mixed_precision][len(parts):]
+    defaults = ["lora", "both", args.mixed_precision, str(config.trainer.length_groups), "fused"]
+    train_mode, towers, precision, groups, optimizer = parts + defaults[len(parts):]
     config.model.train_mode = train_mode  # type: ignore[assignment]
     config.model.train_towers = towers  # type: ignore[assignment]
+    config.trainer.length_groups = int(groups)
+    config.optim.fused = optimizer == "fused"
     if args.encoder:
         config.model.encoder = args.encoder
     config.data.num_train, config.data.num_val = 200, 1
@@ -81,8 +86,10 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="full,top_layers,lora",
-                        help="comma-separated TRAIN_MODE[:TOWERS[:PRECISION]], e.g. lora:state:bf16 "
-                             "(towers both|state, default both; precision no|bf16|fp16, default --mixed-precision)")
+                        help="comma-separated TRAIN_MODE[:TOWERS[:PRECISION[:GROUPS[:OPTIMIZER]]]], e.g. "
+                             "lora:state:bf16 (towers both|state, default both; precision no|bf16|fp16, default "
+                             "--mixed-precision; GROUPS trainer.length_groups, default the preset's; OPTIMIZER "
+                             "fused|loop, AdamW's kernel, default fused)")
     parser.add_argument("--rollouts", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)

@@ -209,6 +209,8 @@ class OptimConfig:
     """Gradient-norm clip."""
     grad_accum_steps: int = 1
     """Minibatches accumulated per optimiser step."""
+    fused: bool = True
+    """Use torch's fused AdamW kernel on CPU and CUDA (the same update in one pass; False: the per-tensor loop)."""
 
     def validate(self) -> None:
         _check_choice("optim.schedule", self.schedule, Schedule)
@@ -279,6 +281,10 @@ class TrainerConfig:
     """Force the CPU even when a GPU is present."""
     threads: int | None = None
     """torch CPU threads (None: leave torch's default)."""
+    length_groups: int = 1
+    """Encode each update minibatch in at most this many groups of similar state length, each padded only to
+    its own longest state: the same loss and gradient with fewer padded tokens (the CPU presets use 4; 1: one
+    padded batch)."""
     encode_batch_size: int = 128
     """Batch size of no-grad chunk and state encoding."""
     max_minutes: float | None = None
@@ -300,7 +306,7 @@ class TrainerConfig:
         _check_choice("trainer.mixed_precision", self.mixed_precision, MixedPrecision)
         _check_choice("trainer.select_on", self.select_on, SelectOn)
         _check_choice("trainer.task_weighting", self.task_weighting, TaskWeighting)
-        for name in ("total_transitions", "num_envs", "rollout_steps", "update_epochs", "minibatch_size"):
+        for name in ("total_transitions", "num_envs", "rollout_steps", "update_epochs", "minibatch_size", "length_groups"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_minutes is not None and self.max_minutes <= 0:

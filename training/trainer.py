@@ -7,6 +7,7 @@ Shape legend: E environments, T rollout steps, N chunks, D dim, B minibatch.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -26,6 +27,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
 from qrag.training import td
+from qrag.training.batching import length_groups, take_rows
 from qrag.training.checkpoint import (
     MODEL_DIR,
     ResumeError,
@@ -204,8 +206,11 @@ class Trainer:
         self.target = copy.deepcopy(online).eval().requires_grad_(False)
         self.params = [p for p in online.parameters() if p.requires_grad]
         oc = config.optim
+        # The fused kernel is the same AdamW in one pass over the parameters (about 6x faster on one CPU core).
+        fused = oc.fused and self.accelerator.device.type in ("cpu", "cuda") and all(
+            p.dtype == torch.float32 for p in self.params)
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=oc.lr, betas=oc.betas, eps=oc.eps, weight_decay=oc.weight_decay
+            self.params, lr=oc.lr, betas=oc.betas, eps=oc.eps, weight_decay=oc.weight_decay, fused=fused or None
         )
         per_rollout = math.ceil(tc.rollout_size / tc.minibatch_size) * tc.update_epochs / oc.grad_accum_steps
         self.total_updates = max(1, int(per_rollout * math.ceil(tc.total_transitions / tc.rollout_size)))
@@ -333,10 +338,21 @@ class Trainer:
                     c_in = {k: v.to(dev) for k, v in online.tokenize_chunks(taken).items()}
                 pos = batch["positions"][idx].to(dev) if online.config.position_mode != "none" else None
                 targets = batch["returns"][idx].to(dev)  # (B,)
+                # Rows in groups of similar state length (less padding); the size-weighted sum of the groups'
+                # losses is the minibatch's mean loss, so the gradient is the minibatch's.
+                groups = length_groups(s_in["attention_mask"].sum(dim=1).tolist(), tc.length_groups)
+                loss_sum = q_sum = 0.0
                 with self.accelerator.accumulate(self.model), self.accelerator.autocast():
-                    q1, q2 = self.model(s_in, c_in, pos)  # (B,), (B,)
-                    loss = td.td_loss(q1, q2, targets)
-                    self.accelerator.backward(loss)
+                    for g, rows in enumerate(groups):
+                        r = torch.as_tensor(rows, dtype=torch.long, device=dev)  # (G,)
+                        chunks = c_in[r] if isinstance(c_in, torch.Tensor) else take_rows(c_in, rows)
+                        last = g == len(groups) - 1  # multi-process: gradients are averaged once, after the last
+                        with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
+                            q1, q2 = self.model(take_rows(s_in, rows), chunks, None if pos is None else pos[r])  # (G,)
+                            loss = td.td_loss(q1, q2, targets[r]) * (len(rows) / len(idx))
+                            self.accelerator.backward(loss)
+                        loss_sum += float(loss.detach())
+                        q_sum += float((q1 + q2).detach().sum())
                     if self.accelerator.sync_gradients:
                         self.accelerator.clip_grad_norm_(self.params, oc.max_grad_norm)
                     self.optimizer.step()
@@ -345,8 +361,8 @@ class Trainer:
                     self.scheduler.step()
                     td.polyak_update(self.target, online, self.config.rl.tau)
                     self.updates += 1
-                losses.append(float(loss.detach().item()))
-                qs.append(float((q1 + q2).detach().mean()))
+                losses.append(loss_sum)
+                qs.append(q_sum / len(idx))
         return {"losses/td_loss": sum(losses) / len(losses), "losses/q_values": sum(qs) / len(qs)}
 
     # ------------------------------------------------------------------ loop

@@ -91,8 +91,9 @@ def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: fl
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=atol, msg=f"{what}: {name} differs")
 
 
-def test_two_processes_make_one_process_update_on_the_global_batch(encoder: Path, tmp_path: Path) -> None:
-    run("update", make_config(encoder, tmp_path / "run", minibatch_size=4), tmp_path / "two")
+@pytest.mark.parametrize("groups", [1, 2])  # 2: each rank's minibatch in length groups, gradients averaged once
+def test_two_processes_make_one_process_update_on_the_global_batch(encoder: Path, tmp_path: Path, groups: int) -> None:
+    run("update", make_config(encoder, tmp_path / "run", minibatch_size=4, length_groups=groups), tmp_path / "two")
     two = [rank_weights(tmp_path / "two", r) for r in range(2)]
     assert_same(two[0], two[1], 0.0, "rank 0 vs rank 1")  # online and target towers identical across ranks
 
