@@ -201,12 +201,13 @@ def recall_table(rows: Sequence[dict[str, Any]], reference: str = "dense") -> st
     return "\n".join(lines) + "\n"
 
 
-def write_recall(records: Sequence[dict[str, Any]], methods: Sequence[str], out: Path, ks: Sequence[int]) -> Path:
-    """Write recall.md and recall.json into `out` (`recall_rows` against 'dense')."""
-    rows = recall_rows(records, methods, ks)
+def write_recall(records: Sequence[dict[str, Any]], methods: Sequence[str], out: Path, ks: Sequence[int],
+                 reference: str = "dense") -> Path:
+    """Write recall.md and recall.json into `out` (`recall_rows` against `reference`)."""
+    rows = recall_rows(records, methods, ks, reference)
     (out / RECALL_JSON).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     path = out / RECALL_FILE
-    path.write_text(recall_table(rows), encoding="utf-8")
+    path.write_text(recall_table(rows, reference), encoding="utf-8")
     return path
 
 

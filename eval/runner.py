@@ -387,6 +387,7 @@ def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
     baselines = [m for m in cfg.methods if m in BASELINES]
     if trained and baselines:
         write_margins(records, trained, baselines, cfg.out)
-    if "dense" in cfg.methods and any("recall_at_2" in r for r in records):
-        write_recall(records, cfg.methods, cfg.out, RECALL_KS)
+    reference = next((m for m in ("dense", "cosine") if m in cfg.methods), None)  # single-hop dense search
+    if reference is not None and any("recall_at_2" in r for r in records):
+        write_recall(records, cfg.methods, cfg.out, RECALL_KS, reference)
     return summary

@@ -94,3 +94,15 @@ def test_wiki_benchmark_runs_on_the_held_out_split(tmp_path: Path, tiny_encoder_
     assert {r["task"] for r in records} == {"bridge", "single"} and len(records) == 12
     assert all(r["id"].startswith(f"wiki-{r['task']}-test-") for r in records)
     assert {r["task"] for r in json.loads((out / "recall.json").read_text())} == {"bridge", "single", "all"}
+
+
+def test_without_dense_the_recall_margins_are_against_cosine(tmp_path: Path, tiny_encoder_path: Path,
+                                                             tiny_checkpoint: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["jsonl", "--data", str(_corpus(tmp_path / "c.jsonl")), "--methods", "cosine,qrag",
+                 "--model", str(tiny_checkpoint), "--encoder", str(tiny_encoder_path), "--budget", "4",
+                 "--out", str(out), "--no-progress"]) == 0
+    table = (out / "recall.md").read_text()
+    assert "recall@2 (vs cosine)" in table and "| - | qrag | 2 |" in table
+    rows = json.loads((out / "recall.json").read_text())
+    assert {r["method"] for r in rows if "margin" in r} == {"qrag"}
