@@ -11,8 +11,9 @@
 Each (mode, repeat) runs in its own process so peak RSS (and peak GPU memory) is that configuration's own.
 Reports the median over repeats of transitions/s (acting + updates) and optimiser steps/s, and the ratio to
 the first mode. With a frozen chunk tower (`:state`) every training chunk is embedded once before timing
-(`prefill_s`), as the main job does. Default episodes: BabiLong-style bAbI qa1 haystacks of 20 sentences; 8 environments × 4
-steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set the
+(`prefill_s`), as the main job does. `real_token_share`: real state tokens over the tokens the update
+encodes, padding included, on the last rollout. Default episodes: BabiLong-style bAbI qa1 haystacks of 20
+sentences; 8 environments × 4 steps per rollout, minibatch 32, 2 update epochs (the cpu-small preset). With `QRAG_TEXT_PACK` set the
 haystacks' background sentences come from that text pack (scripts/gpu/offline.py).
 """
 
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
@@ -70,17 +72,36 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     trainer.update(trainer.collect_rollout())  # warm-up (allocations, tokenizer caches)
     t0, tr0, up0 = time.perf_counter(), trainer.transitions, trainer.updates
     for _ in range(args.rollouts):
-        trainer.update(trainer.collect_rollout())
+        batch = trainer.collect_rollout()
+        trainer.update(batch)
     seconds = time.perf_counter() - t0
+    real_share = real_token_share(trainer, batch)
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
     return {
         "peak_gpu_mb": gpu_mb,
         "prefill_s": prefill,
+        "real_token_share": real_share,
         "transitions_per_s": (trainer.transitions - tr0) / seconds,
         "optimizer_steps_per_s": (trainer.updates - up0) / seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "trainable_params": sum(p.numel() for p in trainer.online.parameters() if p.requires_grad),
     }
+
+
+def real_token_share(trainer: Any, batch: dict[str, Any]) -> float:
+    """Real state tokens / tokens the update encodes (padding included) over the last rollout's minibatches,
+    in the update's order of rows within a minibatch but unshuffled, with the run's `length_groups`."""
+    from qrag.training.batching import length_groups
+
+    tc = trainer.config.trainer
+    mask = trainer.online.tokenize_states(batch["questions"], batch["rendered"])["attention_mask"]  # (R, L)
+    lengths = mask.sum(dim=1).tolist()
+    real = padded = 0
+    for start in range(0, len(lengths), tc.minibatch_size):
+        rows = lengths[start : start + tc.minibatch_size]
+        real += sum(rows)
+        padded += sum(len(g) * max(rows[i] for i in g) for g in length_groups(rows, tc.length_groups))
+    return real / padded
 
 
 def main() -> int:
