@@ -20,7 +20,7 @@ from qrag.training.positions import PositionMode
 
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]
-StateAnchor = Literal["none", "question"]
+StateAnchor = Literal["none", "question", "first_hop"]
 StateOrder = Literal["document", "selection"]
 ValueTarget = Literal["mean", "min"]
 Schedule = Literal["constant", "linear", "cosine"]
@@ -75,7 +75,9 @@ class ModelConfig:
     state_anchor: StateAnchor = "none"
     """'question': a state's vector is the base encoder's vector of the question alone plus what training
     changed in the state tower, `f_0(q) + f_θ(s) − f_0(s)`, so an untrained network is single-hop dense search
-    at every hop and training learns a correction to it (needs train_towers='state': f_0 is the chunk tower)."""
+    at every hop and training learns a correction to it (needs train_towers='state': f_0 is the chunk tower).
+    'first_hop': as 'question', less what training changed on the question alone, so the first hop stays exactly
+    the base encoder's single-hop search however the model is trained, and only later hops are learned."""
 
     def validate(self) -> None:
         _check_choice("model.position_mode", self.position_mode, PositionMode)
@@ -83,9 +85,9 @@ class ModelConfig:
         _check_choice("model.train_mode", self.train_mode, TrainMode)
         _check_choice("model.train_towers", self.train_towers, TrainTowers)
         _check_choice("model.state_anchor", self.state_anchor, StateAnchor)
-        if self.state_anchor == "question" and self.train_towers != "state":
-            raise ConfigError("model.state_anchor='question' needs model.train_towers='state' (the frozen chunk tower "
-                              f"is the base encoder the anchor is computed with), got {self.train_towers!r}.")
+        if self.state_anchor != "none" and self.train_towers != "state":
+            raise ConfigError(f"model.state_anchor={self.state_anchor!r} needs model.train_towers='state' (the frozen "
+                              f"chunk tower is the base encoder the anchor is computed with), got {self.train_towers!r}.")
         for name in ("max_chunk_tokens", "max_state_piece_tokens", "max_state_tokens", "trainable_layers", "lora_rank"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}.")
@@ -162,6 +164,11 @@ class RLConfig:
     """If set, the acting temperature moves linearly to this over `explore_fraction` of the run's budget."""
     act_epsilon: float = 0.0
     """Probability of a uniform pick among the top-k instead of the Boltzmann one (decays like the temperature)."""
+    margin_weight: float = 0.0
+    """Weight of the large-margin loss on the supporting facts (DQfD's supervised loss, the gold facts as the
+    demonstrator) beside the TD loss, at every visited state; 0: TD alone (METHOD.md)."""
+    margin: float = 0.1
+    """The margin m, in Q units: the best remaining gold chunk must score this much above every other chunk."""
     explore_fraction: float = 1.0
     """Share of the run's budget (the larger of transitions / total_transitions and time / max_minutes) over
     which the acting temperature and ε decay; α's own schedule follows the same budget."""
@@ -183,6 +190,8 @@ class RLConfig:
             raise ConfigError(f"rl.act_epsilon must be in [0, 1], got {self.act_epsilon}.")
         if not 0.0 < self.explore_fraction <= 1.0:
             raise ConfigError(f"rl.explore_fraction must be in (0, 1], got {self.explore_fraction}.")
+        if self.margin_weight < 0 or self.margin < 0:
+            raise ConfigError(f"rl.margin_weight and rl.margin must be >= 0, got {self.margin_weight}, {self.margin}.")
         if self.learning_starts < 0:
             raise ConfigError(f"rl.learning_starts must be >= 0, got {self.learning_starts}.")
         if not 0.0 < self.tau <= 1.0:

@@ -114,9 +114,9 @@ class QNetwork(nn.Module):
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
             raise ConfigError(f"the two-head ensemble needs an even vector dim, got {self.dim}.")
-        if config.state_anchor == "question" and tokenizer.sep_token_id is None:
-            raise ConfigError("model.state_anchor='question' finds the question in a state by its [SEP] token; "
-                              f"the tokenizer of {config.encoder!r} has none: use state_anchor='none'.")
+        if config.state_anchor != "none" and tokenizer.sep_token_id is None:
+            raise ConfigError(f"model.state_anchor={config.state_anchor!r} finds the question in a state by its [SEP] "
+                              f"token; the tokenizer of {config.encoder!r} has none: use state_anchor='none'.")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -255,7 +255,8 @@ class QNetwork(nn.Module):
         state_inputs: dict[str, torch.Tensor],
         chunk_inputs: dict[str, torch.Tensor] | torch.Tensor,
         chunk_positions: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return_states: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
         """Training forward for B (state, taken chunk) pairs: the two heads' Q-values.
 
         Args:
@@ -264,8 +265,10 @@ class QNetwork(nn.Module):
                 (B, D) unrotated chunk vectors, already computed (a cache).
             chunk_positions: (B,) float positions of the taken chunks (None in 'none' mode).
 
+            return_states: also return the (B, D) state vectors (to score other chunks against them).
+
         Returns:
-            (q1, q2), each (B,): `⟨s¹, a¹⟩` and `⟨s², a²⟩`; their sum is Q.
+            (q1, q2), each (B,): `⟨s¹, a¹⟩` and `⟨s², a²⟩`; their sum is Q. With `return_states`, (q1, q2, s).
         """
         s = self.state_vectors(state_inputs)  # (B, D)
         if isinstance(chunk_inputs, torch.Tensor):
@@ -279,7 +282,7 @@ class QNetwork(nn.Module):
         h = s.shape[-1] // 2
         q1 = (s[:, :h] * a[:, :h]).sum(-1)  # (B,)
         q2 = (s[:, h:] * a[:, h:]).sum(-1)  # (B,)
-        return q1, q2
+        return (q1, q2, s) if return_states else (q1, q2)
 
     @torch.no_grad()
     def embed_chunks(self, texts: Sequence[str], batch_size: int = 128, show_progress: bool = False) -> torch.Tensor:
@@ -311,15 +314,40 @@ class QNetwork(nn.Module):
         )
 
     def state_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Tokenised states (B, L) → state vectors (B, D): `f_θ(s)`, or with `state_anchor='question'`
-        `f_0(q) + f_θ(s) − f_0(s)`, where f_0 is the frozen base (the chunk tower, in eval mode, no gradient)
-        and q the state's question piece (its tokens up to the first [SEP], attended to alone)."""
+        """Tokenised states (B, L) → state vectors (B, D).
+
+        - `state_anchor='none'`: `f_θ(s)`;
+        - `'question'`: `f_0(q) + f_θ(s) − f_0(s)`;
+        - `'first_hop'`: `f_0(q) + [f_θ(s) − f_0(s)] − [f_θ(q) − f_0(q)]`: what training changed on the whole
+          state less what it changed on the question alone, so a state that is the bare question (the first
+          hop) is exactly `f_0(q)`, trained or not.
+
+        f_0 is the frozen base (the chunk tower, in eval mode, no gradient) and q the state's question piece (its
+        tokens up to the first [SEP], attended to alone).
+        """
         s = self.state_tower(**state_inputs)  # (B, D)
-        if self.config.state_anchor == "none":
+        anchor_mode = self.config.state_anchor
+        if anchor_mode == "none":
             return s
+        question = question_inputs(state_inputs, self.tokenizer.sep_token_id)  # (B, Lq)
         base = self.chunk_tower
         with eval_mode(base), torch.no_grad():
-            anchor = base(**question_inputs(state_inputs, self.tokenizer.sep_token_id)) - base(**state_inputs)
+            f0_q = base(**question)  # (B, D)
+        if anchor_mode == "first_hop":
+            # A bare question's correction is zero exactly (not two dropout draws of it); later hops subtract
+            # the state tower's own question vector, computed for those rows only.
+            later = question["attention_mask"].sum(dim=1) < state_inputs["attention_mask"].sum(dim=1)  # (B,)
+            out = f0_q.to(s.dtype) + 0.0 * s  # (B, D) in the graph with a zero gradient (a batch of bare questions)
+            if bool(later.any()):
+                rows = {k: v[later] for k, v in state_inputs.items()}
+                with eval_mode(base), torch.no_grad():
+                    f0_s = base(**rows)  # (B', D)
+                q_theta = self.state_tower(**{k: v[later] for k, v in question.items()})  # (B', D)
+                correction = s[later] - f0_s.to(s.dtype) - (q_theta - f0_q[later].to(s.dtype))  # (B', D)
+                out = out.index_put((later.nonzero().squeeze(1),), out[later] + correction)
+            return out
+        with eval_mode(base), torch.no_grad():
+            anchor = f0_q - base(**state_inputs)  # (B, D)
         return s + anchor.to(s.dtype)  # (B, D)
 
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:

@@ -155,6 +155,33 @@ def td_loss(q1: torch.Tensor, q2: torch.Tensor, targets: torch.Tensor) -> torch.
     return 0.5 * ((2.0 * q1.float() - g) ** 2).mean() + 0.5 * ((2.0 * q2.float() - g) ** 2).mean()
 
 
+def margin_loss(q: torch.Tensor, available: torch.Tensor, gold: torch.Tensor, margin: float) -> torch.Tensor:
+    """Large-margin loss of Q-learning from demonstrations (DQfD, Hester et al. 2018), with the supporting
+    facts as the demonstrator: at a visited state, the best remaining gold chunk must score at least
+    `margin` above every other available chunk (docs/LEARNER.md, "Supervision from the supporting facts").
+
+    `J = max(0, max_{a ∉ gold} Q(s, a) + m − max_{g ∈ gold} Q(s, g))`, averaged over the batch; a state
+    without a remaining gold chunk or without another available chunk counts 0 (nothing to rank).
+
+    Args:
+        q: (B, N) Q-values of every chunk at each state.
+        available: (B, N) chunks that may be taken.
+        gold: (B, N) supporting chunks not yet taken (a subset of `available`).
+        margin: m, in Q units.
+
+    Returns:
+        () the batch's mean loss.
+    """
+    other = available & ~gold  # (B, N)
+    rows = gold.any(dim=-1) & other.any(dim=-1)  # (B,) states the constraint applies to
+    if not bool(rows.any()):
+        return q.sum() * 0.0
+    q = q[rows].float()  # (B', N)
+    best_gold = q.masked_fill(~gold[rows], NEG_INF).max(dim=-1).values  # (B',)
+    best_other = q.masked_fill(~other[rows], NEG_INF).max(dim=-1).values  # (B',)
+    return torch.relu(best_other + margin - best_gold).sum() / q.new_tensor(float(gold.shape[0]))
+
+
 @torch.no_grad()
 def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """`θ̄ ← (1 − τ)·θ̄ + τ·θ` for every parameter the online network trains (frozen ones are equal)."""

@@ -88,6 +88,10 @@ class ChunkCache:
             out[row, : s.episode.num_chunks] = self._vectors[e]
         return out
 
+    def slot_vectors(self, e: int) -> torch.Tensor:
+        """(N, D) vectors of the episode in slot `e`, as the last `padded` call computed them."""
+        return self._vectors[e]
+
 
 @dataclass
 class Observation:
@@ -281,6 +285,10 @@ class Trainer:
         self.target_cache.clear()
         questions, rendered, chunks, positions = [], [], [], []
         rewards, dones, values = [], [], []
+        # For the margin loss: each transition's episode and what it had selected, and the episodes' chunk vectors.
+        episodes: list[int] = []
+        selected: list[list[int]] = []
+        episode_vectors: dict[int, torch.Tensor] = {}
         for _ in range(tc.rollout_steps):
             with self.accelerator.autocast():
                 obs = observe(self.env, self.online, self.online_cache, self.target, self.target_cache,
@@ -291,9 +299,14 @@ class Trainer:
                 temperature, epsilon = self.acting()
                 actions = td.explore_actions(obs.q_online, obs.available, rl.top_k, temperature, epsilon, self.act_gen)
             for row, e in enumerate(obs.slots):
+                slot = self.env.slot(e)
                 questions.append(obs.questions[row])
                 rendered.append(obs.rendered[row])
-                chunks.append(self.env.slot(e).episode.chunks[int(actions[row])])
+                chunks.append(slot.episode.chunks[int(actions[row])])
+                if rl.margin_weight > 0:
+                    episodes.append(slot.episode_index)
+                    selected.append(list(slot.selected))
+                    episode_vectors[slot.episode_index] = self.online_cache.slot_vectors(e)
             pos = obs.positions.gather(1, actions.unsqueeze(1)).squeeze(1) if obs.positions is not None else None
             positions.append(pos if pos is not None else torch.zeros(len(obs.slots)))
             values.append(obs.value.float().cpu())
@@ -313,15 +326,37 @@ class Trainer:
             "questions": questions, "rendered": rendered, "chunks": chunks,
             "positions": torch.stack(positions).reshape(-1).float(),  # (T·E,)
             "returns": returns.reshape(-1),  # (T·E,)
+            "episodes": episodes, "selected": selected, "episode_vectors": episode_vectors,
         }
+
+    def margin_inputs(
+        self, batch: dict[str, Any], idx: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """For minibatch rows `idx`: every chunk's vector (B, N, D), positions (B, N) or None, and the
+        available (B, N) and remaining-gold (B, N) masks of the states they were taken in."""
+        eps = [self.env.episodes[batch["episodes"][i]] for i in idx]
+        n = max(ep.num_chunks for ep in eps)
+        dev = self.accelerator.device
+        vectors = torch.zeros(len(idx), n, self.online.dim, device=dev)  # (B, N, D)
+        taken = torch.zeros(len(idx), n, dtype=torch.bool)  # (B, N)
+        valid = torch.zeros(len(idx), n, dtype=torch.bool)  # (B, N)
+        gold = torch.zeros(len(idx), n, dtype=torch.bool)  # (B, N)
+        for row, (i, ep) in enumerate(zip(idx, eps, strict=True)):
+            vectors[row, : ep.num_chunks] = batch["episode_vectors"][batch["episodes"][i]]
+            valid[row, : ep.num_chunks] = True
+            taken[row, batch["selected"][i]] = True
+            gold[row, list(ep.supporting)] = True
+        available = valid & ~taken  # (B, N)
+        positions = self.online.positions(taken.to(dev), valid.to(dev))  # (B, N) | None
+        return vectors, positions, available.to(dev), (gold & available).to(dev)
 
     # ------------------------------------------------------------------ update
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """`update_epochs` passes of minibatch TD regression on the rollout, Polyak after each step."""
-        tc, oc = self.config.trainer, self.config.optim
+        tc, oc, rl = self.config.trainer, self.config.optim, self.config.rl
         self.model.train()
         online = self.online
-        losses, qs = [], []
+        losses, qs, margins = [], [], []
         n = len(batch["questions"])
         for _ in range(tc.update_epochs):
             order = torch.randperm(n, generator=self.act_gen)
@@ -341,16 +376,26 @@ class Trainer:
                 # Rows in groups of similar state length (less padding); the size-weighted sum of the groups'
                 # losses is the minibatch's mean loss, so the gradient is the minibatch's.
                 groups = length_groups(s_in["attention_mask"].sum(dim=1).tolist(), tc.length_groups)
-                loss_sum = q_sum = 0.0
+                margin_on = rl.margin_weight > 0
+                if margin_on:
+                    all_vectors, all_pos, available, gold = self.margin_inputs(batch, idx)
+                loss_sum = q_sum = margin_sum = 0.0
                 with self.accelerator.accumulate(self.model), self.accelerator.autocast():
                     for g, rows in enumerate(groups):
                         r = torch.as_tensor(rows, dtype=torch.long, device=dev)  # (G,)
                         chunks = c_in[r] if isinstance(c_in, torch.Tensor) else take_rows(c_in, rows)
                         last = g == len(groups) - 1  # multi-process: gradients are averaged once, after the last
                         with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
-                            q1, q2 = self.model(take_rows(s_in, rows), chunks, None if pos is None else pos[r])  # (G,)
+                            q1, q2, s = self.model(take_rows(s_in, rows), chunks, None if pos is None else pos[r],
+                                                   return_states=True)  # (G,), (G,), (G, D)
                             loss = td.td_loss(q1, q2, targets[r]) * (len(rows) / len(idx))
-                            self.accelerator.backward(loss)
+                            total = loss
+                            if margin_on:  # every chunk of the state scored against the same state vectors
+                                q_all = online.score(s, all_vectors[r], None if all_pos is None else all_pos[r])  # (G, N)
+                                j_e = td.margin_loss(q_all, available[r], gold[r], rl.margin) * (len(rows) / len(idx))
+                                margin_sum += float(j_e.detach())
+                                total = loss + rl.margin_weight * j_e
+                            self.accelerator.backward(total)
                         loss_sum += float(loss.detach())
                         q_sum += float((q1 + q2).detach().sum())
                     if self.accelerator.sync_gradients:
@@ -363,7 +408,11 @@ class Trainer:
                     self.updates += 1
                 losses.append(loss_sum)
                 qs.append(q_sum / len(idx))
-        return {"losses/td_loss": sum(losses) / len(losses), "losses/q_values": sum(qs) / len(qs)}
+                margins.append(margin_sum)
+        stats = {"losses/td_loss": sum(losses) / len(losses), "losses/q_values": sum(qs) / len(qs)}
+        if rl.margin_weight > 0:
+            stats["losses/margin_loss"] = sum(margins) / len(margins)
+        return stats
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, Any]:

@@ -52,3 +52,16 @@ def test_exploration_finds_the_chain_that_greedy_acting_misses(encoder_64: Path,
     (greedy_em, greedy_lure), (explore_em, explore_lure) = results[False], results[True]
     assert greedy_em == 0.0 and greedy_lure >= 0.9, results
     assert explore_em >= 0.2 and explore_lure <= 0.5, results
+
+
+def test_the_margin_on_the_supporting_facts_finds_the_chain_with_greedy_acting(encoder_64: Path, tmp_path: Path) -> None:
+    """The same greedy run as above, plus DQfD's large-margin loss with the supporting facts as the demonstrator:
+    every visited state says which chunks complete the chain, so the lure is pushed below them without any
+    exploration (docs/LEARNER.md, "Supervision from the supporting facts")."""
+    train, val = with_lure(make_two_hop_episodes(1000, seed=0), 0), with_lure(make_two_hop_episodes(50, seed=1), 1)
+    test = with_lure(make_two_hop_episodes(200, seed=2), 2)
+    cfg = exploration_config(str(encoder_64), str(tmp_path / "margin"), explore=False, margin_weight=5.0)
+    Trainer(cfg, train, val).train()
+    trained = QNetwork.from_pretrained(tmp_path / "margin" / "best")
+    em, lure = evaluate(trained, test, EnvConfig(max_hops=2))["fact_em"], lure_first(trained, test)
+    assert em >= 0.4 and lure <= 0.1, (em, lure)  # greedy without it: EM 0, lure first in >= 90 %

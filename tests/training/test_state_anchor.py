@@ -83,6 +83,8 @@ def test_anchor_survives_a_checkpoint_round_trip(anchored: QNetwork, tmp_path: P
 def test_anchor_needs_the_frozen_base_chunk_tower(tiny_encoder_path: Path) -> None:
     with pytest.raises(ConfigError, match="state_anchor='question' needs model.train_towers='state'"):
         QNetwork.from_encoder(str(tiny_encoder_path), state_anchor="question")
+    with pytest.raises(ConfigError, match="state_anchor='first_hop' needs model.train_towers='state'"):
+        QNetwork.from_encoder(str(tiny_encoder_path), state_anchor="first_hop")
     with pytest.raises(ConfigError, match="model.state_anchor"):
         QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="chunks")
 
@@ -97,3 +99,36 @@ def test_embedding_leaves_every_modules_training_flag_as_it_was(anchored: QNetwo
     anchored.tokenize_states(["Where is the milk?"], [[TEXTS[2]]])
     anchored(anchored.tokenize_states(["Where is the milk?"], [[TEXTS[2]]]), anchored.embed_chunks([TEXTS[0]]))
     assert {name: m.training for name, m in anchored.named_modules()} == before
+
+
+def test_first_hop_anchor_keeps_the_bare_question_at_the_base_however_trained(tiny_encoder_path: Path) -> None:
+    """`state_anchor='first_hop'`: f_0(q) + [f_θ(s) − f_0(s)] − [f_θ(q) − f_0(q)], checked against the towers
+    computed one by one; a bare question (the first hop) is f_0(q) after any change to the state tower."""
+    net = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="first_hop")
+    plain = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    with torch.no_grad():
+        for p in net.state_tower.parameters():
+            p.add_(0.02 * torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
+    questions = ["Where is the milk?", "Where is the apple?"]
+    f0_q = plain.embed_states(questions, [[], []])  # the base encoder on the question alone
+    torch.testing.assert_close(net.embed_states(questions, [[], []]), f0_q, atol=1e-6, rtol=1e-5)
+    taken = [[TEXTS[2], TEXTS[0]], [TEXTS[1]]]
+    f_theta = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    f_theta.state_tower.load_state_dict(net.state_tower.state_dict())  # f_θ without an anchor
+    expected = (f0_q + f_theta.embed_states(questions, taken) - plain.embed_states(questions, taken)
+                - (f_theta.embed_states(questions, [[], []]) - f0_q))
+    got = net.embed_states(questions, taken)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(got, f0_q, atol=1e-3)  # later hops are what training changed
+
+
+def test_first_hop_anchor_gives_no_gradient_on_the_first_hop_and_one_on_later_hops(tiny_encoder_path: Path) -> None:
+    net = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="first_hop")
+    net.train()
+    chunk = net.embed_chunks([TEXTS[6]])
+    for taken, moves in (([], False), ([TEXTS[2]], True)):
+        net.zero_grad()
+        q1, q2 = net(net.tokenize_states(["Where is the milk?"], [taken]), chunk)
+        (q1 + q2).sum().backward()
+        norm = sum(float(p.grad.abs().sum()) for p in net.parameters() if p.grad is not None)
+        assert (norm > 1e-6) is moves, (taken, norm)

@@ -176,3 +176,28 @@ def test_explore_actions_temperature_and_epsilon_over_the_topk() -> None:
     # with ε = 0 and T = α it is Boltzmann acting, draw for draw
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     assert torch.equal(td.explore_actions(q, mask, 3, 0.5, 0.0, g1), td.boltzmann_actions(q, mask, 3, 0.5, g2))
+
+
+def test_margin_loss_by_hand() -> None:
+    """DQfD's large-margin loss with the remaining gold chunks as the demonstrator (hand-computed)."""
+    q = torch.tensor([[0.5, 0.3, 0.45, 9.0],     # gold 1 is 0.2 below the best other (0): 0.5 + 0.1 - 0.3
+                      [0.2, 0.9, 0.1, 0.0],      # gold 1 is 0.7 above every other: no loss
+                      [0.2, 0.9, 0.1, 0.0],      # no gold left (the episode is complete): nothing to rank
+                      [0.2, 0.9, 0.1, 0.0]], requires_grad=True)
+    available = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [0, 1, 0, 0]], dtype=torch.bool)
+    gold = torch.tensor([[0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0]], dtype=torch.bool)
+    # row 0: the masked 9.0 is not a competitor; row 3: the gold chunk is the only one left, nothing to rank
+    loss = td.margin_loss(q, available, gold, margin=0.1)
+    assert loss.item() == pytest.approx(0.3 / 4)  # the batch mean: rows without a constraint count 0
+    loss.backward()
+    expected = torch.zeros(4, 4)
+    expected[0, 0], expected[0, 1] = 0.25, -0.25  # only the best other and the best gold of a violated row move
+    assert torch.allclose(q.grad, expected)
+
+
+def test_margin_loss_takes_the_best_of_several_gold_chunks() -> None:
+    q = torch.tensor([[0.6, 0.1, 0.55]])
+    available = torch.ones(1, 3, dtype=torch.bool)
+    gold = torch.tensor([[True, True, False]])  # either remaining gold fact may be taken next
+    assert td.margin_loss(q, available, gold, margin=0.1).item() == pytest.approx(0.05)
+    assert td.margin_loss(q, available, gold, margin=0.0).item() == 0.0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrag.training import td
 from qrag.training.checkpoint import ResumeError
 from qrag.training.config import TrainConfig
 from qrag.training.qnet import QNetwork
@@ -68,11 +69,15 @@ def test_lora_trains_only_adapters(tiny_encoder_path: Path, tmp_path: Path) -> N
         assert changed == (n in trainable), n
 
 
-@pytest.mark.parametrize("mode,towers", [("full", "both"), ("lora", "both"), ("full", "state")])
-def test_resume_matches_uninterrupted_run(tiny_encoder_path: Path, tmp_path: Path, mode: str, towers: str) -> None:
+@pytest.mark.parametrize("mode,towers,margin_weight", [("full", "both", 0.0), ("lora", "both", 0.0),
+                                                      ("full", "state", 0.0), ("full", "both", 1.0),
+                                                      ("full", "state", 1.0)])
+def test_resume_matches_uninterrupted_run(tiny_encoder_path: Path, tmp_path: Path, mode: str, towers: str,
+                                          margin_weight: float) -> None:
     def config(out: Path, **trainer: object) -> TrainConfig:
         cfg = small_config(tiny_encoder_path, out, **trainer)
         cfg.model.train_mode, cfg.model.train_towers = mode, towers  # type: ignore[assignment]
+        cfg.rl.margin_weight = margin_weight
         return cfg
 
     full = Trainer(config(tmp_path / "a"), make_two_hop_episodes(30, 0))
@@ -248,3 +253,38 @@ def test_frozen_chunk_tower_forward_with_cached_vectors_equals_forward_with_ids(
     assert QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", max_chunk_tokens=8).chunk_vectors_key() \
         != qnet.chunk_vectors_key()
     assert both.chunk_vectors_key() == f"network:{id(both)}"
+
+
+@pytest.mark.parametrize("towers", ["both", "state"])
+def test_margin_loss_scores_each_transition_in_the_state_it_was_taken(tiny_encoder_path: Path, tmp_path: Path,
+                                                                     towers: str) -> None:
+    """The update's margin term sees, per transition, the chunks that were available, the supporting chunks not
+    yet taken, the positions of that state, and the chunk vectors acting used; its value is DQfD's loss on them."""
+    cfg = small_config(tiny_encoder_path, tmp_path, minibatch_size=8)
+    cfg.model.position_mode, cfg.model.train_towers = "relative", towers  # type: ignore[assignment]
+    cfg.rl.margin_weight, cfg.rl.margin = 1.0, 0.3
+    trainer = Trainer(cfg, make_two_hop_episodes(20, 0))
+    batch = trainer.collect_rollout()  # 4 environments × 2 steps
+    assert len(batch["episodes"]) == len(batch["selected"]) == 8
+    assert any(batch["selected"]) and not all(batch["selected"])  # first hops and later hops
+    idx = list(range(8))
+    vectors, positions, available, gold = trainer.margin_inputs(batch, idx)
+    for row, i in enumerate(idx):
+        ep = trainer.env.episodes[batch["episodes"][i]]
+        taken = set(batch["selected"][i])
+        assert available[row].nonzero().flatten().tolist() == [c for c in range(ep.num_chunks) if c not in taken]
+        assert gold[row].nonzero().flatten().tolist() == sorted(set(ep.supporting) - taken)
+        torch.testing.assert_close(vectors[row, : ep.num_chunks], trainer.online.embed_chunks(list(ep.chunks)),
+                                   atol=1e-5, rtol=1e-4)
+        assert vectors[row, ep.num_chunks:].abs().sum() == 0
+        sel = torch.zeros(1, ep.num_chunks, dtype=torch.bool)
+        sel[0, list(taken)] = True
+        torch.testing.assert_close(positions[row : row + 1, : ep.num_chunks], trainer.online.positions(sel))
+    # The logged margin term is td.margin_loss on the pre-update network's scores of those states.
+    online = trainer.online.eval()
+    with torch.no_grad():
+        states = online.embed_states(batch["questions"], batch["rendered"])
+        expected = td.margin_loss(online.score(states, vectors, positions), available, gold, 0.3).item()
+    cfg.trainer.update_epochs = 1  # one minibatch of all 8 transitions: one optimiser step
+    stats = trainer.update(batch)
+    assert stats["losses/margin_loss"] == pytest.approx(expected, rel=0.05, abs=1e-3)  # dropout on in training

@@ -61,11 +61,14 @@ def with_lure(episodes: list[Episode], seed: int) -> list[Episode]:
     return out
 
 
-def exploration_config(encoder: str, output_dir: str, explore: bool, transitions: int = 800) -> TrainConfig:
+def exploration_config(encoder: str, output_dir: str, explore: bool, transitions: int = 800,
+                       margin_weight: float = 0.0) -> TrainConfig:
     """The exploration test's run: METHOD.md's scale /10 makes a random tiny BERT's Q-values small (about
     0.26, below the completion reward), so greedy acting is not pushed off the lure by optimism; `explore`
-    adds a uniform warm-up and ε over the top-k, everything else equal."""
-    rl: dict[str, object] = {"lam": 0.5, "alpha": 0.05, "tau": 0.1, "act_temperature": 1e-4}
+    adds a uniform warm-up and ε over the top-k, `margin_weight` the large-margin loss on the supporting
+    facts, everything else equal."""
+    rl: dict[str, object] = {"lam": 0.5, "alpha": 0.05, "tau": 0.1, "act_temperature": 1e-4,
+                             "margin_weight": margin_weight}
     if explore:
         rl.update(learning_starts=transitions // 2, act_epsilon=0.5)
     return TrainConfig.from_dict({
