@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 f"(default {','.join(bench.default_lengths)})")
         if bench.needs_path:
             p.add_argument("--data", required=True, help="the data file (official format, or custom JSON Lines)")
+        if bench.source == "wiki":
+            p.add_argument("--distractors", type=int, default=None,
+                           help="non-gold passages per question (default 30); 1000 searches every test-split page")
     return parser
 
 
@@ -81,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None), budget=args.budget,
         max_hops=args.max_hops, stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
         device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
+        distractors=getattr(args, "distractors", None),
     )
     try:
         summary = run(cfg)

@@ -42,7 +42,8 @@ from qrag.training.validate import check_out_path
 RESULTS_FILE = "results.jsonl"
 RECALL_KS = (2, 4, 8)
 """recall@k recorded whenever a method returned at least k chunks (run with --budget 8 for all three)."""
-SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data")
+SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data",
+           "distractors")
 """RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
 resumed into the same folder must have the same values."""
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors")
@@ -115,6 +116,9 @@ class RunConfig:
     """Stop-rule threshold for 'qrag+stop'; None: the checkpoint's saved (calibrated) threshold."""
     seed: int = 0
     """Generator seed (split 'test')."""
+    distractors: int | None = None
+    """`wiki` only: non-gold passages per question, from the test pages (None: the source's default, 30); 1 000
+    or more makes each question search all of the test split's pages, a corpus rather than a short list."""
     max_new_tokens: int = 32
     """Reader tokens per answer."""
     device: str | None = None
@@ -158,6 +162,11 @@ class RunConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{name} ({flag}) must be an integer >= {low}, got {value!r}.")
+        if self.distractors is not None:
+            if bench.source != "wiki":
+                raise ValueError(f"--distractors applies to the wiki benchmark only, not {self.benchmark!r}.")
+            if isinstance(self.distractors, bool) or not isinstance(self.distractors, int) or self.distractors < 0:
+                raise ValueError(f"distractors (--distractors) must be an integer >= 0, got {self.distractors!r}.")
         t = self.stop_threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
             raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
@@ -190,6 +199,8 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None) -> list[
     kw: dict[str, Any] = {"task": task, "num_samples": cfg.num_samples, "seed": cfg.seed}
     if bench.source in ("babilong", "ruler_niah", "wiki"):
         kw["split"] = "test"
+    if cfg.distractors is not None:
+        kw["num_distractors"] = cfg.distractors
     if bench.length_kind == "sentences":
         kw["num_sentences"] = length
     elif bench.length_kind == "tokens":

@@ -1,11 +1,12 @@
-"""The learner's levers at equal transitions: each variant of a preset trained to the same number of
-transitions on the same episodes, with several seeds, scored on the same validation episodes.
+"""The learner's levers at equal transitions (or equal time): each variant of a preset trained to the same
+number of transitions on the same episodes, with several seeds, scored on the same validation episodes.
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/learner_ablation.py --preset babilong-cpu --transitions 6000 \
         --seeds 0,1 --jobs 2 --threads 1 \
         --variant td= --variant margin=rl.margin_weight=1 --out results/learner_ablation_margin.json
 
 A variant is `NAME=KEY=VALUE;KEY=VALUE…` over the preset (keys are `section.field` of `qrag-train`, values YAML).
+`--minutes M` also stops each run after M minutes (runs in parallel share the machine alike).
 Every run starts from the same chunk-vector cache (filled once, before any run), trains in a process of its
 own (`--jobs` at a time, `--threads` torch threads each) and logs validation every `--eval-every` transitions:
 per-task fact EM at exactly |SF| greedy hops (`eval/sf_em/<task>`, the measure the main job reports).
@@ -49,7 +50,7 @@ def overrides(spec: str) -> dict[str, Any]:
 def run_config(args: argparse.Namespace, spec: str, seed: int, output_dir: str) -> TrainConfig:
     config = TrainConfig.from_dict(overrides(spec), base=load_preset(args.preset))
     t = config.trainer
-    t.total_transitions, t.max_minutes, t.seed, t.threads = args.transitions, None, seed, args.threads
+    t.total_transitions, t.max_minutes, t.seed, t.threads = args.transitions, args.minutes, seed, args.threads
     t.eval_every, t.save_every, t.progress, t.output_dir = args.eval_every, 10**9, False, output_dir
     if args.task:
         config.data.task = args.task
@@ -80,6 +81,8 @@ def main() -> int:
     parser.add_argument("--task", default=None, help="data.task override (e.g. qa2,qa3)")
     parser.add_argument("--num-sentences", type=int, default=None, help="data.num_sentences override")
     parser.add_argument("--transitions", type=int, default=6000)
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="also stop each run after this many minutes (equal time rather than equal transitions)")
     parser.add_argument("--eval-every", type=int, default=2000)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--variant", action="append", default=[], help="NAME=KEY=VALUE;KEY=VALUE (repeatable)")

@@ -27,6 +27,7 @@ Schedule = Literal["constant", "linear", "cosine"]
 MixedPrecision = Literal["no", "bf16", "fp16"]
 SelectOn = Literal["sf_em", "return"]
 TaskWeighting = Literal["uniform", "error"]
+MarginOver = Literal["best", "all"]
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -169,12 +170,15 @@ class RLConfig:
     demonstrator) beside the TD loss, at every visited state; 0: TD alone (METHOD.md)."""
     margin: float = 0.1
     """The margin m, in Q units: the best remaining gold chunk must score this much above every other chunk."""
+    margin_over: MarginOver = "best"
+    """Which other chunks the margin loss charges: the 'best' one (DQfD) or 'all' inside the margin (summed)."""
     explore_fraction: float = 1.0
     """Share of the run's budget (the larger of transitions / total_transitions and time / max_minutes) over
     which the acting temperature and ε decay; α's own schedule follows the same budget."""
 
     def validate(self) -> None:
         _check_choice("rl.value_target", self.value_target, ValueTarget)
+        _check_choice("rl.margin_over", self.margin_over, MarginOver)
         if not 0.0 <= self.gamma <= 1.0:
             raise ConfigError(f"rl.gamma must be in [0, 1], got {self.gamma}.")
         if not 0.0 <= self.lam <= 1.0:

@@ -155,13 +155,17 @@ def td_loss(q1: torch.Tensor, q2: torch.Tensor, targets: torch.Tensor) -> torch.
     return 0.5 * ((2.0 * q1.float() - g) ** 2).mean() + 0.5 * ((2.0 * q2.float() - g) ** 2).mean()
 
 
-def margin_loss(q: torch.Tensor, available: torch.Tensor, gold: torch.Tensor, margin: float) -> torch.Tensor:
+def margin_loss(
+    q: torch.Tensor, available: torch.Tensor, gold: torch.Tensor, margin: float, over: Literal["best", "all"] = "best"
+) -> torch.Tensor:
     """Large-margin loss of Q-learning from demonstrations (DQfD, Hester et al. 2018), with the supporting
     facts as the demonstrator: at a visited state, the best remaining gold chunk must score at least
     `margin` above every other available chunk (docs/LEARNER.md, "Supervision from the supporting facts").
 
-    `J = max(0, max_{a ∉ gold} Q(s, a) + m − max_{g ∈ gold} Q(s, g))`, averaged over the batch; a state
-    without a remaining gold chunk or without another available chunk counts 0 (nothing to rank).
+    `J = max(0, max_{a ∉ gold} Q(s, a) + m − max_{g ∈ gold} Q(s, g))` (`over='best'`, DQfD's form), or the
+    sum of that hinge over every other available chunk a (`over='all'`, the Weston–Watkins multi-class
+    hinge: every chunk inside the margin gets its own gradient), averaged over the batch; a state without a
+    remaining gold chunk or without another available chunk counts 0 (nothing to rank).
 
     Args:
         q: (B, N) Q-values of every chunk at each state.
@@ -178,6 +182,11 @@ def margin_loss(q: torch.Tensor, available: torch.Tensor, gold: torch.Tensor, ma
         return q.sum() * 0.0
     q = q[rows].float()  # (B', N)
     best_gold = q.masked_fill(~gold[rows], NEG_INF).max(dim=-1).values  # (B',)
+    if over == "all":
+        hinge = torch.relu(q + margin - best_gold.unsqueeze(-1)).masked_fill(~other[rows], 0.0)  # (B', N)
+        return hinge.sum() / q.new_tensor(float(gold.shape[0]))
+    if over != "best":
+        raise ValueError(f"over must be 'best' or 'all', got {over!r}.")
     best_other = q.masked_fill(~other[rows], NEG_INF).max(dim=-1).values  # (B',)
     return torch.relu(best_other + margin - best_gold).sum() / q.new_tensor(float(gold.shape[0]))
 
@@ -191,14 +200,15 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             target_params[name].lerp_(p.detach().to(target_params[name].dtype), tau)
 
 
-def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: Literal["constant", "linear", "cosine"]) -> float:
-    """Multiplier of the peak learning rate at optimiser step `step`: warm-up, then a clamped decay."""
+def lr_factor(step: int, warmup_steps: int, progress: float, schedule: Literal["constant", "linear", "cosine"]) -> float:
+    """Multiplier of the peak learning rate: a linear warm-up over the first `warmup_steps` optimiser steps,
+    then a clamped decay over `progress`, the share of the run's budget spent (0 → 1; the trainer's
+    `progress`: transitions or minutes, whichever binds), so a timed run decays over the time it really has."""
     if warmup_steps > 0 and step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "constant":
         return 1.0
-    span = max(1, total_steps - warmup_steps)
-    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
+    progress = min(1.0, max(0.0, progress))
     if schedule == "linear":
         return max(0.0, 1.0 - progress)
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))

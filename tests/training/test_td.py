@@ -149,12 +149,13 @@ def test_polyak_moves_only_trainable_parameters() -> None:
 
 
 def test_lr_schedule_warmup_decay_and_clamp() -> None:
-    assert td.lr_factor(0, 4, 10, "linear") == pytest.approx(0.25)
-    assert td.lr_factor(3, 4, 10, "linear") == pytest.approx(1.0)
-    assert td.lr_factor(7, 4, 10, "linear") == pytest.approx(0.5)
-    assert td.lr_factor(50, 4, 10, "linear") == 0.0  # clamped, never negative
-    assert td.lr_factor(50, 4, 10, "cosine") == pytest.approx(0.0, abs=1e-12)
-    assert td.lr_factor(7, 0, 10, "constant") == 1.0
+    assert td.lr_factor(0, 4, 0.0, "linear") == pytest.approx(0.25)  # warm-up counts optimiser steps
+    assert td.lr_factor(3, 4, 0.0, "linear") == pytest.approx(1.0)
+    assert td.lr_factor(7, 4, 0.5, "linear") == pytest.approx(0.5)  # the decay follows the budget's share
+    assert td.lr_factor(7, 4, 0.25, "cosine") == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert td.lr_factor(50, 4, 1.7, "linear") == 0.0  # clamped, never negative
+    assert td.lr_factor(50, 4, 1.0, "cosine") == pytest.approx(0.0, abs=1e-12)
+    assert td.lr_factor(7, 0, 0.9, "constant") == 1.0
     assert td.linear_decay(0.1, 0.01, 0.5) == pytest.approx(0.055)
     assert td.linear_decay(0.1, None, 0.5) == 0.1
 
@@ -201,3 +202,16 @@ def test_margin_loss_takes_the_best_of_several_gold_chunks() -> None:
     gold = torch.tensor([[True, True, False]])  # either remaining gold fact may be taken next
     assert td.margin_loss(q, available, gold, margin=0.1).item() == pytest.approx(0.05)
     assert td.margin_loss(q, available, gold, margin=0.0).item() == 0.0
+
+
+def test_margin_loss_over_all_charges_every_chunk_inside_the_margin() -> None:
+    q = torch.tensor([[0.5, 0.3, 0.45, 0.1, 9.0]], requires_grad=True)
+    available = torch.tensor([[1, 1, 1, 1, 0]], dtype=torch.bool)
+    gold = torch.tensor([[0, 1, 0, 0, 0]], dtype=torch.bool)
+    loss = td.margin_loss(q, available, gold, margin=0.1, over="all")
+    # 0.5 + 0.1 - 0.3 = 0.3, 0.45 + 0.1 - 0.3 = 0.25, 0.1 + 0.1 - 0.3 < 0: not charged; the masked 9.0 neither
+    assert loss.item() == pytest.approx(0.55)
+    loss.backward()
+    assert q.grad.tolist() == [[1.0, -2.0, 1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="over"):
+        td.margin_loss(q, available, gold, 0.1, over="mean")  # type: ignore[arg-type]

@@ -185,6 +185,17 @@ def test_acting_schedule_follows_the_time_budget(tiny_encoder_path: Path, tmp_pa
     assert trainer.acting() == (pytest.approx(0.1), 0.0)
 
 
+def test_learning_rate_decays_over_the_time_budget(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    import time
+
+    cfg = small_config(tiny_encoder_path, tmp_path, total_transitions=100000, max_minutes=1.0)
+    cfg.optim.schedule, cfg.optim.warmup_steps = "linear", 0
+    trainer = Trainer(cfg, make_two_hop_episodes(4, 0))
+    trainer.created = time.perf_counter() - 45  # three quarters of the minute, far from 100 000 transitions
+    trainer.scheduler.step()
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.25 * cfg.optim.lr, rel=0.02)
+
+
 def test_task_weighting_moves_sampling_toward_the_unlearned_task(tiny_encoder_path: Path, tmp_path: Path) -> None:
     cfg = small_config(tiny_encoder_path, tmp_path, eval_every=8, task_weighting="error")
     train = [dataclasses.replace(e, metadata={"task": "a" if i % 2 else "b"})
