@@ -255,6 +255,9 @@ def _record(cfg: RunConfig, task: str | None, length: str, ep: Episode, method: 
     if ep.supporting:
         rec.update(metrics.fact_scores(r.indices, ep.supporting))
         rec["recall_at_1"] = metrics.recall_at_k(r.indices, ep.supporting, 1) if r.indices else 0.0
+        # Fact EM of the first |SF| chunks: for a greedy method run at a larger budget, its |SF|-budget fact EM.
+        sf = len(ep.supporting)
+        rec["fact_em_at_sf"] = float(set(ep.supporting) <= set(r.indices[:sf]))
         # Greedy rankings: the first k of a budget-8 retrieval are the budget-k retrieval. An adaptive method's
         # recall@k counts what it kept among its first k, however few (a user with k as the cap gets that).
         for k in RECALL_KS:

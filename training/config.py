@@ -472,6 +472,11 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected an integer, got {value!r}.")
         return value
     if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads '2e-4' (no '.') as a string
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{where}: expected a number, got {value!r}.") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}.")
         return float(value)

@@ -43,7 +43,8 @@ def test_main_job_runs_every_phase_and_resumes_after_an_interrupt(tmp_path: Path
     words = cached.split()  # "N distinct sentences, M already cached"
     assert words[0] == words[3]  # every chunk vector came from the saved cache
     assert "Held-out fact EM" in out and "hop 0: Q=" in out
-    for name in ("table.md", "plot.png", "margins.md", "summary.json"):
+    assert {r["num_retrieved"] for r in records if r["method"] != "qrag+stop"} == {demo.PAPER_BUDGET}
+    for name in ("table.md", "plot.png", "margins.md", "summary.json", "main_job.md"):
         assert (tmp_path / "eval" / name).stat().st_size > 0
 
 
@@ -71,3 +72,24 @@ def test_main_job_serves_a_shipped_model_without_training(tmp_path: Path, monkey
             demo.main([*ARGS, "--output-dir", str(tmp_path), *other])
         assert e.value.code == 2
     assert "holds the results of qrag/babilong-minilm-cpu" in capsys.readouterr().err
+
+
+def test_one_budget_6_retrieval_gives_both_tables_by_hand() -> None:
+    """A greedy method's first |SF| chunks are its |SF|-budget answer; qrag+stop keeps its own count."""
+    def rec(method: str, sample: str, retrieved: list[int], supporting: list[int]) -> dict[str, Any]:
+        sf = set(supporting)
+        return {"method": method, "task": "qa2", "length": "1k", "id": sample, "retrieved": retrieved,
+                "fact_em": float(sf <= set(retrieved)), "fact_em_at_sf": float(sf <= set(retrieved[: len(sf)]))}
+
+    records = [rec("qrag", "a", [3, 7, 1, 0, 2, 4], [3, 7]), rec("qrag", "b", [3, 1, 7, 0, 2, 4], [3, 7]),
+               rec("qrag+stop", "a", [3, 7, 1], [3, 7]), rec("qrag+stop", "b", [3, 1], [3, 7])]
+    for m in ("bm25", "dense", "multihop"):
+        records += [rec(m, "a", [1, 3, 0, 2, 4, 5], [3, 7]), rec(m, "b", [0, 1, 2, 4, 5, 6], [3, 7])]
+    sf = {(r["method"], r["id"]): r["fact_em"] for r in demo.at_sf(records)}
+    assert sf[("qrag", "a")] == 1.0 and sf[("qrag", "b")] == 0.0  # 7 came third: not within |SF| = 2
+    assert sf[("qrag+stop", "a")] == 1.0 and sf[("qrag+stop", "b")] == 0.0  # its own stop, not the first |SF|
+    report = demo.results_report(records, 2, ["1k"])
+    at_sf_table, budget_table = report.split("the paper's budget")
+    assert "| 1k | qrag | - | 0.500 | - | - | - | 0.500 |" in at_sf_table
+    assert "| 1k | qrag | - | 1.000 | - | - | - | 1.000 |" in budget_table
+    assert "qa2 1k: 0.500 vs" in report  # the margin is at |SF| chunks

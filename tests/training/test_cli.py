@@ -157,3 +157,16 @@ def test_bad_model_and_config(qa_file: Path, tmp_path: Path, capsys: pytest.Capt
     assert "unknown preset 'nonesuch'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*base, "--rl.lambda", "0.5"])  # an unknown flag: tyro prints the valid ones
+
+
+def test_yaml_numbers_in_exponent_form_read_as_numbers(tmp_path: Path) -> None:
+    """YAML 1.1 reads `2e-4` (no '.') as a string: a float field takes it as the number it means."""
+    from qrag.training.config import ConfigError, load_yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  lr: 2e-4\nrl:\n  margin: 1E-1\n")
+    cfg = load_yaml(path)
+    assert cfg.optim.lr == 2e-4 and cfg.rl.margin == 0.1
+    path.write_text("optim:\n  lr: fast\n")
+    with pytest.raises(ConfigError, match="lr: expected a number, got 'fast'"):
+        load_yaml(path)
