@@ -48,7 +48,10 @@ def overrides(spec: str) -> dict[str, Any]:
 
 
 def run_config(args: argparse.Namespace, spec: str, seed: int, output_dir: str) -> TrainConfig:
-    config = TrainConfig.from_dict(overrides(spec), base=load_preset(args.preset))
+    changes = overrides(spec)
+    if "seed" in changes.get("trainer", {}):
+        raise SystemExit(f"learner_ablation: {spec!r} sets trainer.seed; give seeds with --seeds instead.")
+    config = TrainConfig.from_dict(changes, base=load_preset(args.preset))
     t = config.trainer
     t.total_transitions, t.max_minutes, t.seed, t.threads = args.transitions, args.minutes, seed, args.threads
     t.eval_every, t.save_every, t.progress, t.output_dir = args.eval_every, 10**9, False, output_dir
