@@ -301,7 +301,8 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
             job.finish("train")
     with job.phase("eval", "4/5 held-out evaluation"):
         trained = model or QNetwork.from_pretrained(out / "train" / "best")
-        retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, max_hops=config.env.max_hops,
+        retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, budget=cfg.budget,
+                                     max_hops=config.env.max_hops,
                                      chunk_stores=[store])
         with precision_context(precision):
             run(cfg, retrievers=retrievers)

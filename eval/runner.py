@@ -291,6 +291,10 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
         ReaderLoadError: the reader cannot be loaded (records already in the results file are kept).
     """
     cfg.validate()
+    for r in retrievers or ():  # records carry cfg's budget: a prebuilt retriever must retrieve that many
+        if getattr(r, "budget", cfg.budget) != cfg.budget:
+            raise ValueError(f"retriever {r.name!r} has budget {getattr(r, 'budget', None)!r} but the sweep records "
+                             f"budget {cfg.budget!r}; build it with the sweep's budget.")
     folder = ChunkVectorFolder(cfg.chunk_vectors) if cfg.chunk_vectors is not None and retrievers is None else None
     settings = record_settings(cfg)
     path = cfg.out / RESULTS_FILE

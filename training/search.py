@@ -445,8 +445,8 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
     is the work: every hop encodes the states of all live questions in one batch and scores each against its
     own corpus (padded to the longest, so `batch_size` × the longest corpus's vectors are held at once). This
     is how an evaluation over many haystacks runs at batch speed.
-    Greedy only (`beam_size=1`); a question whose `k` exceeds `max_hops` (results topped up after the last
-    hop) is searched on its own.
+    Greedy only (`beam_size=1`); a question whose `k` exceeds `max_hops` is topped up, as `MultiHopSearcher`
+    does, from the ranking of its state after the last hop (one more batched state encoding, no further hops).
 
     Raises:
         SearchError: `beam_size > 1`, mismatched lengths, or an index whose dim differs from the model's.
@@ -463,33 +463,80 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
     explicit, thr = cfg.k is not None, cfg.threshold
     results: list[SearchResult | None] = [None] * len(questions)
     for start in range(0, len(questions), cfg.batch_size):
-        group = list(range(start, min(start + cfg.batch_size, len(questions))))
-        alone = [b for b in group if cfg.k is not None and cfg.k > cfg.horizon and len(indexes[b]) > cfg.horizon]
-        for b in alone:
-            results[b] = MultiHopSearcher(model, indexes[b], cfg, ordered=True).search_one(questions[b])
-        batch = [b for b in group if b not in alone]
-        if not batch:
-            continue
-        for b, (taken, qs) in zip(batch, _greedy_hops(model, [questions[b] for b in batch],
-                                                      [indexes[b] for b in batch], cfg), strict=True):
+        batch = list(range(start, min(start + cfg.batch_size, len(questions))))
+        hopped = _greedy_hops(model, [questions[b] for b in batch], [indexes[b] for b in batch], cfg)
+        extra = ([[] for _ in batch] if cfg.k is None else
+                 _top_up(model, [questions[b] for b in batch], [indexes[b] for b in batch], [t for t, _ in hopped], cfg.k))
+        for b, (taken, qs), more in zip(batch, hopped, extra, strict=True):
             kept = stop_point(qs, thr, cfg.min_hops)
             hits = [Hit(indexes[b].chunk(i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
+            hits += [Hit(indexes[b].chunk(i), len(taken), q, True) for i, q in more]  # past the last hop
             hits = hits if explicit else [h for h in hits if not h.past_stop]
             results[b] = SearchResult(questions[b], MultiHopSearcher._ordered(hits, cfg.order),
                                       sum(not h.past_stop for h in hits))
     return [r for r in results if r is not None]
 
 
-def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex],
-                 cfg: SearchConfig) -> list[tuple[list[int], list[float]]]:
-    """Per question, the rows taken hop by hop and their Q-values (greedy, the stop rule applied live)."""
+def _padded(model: QNetwork, indexes: list[ChunkIndex]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, N, D) zero-padded chunk vectors of every index and the (B, N) mask of real rows."""
     sizes = [len(ix) for ix in indexes]
     n, device = max(sizes), model.device
-    vectors = torch.zeros(len(indexes), n, model.dim, device=device)  # (B, N, D) zero-padded
+    vectors = torch.zeros(len(indexes), n, model.dim, device=device)  # (B, N, D)
     valid = torch.zeros(len(indexes), n, dtype=torch.bool, device=device)  # (B, N)
     for b, ix in enumerate(indexes):
         vectors[b, : sizes[b]] = ix.vectors.to(device)
         valid[b, : sizes[b]] = True
+    return vectors, valid
+
+
+def _state_scores(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], vectors: torch.Tensor,
+                  valid: torch.Tensor, rows: list[int], taken: list[list[int]]) -> torch.Tensor:
+    """(R, N) Q-values of every chunk for the states of `rows` (each its question and taken rows), taken
+    chunks and padding at -inf; rotation is applied in slices that keep ROTATE_BUDGET floats at once."""
+    n, device = vectors.shape[1], model.device
+    document = model.config.state_order == "document"
+    texts = [[indexes[b].texts[i] for i in (sorted(taken[b]) if document else taken[b])] for b in rows]
+    with model_lock(model):
+        states = model.embed_states([questions[b] for b in rows], texts)  # (R, D)
+    selected = torch.zeros(len(rows), n, dtype=torch.bool, device=device)  # (R, N)
+    for r, b in enumerate(rows):
+        selected[r, taken[b]] = True
+    row_valid = valid[rows]  # (R, N)
+    positions = model.positions(selected, row_valid)  # (R, N) or None
+    step = max(1, ROTATE_BUDGET // max(1, n * model.dim))  # rotated (rows, N, D) vectors held at once
+    scores = torch.cat([
+        model.score(states[i : i + step], vectors[rows[i : i + step]],
+                    positions[i : i + step] if positions is not None else None)
+        for i in range(0, len(rows), step)
+    ])  # (R, N)
+    check_finite_q(scores.masked_fill(~row_valid, 0.0), [questions[b] for b in rows])
+    return scores.masked_fill(selected | ~row_valid, -math.inf)
+
+
+def _top_up(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], taken: list[list[int]],
+            k: int) -> list[list[tuple[int, float]]]:
+    """Per question, the (row, Q) pairs that fill its hops up to `k` results (at most its corpus): the best
+    untaken chunks of the state after its last hop, best first (`MultiHopSearcher`'s top-up, batched)."""
+    need = [b for b in range(len(indexes)) if len(taken[b]) < min(k, len(indexes[b]))]
+    out: list[list[tuple[int, float]]] = [[] for _ in indexes]
+    if not need:
+        return out
+    vectors, valid = _padded(model, indexes)
+    scores = _state_scores(model, questions, indexes, vectors, valid, need, taken)  # (R, N)
+    width = max(min(k, len(indexes[b])) - len(taken[b]) for b in need)
+    top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
+    for r, b in enumerate(need):
+        missing = min(k, len(indexes[b])) - len(taken[b])
+        out[b] = [(int(i), float(q)) for q, i in zip(top[r, :missing].tolist(), idx[r, :missing].tolist(),
+                                                      strict=True)]
+    return out
+
+
+def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex],
+                 cfg: SearchConfig) -> list[tuple[list[int], list[float]]]:
+    """Per question, the rows taken hop by hop and their Q-values (greedy, the stop rule applied live)."""
+    sizes = [len(ix) for ix in indexes]
+    vectors, valid = _padded(model, indexes)
     horizon = [min(cfg.k if cfg.k is not None else cfg.horizon, cfg.horizon, sz) for sz in sizes]
     taken: list[list[int]] = [[] for _ in indexes]
     qs: list[list[float]] = [[] for _ in indexes]
@@ -498,23 +545,7 @@ def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex
         rows = [b for b in range(len(indexes)) if live[b] and t < horizon[b]]
         if not rows:
             break
-        document = model.config.state_order == "document"
-        texts = [[indexes[b].texts[i] for i in (sorted(taken[b]) if document else taken[b])] for b in rows]
-        with model_lock(model):
-            states = model.embed_states([questions[b] for b in rows], texts)  # (R, D)
-        selected = torch.zeros(len(rows), n, dtype=torch.bool, device=device)  # (R, N)
-        for r, b in enumerate(rows):
-            selected[r, taken[b]] = True
-        row_valid = valid[rows]  # (R, N)
-        positions = model.positions(selected, row_valid)  # (R, N) or None
-        step = max(1, ROTATE_BUDGET // max(1, n * model.dim))  # rotated (rows, N, D) vectors held at once
-        scores = torch.cat([
-            model.score(states[i : i + step], vectors[rows[i : i + step]],
-                        positions[i : i + step] if positions is not None else None)
-            for i in range(0, len(rows), step)
-        ])  # (R, N)
-        check_finite_q(scores.masked_fill(~row_valid, 0.0), [questions[b] for b in rows])
-        scores = scores.masked_fill(selected | ~row_valid, -math.inf)
+        scores = _state_scores(model, questions, indexes, vectors, valid, rows, taken)  # (R, N)
         best, idx = scores.max(dim=1)  # (R,), (R,)
         for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):
             if cfg.k is None and _stops(cfg, t, q):

@@ -328,6 +328,16 @@ class Trainer:
             "episodes": episodes, "selected": selected, "episode_vectors": episode_vectors,
         }
 
+    def rows_with_gradient(self, batch: dict[str, Any], idx: list[int]) -> list[int]:
+        """The minibatch rows whose loss can move the network. With `state_anchor='first_hop'` a bare question's
+        state vector is the frozen base's, so its TD and margin terms have no gradient: those rows are left out
+        of the update's forward and backward passes (the same gradient, less work; the logged losses then cover
+        the rows kept). One row is always kept, so every process runs the same passes."""
+        if self.online.config.state_anchor != "first_hop":
+            return idx
+        kept = [i for i in idx if batch["rendered"][i]]
+        return kept or idx[:1]
+
     def margin_inputs(
         self, batch: dict[str, Any], idx: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
@@ -361,6 +371,8 @@ class Trainer:
             order = torch.randperm(n, generator=self.act_gen)
             for start in range(0, n, tc.minibatch_size):
                 idx = order[start : start + tc.minibatch_size].tolist()
+                size = len(idx)  # losses are means over the whole minibatch, the rows skipped counting 0
+                idx = self.rows_with_gradient(batch, idx)
                 dev = self.accelerator.device
                 s_in = {k: v.to(dev) for k, v in online.tokenize_states(
                     [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
@@ -387,11 +399,11 @@ class Trainer:
                         with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
                             q1, q2, s = self.model(take_rows(s_in, rows), chunks, None if pos is None else pos[r],
                                                    return_states=True)  # (G,), (G,), (G, D)
-                            loss = td.td_loss(q1, q2, targets[r]) * (len(rows) / len(idx))
+                            loss = td.td_loss(q1, q2, targets[r]) * (len(rows) / size)
                             total = loss
                             if margin_on:  # every chunk of the state scored against the same state vectors
                                 q_all = online.score(s, all_vectors[r], None if all_pos is None else all_pos[r])  # (G, N)
-                                j_e = td.margin_loss(q_all, available[r], gold[r], rl.margin, rl.margin_over) * (len(rows) / len(idx))
+                                j_e = td.margin_loss(q_all, available[r], gold[r], rl.margin, rl.margin_over) * (len(rows) / size)
                                 margin_sum += float(j_e.detach())
                                 total = loss + rl.margin_weight * j_e
                             self.accelerator.backward(total)

@@ -68,3 +68,32 @@ def test_an_update_in_length_groups_equals_the_one_batch_update(tiny_encoder_pat
     assert stats_grouped["losses/q_values"] == pytest.approx(stats_one["losses/q_values"], rel=1e-5)
     for (name, a), b in zip(one.online.state_dict().items(), grouped.online.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_first_hop_rows_left_out_of_the_update_change_nothing(tiny_encoder_path: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the first-hop anchor a bare question's loss has no gradient, so leaving those rows out of the
+    update's passes gives the same parameters as encoding every row."""
+    def trainer(out: str) -> Trainer:
+        cfg = small_config(tiny_encoder_path, tmp_path / out, minibatch_size=8)
+        cfg.model.train_towers, cfg.model.state_anchor = "state", "first_hop"  # type: ignore[assignment]
+        cfg.rl.margin_weight = 1.0
+        t = Trainer(cfg, make_two_hop_episodes(20, 0))
+        for m in t.online.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        return t
+
+    every, skipping = trainer("every"), trainer("skipping")
+    batch = every.collect_rollout()
+    assert any(not r for r in batch["rendered"]) and any(batch["rendered"])  # bare questions and later hops
+    assert len(skipping.rows_with_gradient(batch, list(range(8)))) < 8
+    monkeypatch.setattr(every, "rows_with_gradient", lambda batch, idx: idx)  # the reference encodes every row
+    every.update(batch)
+    skipping.update(batch)
+    for (name, a), b in zip(every.online.state_dict().items(), skipping.online.state_dict().values(), strict=True):
+        # AdamW divides by the gradient's own size, so a parameter whose gradient is ~0 moves by rounding noise
+        # of up to ~1e-6 either way; a real difference would move it by the learning rate, 1e-3.
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5, msg=name)
+    assert not torch.equal(every.online.state_dict()["state_tower.encoder.embeddings.word_embeddings.weight"],
+                           trainer("fresh").online.state_dict()["state_tower.encoder.embeddings.word_embeddings.weight"])
