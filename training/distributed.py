@@ -42,6 +42,15 @@ def any_process(accelerator: Accelerator, flag: bool) -> bool:
     return bool(t.item())
 
 
+def max_over_processes(accelerator: Accelerator, value: float) -> float:
+    """The largest of every process's `value` (on every process): one number all ranks agree on."""
+    if accelerator.num_processes == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=accelerator.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def gather_rank_states(accelerator: Accelerator, env_state: dict[str, Any],
                        rng: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
     """Every process's environments and random streams, in rank order (on every process)."""

@@ -41,7 +41,14 @@ from qrag.training.checkpoint import (
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import EnvConfig, TrainConfig
 from qrag.training.data.episode import Episode
-from qrag.training.distributed import any_process, gather_rank_states, own_entries, rank_entries, shard
+from qrag.training.distributed import (
+    any_process,
+    gather_rank_states,
+    max_over_processes,
+    own_entries,
+    rank_entries,
+    shard,
+)
 from qrag.training.env import EpisodeState, RetrievalEnv
 from qrag.training.persist import read_weights
 from qrag.training.qnet import WEIGHTS_FILE, QNetwork
@@ -217,8 +224,11 @@ class Trainer:
             self.params, lr=oc.lr, betas=oc.betas, eps=oc.eps, weight_decay=oc.weight_decay, fused=fused or None
         )
         self.transitions = 0
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(  # the decay follows the run's real budget
-            self.optimizer, lambda s: td.lr_factor(s, oc.warmup_steps, self.progress, oc.schedule)
+        # The decay follows the run's real budget; every process reads the same share (a clock is per process,
+        # and ranks stepping with different learning rates would drift apart).
+        self.lr_progress = 0.0
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: td.lr_factor(s, oc.warmup_steps, self.lr_progress, oc.schedule)
         )
         self.model, self.optimizer = self.accelerator.prepare(online, self.optimizer)
         # Across processes the online network now holds rank 0's weights (DDP broadcasts them): copy them into
@@ -363,6 +373,7 @@ class Trainer:
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """`update_epochs` passes of minibatch TD regression on the rollout, Polyak after each step."""
         tc, oc, rl = self.config.trainer, self.config.optim, self.config.rl
+        self.lr_progress = max_over_processes(self.accelerator, self.progress)
         self.model.train()
         online = self.online
         losses, qs, margins = [], [], []
