@@ -5,7 +5,7 @@
 
 The full model and `qrag.training.compress.low_rank_adapters` at each rank answer the same BabiLong-style test
 samples (qrag-eval's: split `test`, seed 0, `--num-samples` per task, qa1–qa5 at `--lengths`) with exactly
-|SF| hops ('qrag') and with the stop rule ('qrag+stop', Q < 0.5, at most `--max-hops`), in fp32. Prints a
+|SF| hops ('qrag') and with the stop rule ('qrag+stop', the model's saved threshold, at most `--max-hops`), in fp32. Prints a
 table and writes JSON with the command and machine. `--chunk-vectors` (a `ChunkVectorCache` folder of the
 same chunk tower, e.g. the main job's) saves re-embedding the haystacks for a frozen chunk tower.
 """
