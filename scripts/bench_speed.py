@@ -1,0 +1,194 @@
+"""Indexing and query speed side by side in one run: qrag against a plain transformers loop and dense search.
+
+    .venv/bin/python scripts/bench_speed.py --chunks 2000 --repeats 5 --out results/bench_speed.json
+    .venv/bin/python scripts/bench_speed.py --model qrag/babilong-minilm-cpu --threads 2 --out results/bench_speed.json
+
+Corpus: the sentences of one BabiLong-style qa2 haystack of `--chunks` sentences (real background text with
+the bAbI facts in it), questions: the questions of `--queries` such haystacks. Phases, each repeated
+`--repeats` times in this process, medians reported:
+
+- **indexing**: chunks/s of a plain transformers loop over the bundled MiniLM (tokenise each batch of 128
+  in corpus order, pad to the batch's longest, forward, mean-pool: what a user writes by hand) against
+  `ChunkIndex.from_texts` with the same model and truncation (fp32), and the same under bf16 autocast, with
+  the smallest cosine between the bf16 and the fp32 vectors;
+- **queries**: milliseconds per question, one question at a time, of a single dense query (question vector,
+  inner products, top-k) against greedy qrag search with 1, 3 and 6 hops (`stop_threshold` off, so every
+  hop is taken), and their ratios;
+- **where a hop's time goes**: the state's length in tokens at each hop and the time of the state-tower pass
+  on it alone, against the whole hop;
+- **memory**: the process's peak resident set after each phase (cumulative: it only grows).
+
+Training throughput (transitions/s) has its own benchmark, `scripts/bench_train.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from qrag.training.data import load_episodes
+from qrag.training.encoders import resolve_encoder
+from qrag.training.index import ChunkIndex
+from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
+
+HOPS = (1, 3, 6)
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median wall seconds of `repeats` calls of `fn` (after one warm-up call) and the last call's result."""
+    result = fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def plain_encode(path: str, texts: list[str], max_tokens: int, batch_size: int) -> Callable[[], torch.Tensor]:
+    """The loop a user writes with transformers alone: corpus order, per-batch tokenisation, mean pooling."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path).eval()
+
+    def run() -> torch.Tensor:
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                enc = tokenizer(texts[start : start + batch_size], padding=True, truncation=True,
+                                max_length=max_tokens, return_tensors="pt")
+                hidden = model(**enc).last_hidden_state  # (B, L, D)
+                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+                out.append((hidden * mask).sum(1) / mask.sum(1).clamp(min=1))  # (B, D)
+        return torch.cat(out)
+
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2",
+                        help="a checkpoint, shipped name or encoder (default: the bundled MiniLM, untrained)")
+    parser.add_argument("--chunks", type=int, default=2000, help="sentences in the corpus (default 2000)")
+    parser.add_argument("--queries", type=int, default=20, help="questions timed one at a time (default 20)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+    for name in ("chunks", "queries", "repeats", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    model = load_model(args.model).eval()
+    episodes = load_episodes("babilong", task="qa2", split="test", num_samples=args.queries, seed=0,
+                             num_sentences=args.chunks)
+    texts = list(episodes[0].chunks)
+    questions = [ep.question for ep in episodes]
+    max_tokens, encoder_path = model.config.max_chunk_tokens, resolve_encoder(model.config.encoder)
+    rows: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------- indexing
+    plain_s, plain_vectors = median_time(plain_encode(encoder_path, texts, max_tokens, args.batch_size), args.repeats)
+    index_s, index = median_time(lambda: ChunkIndex.from_texts(model, texts, batch_size=args.batch_size,
+                                                               show_progress=False, ordered=True), args.repeats)
+
+    def bf16_index() -> ChunkIndex:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return ChunkIndex.from_texts(model, texts, batch_size=args.batch_size, show_progress=False, ordered=True)
+
+    bf16_s, bf16 = median_time(bf16_index, args.repeats)
+    fp32_vectors = index.vectors.float()
+    rows["indexing"] = {
+        "chunks": len(texts),
+        "plain_transformers_chunks_per_s": len(texts) / plain_s,
+        "qrag_fp32_chunks_per_s": len(texts) / index_s,
+        "qrag_bf16_chunks_per_s": len(texts) / bf16_s,
+        "qrag_fp32_over_plain": plain_s / index_s,
+        "qrag_bf16_over_plain": plain_s / bf16_s,
+        "min_cosine_bf16_vs_fp32": float(torch.nn.functional.cosine_similarity(bf16.vectors.float(), fp32_vectors).min()),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    if model.chunk_tower_frozen:  # the chunk tower is the base encoder, mean-pooled: the plain loop's vectors
+        rows["indexing"]["min_cosine_qrag_vs_plain"] = float(
+            torch.nn.functional.cosine_similarity(fp32_vectors, plain_vectors.float()).min())
+
+    # ---------------------------------------------------------------- queries
+    searcher = MultiHopSearcher(model, index, SearchConfig(stop_threshold=None), ordered=True)
+
+    def dense_query(q: str) -> list[int]:
+        with torch.no_grad():
+            state = model.embed_states([q], [[]])  # (1, D)
+            positions = model.positions(torch.zeros(1, len(index), dtype=torch.bool))  # (1, N) or None
+            return model.score(state, index.vectors, positions)[0].topk(1).indices.tolist()
+
+    def per_query(fn: Callable[[str], Any]) -> float:
+        return median_time(lambda: [fn(q) for q in questions], args.repeats)[0] / len(questions) * 1000
+
+    dense_ms = per_query(dense_query)
+    def hops_query(hops: int) -> Callable[[str], Any]:
+        return lambda q: searcher.search_one(q, k=hops, max_hops=hops)
+
+    hop_ms = {h: per_query(hops_query(h)) for h in HOPS}
+    rows["queries_ms"] = {"dense": dense_ms, **{f"qrag_{h}_hops": ms for h, ms in hop_ms.items()},
+                          **{f"qrag_{h}_hops_over_1": ms / hop_ms[1] for h, ms in hop_ms.items()},
+                          **{f"qrag_{h}_hops_over_dense": ms / dense_ms for h, ms in hop_ms.items()},
+                          "peak_rss_mb": peak_rss_mb()}
+
+    # ---------------------------------------------------------------- where a hop's time goes
+    taken = [[h.chunk.text for h in searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits] for q in questions]
+    per_hop = []
+    for hop in range(max(HOPS)):
+        selected = [sel[:hop] for sel in taken]
+        tokens = statistics.mean(len(model.state_token_ids(q, sel)) for q, sel in zip(questions, selected, strict=True))
+
+        def encode(selected: list[list[str]] = selected) -> None:
+            for q, sel in zip(questions, selected, strict=True):
+                model.embed_states([q], [sel])
+
+        encode_ms = median_time(encode, args.repeats)[0] / len(questions) * 1000
+        per_hop.append({"hop": hop + 1, "state_tokens": tokens, "state_encode_ms": encode_ms})
+    whole = [hop_ms[1]] + [(hop_ms[b] - hop_ms[a]) / (b - a) for a, b in zip(HOPS, HOPS[1:], strict=False)]
+    rows["per_hop"] = per_hop
+    rows["hop_ms_marginal"] = dict(zip(["1", "2-3", "4-6"], whole, strict=True))
+
+    meta = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "machine": platform.machine(),
+            "processor": platform.processor(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "model": args.model, "max_chunk_tokens": max_tokens, "repeats": args.repeats, "queries": len(questions)}
+    ix, qm = rows["indexing"], rows["queries_ms"]
+    print(f"indexing {ix['chunks']} chunks ({max_tokens} tokens max), chunks/s: plain transformers "
+          f"{ix['plain_transformers_chunks_per_s']:.0f}, qrag fp32 {ix['qrag_fp32_chunks_per_s']:.0f} "
+          f"({ix['qrag_fp32_over_plain']:.2f}x), qrag bf16 {ix['qrag_bf16_chunks_per_s']:.0f} "
+          f"({ix['qrag_bf16_over_plain']:.2f}x; min cosine to fp32 {ix['min_cosine_bf16_vs_fp32']:.5f})")
+    print("query (ms, one question at a time):  dense " + f"{qm['dense']:.1f}  "
+          + "  ".join(f"{h} hops {qm[f'qrag_{h}_hops']:.1f} ({qm[f'qrag_{h}_hops_over_1']:.2f}x of 1 hop, "
+                      f"{qm[f'qrag_{h}_hops_over_dense']:.2f}x of dense)" for h in HOPS))
+    print("hop  state tokens  state-tower pass (ms)")
+    for row in per_hop:
+        print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}")
+    print(f"peak RSS {peak_rss_mb():.0f} MB; threads {torch.get_num_threads()}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({**meta, **rows}, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
