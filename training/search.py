@@ -464,9 +464,11 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
     results: list[SearchResult | None] = [None] * len(questions)
     for start in range(0, len(questions), cfg.batch_size):
         batch = list(range(start, min(start + cfg.batch_size, len(questions))))
-        hopped = _greedy_hops(model, [questions[b] for b in batch], [indexes[b] for b in batch], cfg)
+        group_qs, group_ix = [questions[b] for b in batch], [indexes[b] for b in batch]
+        vectors, valid = _padded(model, group_ix)  # (B, N, D), (B, N): shared by the hops and the top-up
+        hopped = _greedy_hops(model, group_qs, group_ix, vectors, valid, cfg)
         extra = ([[] for _ in batch] if cfg.k is None else
-                 _top_up(model, [questions[b] for b in batch], [indexes[b] for b in batch], [t for t, _ in hopped], cfg.k))
+                 _top_up(model, group_qs, group_ix, vectors, valid, [t for t, _ in hopped], cfg.k))
         for b, (taken, qs), more in zip(batch, hopped, extra, strict=True):
             kept = stop_point(qs, thr, cfg.min_hops)
             hits = [Hit(indexes[b].chunk(i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
@@ -513,15 +515,14 @@ def _state_scores(model: QNetwork, questions: list[str], indexes: list[ChunkInde
     return scores.masked_fill(selected | ~row_valid, -math.inf)
 
 
-def _top_up(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], taken: list[list[int]],
-            k: int) -> list[list[tuple[int, float]]]:
+def _top_up(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], vectors: torch.Tensor,
+            valid: torch.Tensor, taken: list[list[int]], k: int) -> list[list[tuple[int, float]]]:
     """Per question, the (row, Q) pairs that fill its hops up to `k` results (at most its corpus): the best
     untaken chunks of the state after its last hop, best first (`MultiHopSearcher`'s top-up, batched)."""
     need = [b for b in range(len(indexes)) if len(taken[b]) < min(k, len(indexes[b]))]
     out: list[list[tuple[int, float]]] = [[] for _ in indexes]
     if not need:
         return out
-    vectors, valid = _padded(model, indexes)
     scores = _state_scores(model, questions, indexes, vectors, valid, need, taken)  # (R, N)
     width = max(min(k, len(indexes[b])) - len(taken[b]) for b in need)
     top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
@@ -532,11 +533,11 @@ def _top_up(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], ta
     return out
 
 
-def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex],
-                 cfg: SearchConfig) -> list[tuple[list[int], list[float]]]:
-    """Per question, the rows taken hop by hop and their Q-values (greedy, the stop rule applied live)."""
+def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], vectors: torch.Tensor,
+                 valid: torch.Tensor, cfg: SearchConfig) -> list[tuple[list[int], list[float]]]:
+    """Per question, the rows taken hop by hop and their Q-values (greedy, the stop rule applied live), over
+    the `_padded` vectors and mask of `indexes`."""
     sizes = [len(ix) for ix in indexes]
-    vectors, valid = _padded(model, indexes)
     horizon = [min(cfg.k if cfg.k is not None else cfg.horizon, cfg.horizon, sz) for sz in sizes]
     taken: list[list[int]] = [[] for _ in indexes]
     qs: list[list[float]] = [[] for _ in indexes]
