@@ -23,6 +23,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from qrag.training import hops
 from qrag.training.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
 from qrag.training.data import Episode
 from qrag.training.index import ChunkIndex
@@ -154,19 +155,18 @@ class DenseRetriever:
         start = time.perf_counter()
         out = []
         with torch.no_grad():
-            states = self.model.embed_states([ep.question for ep in episodes], [[] for _ in episodes])  # (B, D)
+            questions = [ep.question for ep in episodes]
+            states = hops.encode_states(self.model, questions, [[] for _ in episodes])  # (B, D)
             for ep, index, state in zip(episodes, indexes, states, strict=True):
-                k = _budget(ep, self.budget)
-                empty = torch.zeros(1, len(index), dtype=torch.bool, device=index.device)  # (1, N)
-                positions = self.model.positions(empty)  # (1, N) or None
-                state, vectors = state[None].to(index.device), index.vectors  # (1, D), (N, D)
+                vectors = index.vectors  # (N, D)
                 if self.cosine:  # a rotation keeps norms, so normalising before it is normalising after it
                     state, vectors = F.normalize(state, dim=-1), F.normalize(vectors, dim=-1)
-                scores = self.model.score(state, vectors, positions)  # (1, N)
-                top, rows = scores[0].topk(k)  # (k,)
-                out.append((ep, [int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
+                corpus = hops.Corpora.shared(vectors, index.texts, 1)
+                scores, _ = hops.q_values(self.model, state[None], corpus, [0], [[]], names=[ep.question])  # (1, N)
+                top, rows = scores[0].topk(_budget(ep, self.budget))  # (k,)
+                out.append(([int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
         each = (time.perf_counter() - start) / max(1, len(episodes))
-        return [Retrieval(rows, 0, qs, 1, each) for _, rows, qs in out]
+        return [Retrieval(rows, 0, qs, 1, each) for rows, qs in out]
 
 
 class MultiHopRetriever:

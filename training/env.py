@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
-from qrag.training.config import EnvConfig
+from qrag.training.config import EnvConfig, StateOrder
 from qrag.training.data.episode import Episode
-
-StateOrder = Literal["document", "selection"]
+from qrag.training.hops import state_pieces
 
 
 def completion_reward(num_supporting: int, num_selected: int, penalize_extra_steps: bool) -> float:
@@ -42,9 +40,8 @@ class EpisodeState:
         return len(self.selected)
 
     def rendered(self, order: StateOrder) -> list[str]:
-        """The selected chunks' texts in the order the state text shows them."""
-        idx = sorted(self.selected) if order == "document" else self.selected
-        return [self.episode.chunks[i] for i in idx]
+        """The selected chunks' texts in the order the state text shows them (`hops.state_pieces`)."""
+        return state_pieces([self.episode.chunks[i] for i in self.selected], self.selected, order)
 
     @property
     def fact_recall(self) -> float:

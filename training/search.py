@@ -2,9 +2,10 @@
 
 Shape legend: B questions, R state rows (questions × live beams), N chunks, D vector dim, K beam/width.
 
-Per hop, the states of every live question (and beam) are encoded in one batch by the state tower f_θ;
-chunk vectors g_φ(c) come from the store, computed once. In position mode 'relative' the cached
-unrotated vectors are re-rotated for every state row at every hop (positions depend on what was taken).
+The hops themselves (rendering, encoding, positions, scoring, masking, the stop rule) are the hop engine's,
+`qrag.training.hops`, the same functions training acts and validates with. This module owns what users call:
+`MultiHopSearcher` (greedy search through the engine; beam search and external stores on its own loop;
+persistence) and `search_many` (one corpus per question, in shared batches).
 
 `max_hops` and `stop_threshold` default to the model's own (`QNetwork.hops`: the horizon it was trained for
 and the stop threshold calibrated on its validation data, saved with it); a caller's explicit value wins.
@@ -30,104 +31,45 @@ import dataclasses
 import json
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from qrag.training.atomic import atomic_dir, recover
-from qrag.training.config import HopSettings
+from qrag.training.hops import (
+    FROM_MODEL,
+    Corpora,
+    FromModel,
+    Order,
+    SearchConfig,
+    SearchError,
+    check_finite_q,
+    encode_states,
+    greedy_hops,
+    q_values,
+    state_pieces,
+    stop_point,
+    stops,
+    top_up,
+)
 from qrag.training.index import INDEX_FILE, Chunk, ChunkIndex, ChunkStore, ScoredChunk
 from qrag.training.qnet import CONFIG_FILE, QNetwork, model_lock
 from qrag.training.shipped import resolve_checkpoint
 from qrag.training.validate import check_device
 
-Order = Literal["hop", "document"]
-FromModel = Literal["model"]
-FROM_MODEL: FromModel = "model"  # a hop setting that takes the model's saved value (`QNetwork.hops`)
+__all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "MultiHopSearcher", "SearchConfig", "SearchError",
+           "SearchResult", "check_finite_q", "load_model", "search_many", "stop_point"]
+
 SEARCH_FILE = "search.json"
 SEARCH_FORMAT = "qrag-multihop-searcher"
 MODEL_DIR, INDEX_DIR = "model", "index"
-ROTATE_BUDGET = 1 << 25  # elements of rotated (rows, N, D) vectors materialised at once (128 MiB fp32)
 
 
 class CorpusOrderWarning(UserWarning):
     """A position-aware model searches a corpus whose order was not declared meaningful."""
-
-
-class SearchError(ValueError):
-    """A search argument or a model/store pairing is invalid; the message names the value and the fix."""
-
-
-@dataclass
-class SearchConfig:
-    """Multi-hop search settings; every field can be overridden per call (see the module docstring)."""
-
-    k: int | None = None
-    """Exact number of results per question; None: adaptive (stop rule decides)."""
-    max_hops: int | None = None
-    """Most hops (state encodings that pick a chunk) per question; None: the model's trained horizon."""
-    stop_threshold: float | FromModel | None = FROM_MODEL
-    """Stop before a hop whose best Q-value is below this; 'model': the model's saved (calibrated) threshold;
-    None disables the rule."""
-    min_hops: int = 1
-    """Hops always taken before the stop rule may stop (a retriever that returns nothing helps nobody)."""
-    beam_size: int = 1
-    """Hop sequences kept per question; 1 is greedy."""
-    order: Order = "hop"
-    """Order of the returned hits: 'hop' or 'document' (position in the corpus, for long documents)."""
-    batch_size: int = 64
-    """Questions searched together (their states share encoder batches)."""
-
-    def validate(self) -> SearchConfig:
-        for name in ("k", "max_hops", "min_hops", "beam_size", "batch_size"):
-            value = getattr(self, name)
-            if name in ("k", "max_hops") and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_hops" else 1):
-                low = 0 if name == "min_hops" else 1
-                raise SearchError(f"{name} must be an integer >= {low}, got {value!r}.")
-        t = self.stop_threshold
-        if t is not None and t != FROM_MODEL and (isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t)):
-            raise SearchError(f"stop_threshold must be a number, 'model' or None, got {t!r}.")
-        if self.order not in ("hop", "document"):
-            raise SearchError(f"order must be 'hop' or 'document', got {self.order!r}.")
-        return self
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-
-    def resolved(self, hops: HopSettings) -> SearchConfig:
-        """A copy whose `max_hops` and `stop_threshold` left to the model take the model's saved values."""
-        return dataclasses.replace(
-            self,
-            max_hops=hops.max_hops if self.max_hops is None else self.max_hops,
-            stop_threshold=hops.stop_threshold if self.stop_threshold == FROM_MODEL else self.stop_threshold,
-        )
-
-    @property
-    def horizon(self) -> int:
-        """`max_hops` of a resolved config."""
-        if self.max_hops is None:
-            raise SearchError("max_hops is left to the model: resolve the config with SearchConfig.resolved first.")
-        return self.max_hops
-
-    @property
-    def threshold(self) -> float | None:
-        """`stop_threshold` of a resolved config (None: no stop rule)."""
-        if self.stop_threshold == FROM_MODEL:
-            raise SearchError("stop_threshold is left to the model: resolve the config with SearchConfig.resolved first.")
-        return self.stop_threshold  # type: ignore[return-value]
-
-    def with_overrides(self, overrides: Mapping[str, Any]) -> SearchConfig:
-        """A copy with per-call overrides; unknown names raise `SearchError` listing the known ones."""
-        unknown = sorted(set(overrides) - set(self.field_names()))
-        if unknown:
-            raise SearchError(f"unknown search argument(s) {unknown}; allowed: {self.field_names()}.")
-        return dataclasses.replace(self, **overrides).validate()
 
 
 @dataclass(frozen=True)
@@ -195,15 +137,12 @@ class MultiHopSearcher:
         self.config = (config or SearchConfig()).validate()
         self.mode = model.config.position_mode
         model.eval()
-        self._absolute: torch.Tensor | None = None
         if isinstance(store, ChunkIndex):
             if store.dim != model.dim:
                 raise SearchError(
                     f"the model's vectors have dim {model.dim} but the index holds dim {store.dim} "
                     f"(built with encoder {store.encoder!r}); rebuild the index with this model's chunk tower."
                 )
-            if self.mode == "absolute":
-                self._absolute = self._absolute_vectors(store)
             if self.mode != "none" and not (store.ordered if ordered is None else ordered):
                 warnings.warn(
                     f"this model is position-aware (position_mode={self.mode!r}): it scores chunks by their place "
@@ -307,6 +246,10 @@ class MultiHopSearcher:
 
     # ------------------------------------------------------------------ the hop loop
     def _search_group(self, questions: list[str], cfg: SearchConfig) -> list[SearchResult]:
+        if cfg.beam_size == 1 and isinstance(self.store, ChunkIndex):  # greedy over the index: the hop engine
+            index = self.store
+            corpora = Corpora.shared(index.vectors, index.texts, len(questions))
+            return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
         n = len(self.store) if isinstance(self.store, ChunkIndex) else None
         explicit = cfg.k is not None
         horizon = min(cfg.k, cfg.horizon) if cfg.k is not None else cfg.horizon
@@ -330,7 +273,7 @@ class MultiHopSearcher:
                     continue
                 # Greedy adaptive search stops early (no more encoder calls); beams decide at the end.
                 best_q = max(x.qs[-1] for x in new)
-                if cfg.beam_size == 1 and not explicit and _stops(cfg, t, best_q):
+                if cfg.beam_size == 1 and not explicit and stops(thr, cfg.min_hops, t, best_q):
                     live[b] = False
                     continue
                 beams[b] = self._prune(new, cfg.beam_size)
@@ -343,7 +286,7 @@ class MultiHopSearcher:
         if explicit:
             self._fill(questions, beams, results, cfg)
         return [
-            SearchResult(q, self._ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
+            SearchResult(q, _ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
             for q, hits in zip(questions, results, strict=True)
         ]
 
@@ -379,19 +322,12 @@ class MultiHopSearcher:
                 break
         return kept
 
-    @staticmethod
-    def _ordered(hits: list[Hit], order: Order) -> list[Hit]:
-        if order == "hop":
-            return hits
-        return sorted(hits, key=lambda h: (h.chunk.position is None, h.chunk.position or 0, h.hop))
-
-    # ------------------------------------------------------------------ encoding and scoring
+    # ------------------------------------------------------------------ beam search and external stores
     def _encode(self, questions: list[str], taken: list[tuple[Chunk, ...]]) -> torch.Tensor:
         """State vectors (R, D) for `q [SEP] c_i1 [SEP] …` in the model's state order."""
-        if self.model.config.state_order == "document":
-            taken = [tuple(sorted(s, key=lambda c: (c.position is None, c.position or 0))) for s in taken]
-        with self._lock:
-            return self.model.embed_states(questions, [[c.text for c in s] for s in taken])  # (R, D)
+        order = self.model.config.state_order
+        pieces = [state_pieces([c.text for c in s], [c.position for c in s], order) for s in taken]
+        return encode_states(self.model, questions, pieces)  # (R, D)
 
     def _candidates(self, states: torch.Tensor, taken: list[tuple[Chunk, ...]], width: int) -> list[list[ScoredChunk]]:
         """Per state row, the `width` best untaken chunks with their Q-values, best first."""
@@ -399,42 +335,13 @@ class MultiHopSearcher:
             return self.store.search(states, width, exclude=[{c.id for c in s} for s in taken])
         index = self.store
         rows = [[c.position for c in s if c.position is not None] for s in taken]
-        states = states.to(index.device, torch.float32)  # (R, D)
-        if self._absolute is not None:
-            scores = states @ self._absolute.T  # (R, N)
-            return self._pick(index, scores, rows, width)
-        n, d = index.vectors.shape
-        step = max(1, ROTATE_BUDGET // max(1, n * d))
-        out: list[list[ScoredChunk]] = []
-        for start in range(0, states.shape[0], step):
-            part = rows[start : start + step]
-            selected = torch.zeros(len(part), n, dtype=torch.bool, device=index.device)  # (R, N)
-            for r, taken_rows in enumerate(part):
-                selected[r, taken_rows] = True
-            positions = self.model.positions(selected)  # (R, N)
-            scores = self.model.score(states[start : start + step], index.vectors, positions)  # (R, N)
-            out.extend(self._pick(index, scores, part, width))
-        return out
-
-    @staticmethod
-    def _pick(index: ChunkIndex, scores: torch.Tensor, taken_rows: list[list[int]], width: int) -> list[list[ScoredChunk]]:
-        check_finite_q(scores, None)
-        scores = scores.clone()  # (R, N)
-        for r, rows in enumerate(taken_rows):
-            if rows:
-                scores[r, rows] = -math.inf
+        corpora = Corpora.shared(index.vectors, index.texts, len(taken))
+        scores, _ = q_values(self.model, states, corpora, range(len(taken)), rows)  # (R, N)
         top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
         return [
             [(index.chunk(i), s) for s, i in zip(srow, irow, strict=True) if s != -math.inf]
             for srow, irow in zip(top.tolist(), idx.tolist(), strict=True)
         ]
-
-    def _absolute_vectors(self, index: ChunkIndex) -> torch.Tensor:
-        from qrag.training.positions import rotate_halves
-
-        positions = self.model.positions(torch.zeros(1, len(index), dtype=torch.bool, device=index.device))
-        assert positions is not None
-        return rotate_halves(index.vectors, positions[0])  # (N, D): absolute positions never change
 
 
 def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[ChunkIndex],
@@ -460,111 +367,40 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
         if ix.dim != model.dim:
             raise SearchError(f"the model's vectors have dim {model.dim} but an index holds dim {ix.dim}.")
     model.eval()
-    explicit, thr = cfg.k is not None, cfg.threshold
-    results: list[SearchResult | None] = [None] * len(questions)
+    out: list[SearchResult] = []
     for start in range(0, len(questions), cfg.batch_size):
-        batch = list(range(start, min(start + cfg.batch_size, len(questions))))
-        group_qs, group_ix = [questions[b] for b in batch], [indexes[b] for b in batch]
-        vectors, valid = _padded(model, group_ix)  # (B, N, D), (B, N): shared by the hops and the top-up
-        hopped = _greedy_hops(model, group_qs, group_ix, vectors, valid, cfg)
-        extra = ([[] for _ in batch] if cfg.k is None else
-                 _top_up(model, group_qs, group_ix, vectors, valid, [t for t, _ in hopped], cfg.k))
-        for b, (taken, qs), more in zip(batch, hopped, extra, strict=True):
-            kept = stop_point(qs, thr, cfg.min_hops)
-            hits = [Hit(indexes[b].chunk(i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
-            hits += [Hit(indexes[b].chunk(i), len(taken), q, True) for i, q in more]  # past the last hop
-            hits = hits if explicit else [h for h in hits if not h.past_stop]
-            results[b] = SearchResult(questions[b], MultiHopSearcher._ordered(hits, cfg.order),
-                                      sum(not h.past_stop for h in hits))
-    return [r for r in results if r is not None]
-
-
-def _padded(model: QNetwork, indexes: list[ChunkIndex]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, N, D) zero-padded chunk vectors of every index and the (B, N) mask of real rows."""
-    sizes = [len(ix) for ix in indexes]
-    n, device = max(sizes), model.device
-    vectors = torch.zeros(len(indexes), n, model.dim, device=device)  # (B, N, D)
-    valid = torch.zeros(len(indexes), n, dtype=torch.bool, device=device)  # (B, N)
-    for b, ix in enumerate(indexes):
-        vectors[b, : sizes[b]] = ix.vectors.to(device)
-        valid[b, : sizes[b]] = True
-    return vectors, valid
-
-
-def _state_scores(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], vectors: torch.Tensor,
-                  valid: torch.Tensor, rows: list[int], taken: list[list[int]]) -> torch.Tensor:
-    """(R, N) Q-values of every chunk for the states of `rows` (each its question and taken rows), taken
-    chunks and padding at -inf; rotation is applied in slices that keep ROTATE_BUDGET floats at once."""
-    n, device = vectors.shape[1], model.device
-    document = model.config.state_order == "document"
-    texts = [[indexes[b].texts[i] for i in (sorted(taken[b]) if document else taken[b])] for b in rows]
-    with model_lock(model):
-        states = model.embed_states([questions[b] for b in rows], texts)  # (R, D)
-    selected = torch.zeros(len(rows), n, dtype=torch.bool, device=device)  # (R, N)
-    for r, b in enumerate(rows):
-        selected[r, taken[b]] = True
-    row_valid = valid[rows]  # (R, N)
-    positions = model.positions(selected, row_valid)  # (R, N) or None
-    step = max(1, ROTATE_BUDGET // max(1, n * model.dim))  # rotated (rows, N, D) vectors held at once
-    scores = torch.cat([
-        model.score(states[i : i + step], vectors[rows[i : i + step]],
-                    positions[i : i + step] if positions is not None else None)
-        for i in range(0, len(rows), step)
-    ])  # (R, N)
-    check_finite_q(scores.masked_fill(~row_valid, 0.0), [questions[b] for b in rows])
-    return scores.masked_fill(selected | ~row_valid, -math.inf)
-
-
-def _top_up(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], vectors: torch.Tensor,
-            valid: torch.Tensor, taken: list[list[int]], k: int) -> list[list[tuple[int, float]]]:
-    """Per question, the (row, Q) pairs that fill its hops up to `k` results (at most its corpus): the best
-    untaken chunks of the state after its last hop, best first (`MultiHopSearcher`'s top-up, batched)."""
-    need = [b for b in range(len(indexes)) if len(taken[b]) < min(k, len(indexes[b]))]
-    out: list[list[tuple[int, float]]] = [[] for _ in indexes]
-    if not need:
-        return out
-    scores = _state_scores(model, questions, indexes, vectors, valid, need, taken)  # (R, N)
-    width = max(min(k, len(indexes[b])) - len(taken[b]) for b in need)
-    top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
-    for r, b in enumerate(need):
-        missing = min(k, len(indexes[b])) - len(taken[b])
-        out[b] = [(int(i), float(q)) for q, i in zip(top[r, :missing].tolist(), idx[r, :missing].tolist(),
-                                                      strict=True)]
+        group = list(indexes[start : start + cfg.batch_size])
+        corpora = Corpora.padded([ix.vectors for ix in group], [ix.texts for ix in group], model.device)
+        out.extend(_greedy_results(model, list(questions[start : start + cfg.batch_size]), corpora,
+                                   [ix.chunk for ix in group], cfg))
     return out
 
 
-def _greedy_hops(model: QNetwork, questions: list[str], indexes: list[ChunkIndex], vectors: torch.Tensor,
-                 valid: torch.Tensor, cfg: SearchConfig) -> list[tuple[list[int], list[float]]]:
-    """Per question, the rows taken hop by hop and their Q-values (greedy, the stop rule applied live), over
-    the `_padded` vectors and mask of `indexes`."""
-    sizes = [len(ix) for ix in indexes]
-    horizon = [min(cfg.k if cfg.k is not None else cfg.horizon, cfg.horizon, sz) for sz in sizes]
-    taken: list[list[int]] = [[] for _ in indexes]
-    qs: list[list[float]] = [[] for _ in indexes]
-    live = [True] * len(indexes)
-    for t in range(max(horizon, default=0)):
-        rows = [b for b in range(len(indexes)) if live[b] and t < horizon[b]]
-        if not rows:
-            break
-        scores = _state_scores(model, questions, indexes, vectors, valid, rows, taken)  # (R, N)
-        best, idx = scores.max(dim=1)  # (R,), (R,)
-        for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):
-            if cfg.k is None and _stops(cfg, t, q):
-                live[b] = False
-                continue
-            taken[b].append(int(i))
-            qs[b].append(float(q))
-    return list(zip(taken, qs, strict=True))
+def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chunk: Sequence[Callable[[int], Chunk]],
+                    cfg: SearchConfig) -> list[SearchResult]:
+    """Greedy search results from the hop engine: hops (the stop rule live when adaptive), then, for an explicit
+    `k` beyond the hops, the top-up; `chunk[b](row)` is the chunk at a row of question b's corpus."""
+    explicit, thr = cfg.k is not None, cfg.threshold
+    horizons = [min(cfg.k if cfg.k is not None else cfg.horizon, cfg.horizon, corpora.size(b))
+                for b in range(len(questions))]
+    hopped = greedy_hops(model, questions, corpora, horizons, threshold=None if explicit else thr,
+                         min_hops=cfg.min_hops)
+    extra = (top_up(model, questions, corpora, [t for t, _ in hopped], cfg.k) if cfg.k is not None
+             else [[] for _ in questions])
+    results = []
+    for b, ((taken, qs), more) in enumerate(zip(hopped, extra, strict=True)):
+        kept = stop_point(qs, thr, cfg.min_hops)
+        hits = [Hit(chunk[b](i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
+        hits += [Hit(chunk[b](i), len(taken), q, True) for i, q in more]  # past the last hop
+        hits = hits if explicit else [h for h in hits if not h.past_stop]
+        results.append(SearchResult(questions[b], _ordered(hits, cfg.order), sum(not h.past_stop for h in hits)))
+    return results
 
 
-def check_finite_q(values: torch.Tensor, questions: Sequence[str] | None) -> None:
-    """Raise `SearchError` if state vectors or Q-values hold NaN/inf (the stop rule would never fire)."""
-    bad = ~torch.isfinite(values)
-    if bool(bad.any()):
-        row = int(bad.reshape(bad.shape[0], -1).any(dim=1).nonzero()[0, 0])
-        which = f" for question {questions[row]!r:.80}" if questions else ""
-        raise SearchError(f"the model produced NaN or infinite Q-values{which}: its weights or the index vectors are "
-                          "damaged or training diverged; load an earlier checkpoint or rebuild the index.")
+def _ordered(hits: list[Hit], order: Order) -> list[Hit]:
+    if order == "hop":
+        return hits
+    return sorted(hits, key=lambda h: (h.chunk.position is None, h.chunk.position or 0, h.hop))
 
 
 def _read_head(d: Path) -> SearchConfig:
@@ -593,22 +429,6 @@ def _check_saved(d: Path) -> None:
 def _replaceable(folder: Path) -> bool:
     """A folder `save` may replace: empty, or an earlier save."""
     return (folder / SEARCH_FILE).is_file() or not any(folder.iterdir())
-
-
-def _stops(cfg: SearchConfig, hop: int, best_q: float) -> bool:
-    """Whether adaptive greedy search stops before hop `hop` whose best Q-value is `best_q`."""
-    thr = cfg.threshold
-    return thr is not None and hop >= cfg.min_hops and best_q < thr
-
-
-def stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> int:
-    """How many hops the stop rule keeps: stop before the first hop ≥ min_hops whose Q is below threshold."""
-    if threshold is None:
-        return len(qs)
-    for t, q in enumerate(qs):
-        if t >= min_hops and q < threshold:
-            return t
-    return len(qs)
 
 
 def load_model(model: QNetwork | str | Path, *, device: str | torch.device | None = None) -> QNetwork:

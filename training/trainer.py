@@ -26,7 +26,7 @@ from accelerate.state import AcceleratorState
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
-from qrag.training import td
+from qrag.training import hops, td
 from qrag.training.batching import length_groups, take_rows
 from qrag.training.checkpoint import (
     MODEL_DIR,
@@ -39,7 +39,7 @@ from qrag.training.checkpoint import (
     write_checkpoint,
 )
 from qrag.training.chunk_vectors import ChunkVectorCache
-from qrag.training.config import EnvConfig, TrainConfig
+from qrag.training.config import EnvConfig, StateOrder, TrainConfig
 from qrag.training.data.episode import Episode
 from qrag.training.distributed import (
     any_process,
@@ -80,24 +80,25 @@ class ChunkCache:
         self._owner.clear()
         self._vectors.clear()
 
-    def padded(self, env: RetrievalEnv, slots: Sequence[int], n: int) -> torch.Tensor:
-        """(E', N, D) chunk vectors for the slots, zero-padded to N."""
-        out = torch.zeros(len(slots), n, self.qnet.dim, device=self.qnet.device)  # (E', N, D)
-        for row, e in enumerate(slots):
+    def corpora(self, env: RetrievalEnv, slots: Sequence[int]) -> hops.Corpora:
+        """The slots' episodes as the hop engine's per-question corpora (vectors zero-padded to the longest)."""
+        for e in slots:
             s = env.slot(e)
             if self._owner.get(e) is not s:
                 self._owner[e] = s
-                chunks = s.episode.chunks
-                if self.store is not None:
-                    self._vectors[e] = self.store.vectors(self.qnet, chunks, batch_size=self.batch_size)
-                else:
-                    self._vectors[e] = self.qnet.embed_chunks(chunks, batch_size=self.batch_size)
-            out[row, : s.episode.num_chunks] = self._vectors[e]
-        return out
+                self._vectors[e] = episode_vectors(self.qnet, s.episode, self.batch_size, self.store)
+        return hops.Corpora.padded([self._vectors[e] for e in slots], [env.slot(e).episode.chunks for e in slots],
+                                   self.qnet.device)
 
     def slot_vectors(self, e: int) -> torch.Tensor:
-        """(N, D) vectors of the episode in slot `e`, as the last `padded` call computed them."""
+        """(N, D) vectors of the episode in slot `e`, as the last `corpora` call computed them."""
         return self._vectors[e]
+
+
+def episode_vectors(qnet: QNetwork, episode: Episode, batch_size: int, store: ChunkVectorCache | None) -> torch.Tensor:
+    """(N, D) unrotated chunk vectors of an episode, from the run's cache when the chunk tower is frozen."""
+    chunks = episode.chunks
+    return store.vectors(qnet, chunks, batch_size=batch_size) if store is not None else qnet.embed_chunks(chunks, batch_size)
 
 
 @dataclass
@@ -109,7 +110,7 @@ class Observation:
     rendered: list[list[str]]
     available: torch.Tensor  # (E, N) bool
     positions: torch.Tensor | None  # (E, N)
-    q_online: torch.Tensor  # (E, N)
+    q_online: torch.Tensor  # (E, N), -inf where not available
     value: torch.Tensor  # (E,) soft value from the target towers
 
 
@@ -117,18 +118,20 @@ def observe(
     env: RetrievalEnv, online: QNetwork, online_cache: ChunkCache, target: QNetwork | None = None,
     target_cache: ChunkCache | None = None, k: int = 5, alpha: float = 1.0, value_target: str = "mean",
 ) -> Observation:
-    """Score every available chunk of every active slot (and the soft value when `target` is given)."""
+    """Score every available chunk of every active slot with the hop engine (and the soft value when `target`
+    is given): the states and scores a greedy search would compute, which acting then samples from."""
     slots = env.active
     questions, rendered = env.state_texts(slots)
-    selected, valid = env.masks(slots)  # (E, N)
-    available = (~selected & valid).to(online.device)  # (E, N)
-    positions = online.positions(selected.to(online.device), valid.to(online.device))  # (E, N) | None
-    states = online.embed_states(questions, rendered, batch_size=online_cache.batch_size)  # (E, D)
-    q = online.score(states, online_cache.padded(env, slots, selected.shape[1]), positions)  # (E, N)
+    taken = [env.slot(e).selected for e in slots]
+    rows = range(len(slots))
+    states = hops.encode_states(online, questions, rendered, online_cache.batch_size)  # (E, D)
+    q, positions = hops.q_values(online, states, online_cache.corpora(env, slots), rows, taken, names=questions)
+    available = torch.isfinite(q)  # (E, N) neither taken nor padding
     value = torch.zeros(len(slots), device=online.device)  # (E,)
     if target is not None and target_cache is not None:
-        t_states = target.embed_states(questions, rendered, batch_size=target_cache.batch_size)  # (E, D)
-        q_heads = target.score(t_states, target_cache.padded(env, slots, selected.shape[1]), positions, heads=True)
+        t_states = hops.encode_states(target, questions, rendered, target_cache.batch_size)  # (E, D)
+        q_heads, _ = hops.q_values(target, t_states, target_cache.corpora(env, slots), rows, taken, heads=True,
+                                   names=questions)  # (2, E, N)
         value = td.ensemble_soft_value(q_heads, available, k, alpha, value_target)  # type: ignore[arg-type]
     return Observation(slots, questions, rendered, available, positions, q, value)
 
@@ -154,18 +157,27 @@ def evaluate(
     qnet: QNetwork, episodes: Sequence[Episode], env_config: EnvConfig, num_envs: int = 16, batch_size: int = 128,
     store: ChunkVectorCache | None = None,
 ) -> dict[str, float]:
-    """Greedy pass over `episodes` (argmax over the available chunks up to `max_hops`).
+    """The greedy policy over `episodes`: the hop engine's greedy hops (argmax over the available chunks, up to
+    `max_hops`, ending an episode once its facts are in unless `never_terminate`), `num_envs` episodes at a
+    time, replayed through the environment for its rewards.
 
     `store` (a frozen chunk tower only) serves chunk vectors already computed.
     Returns mean `return`, `fact_recall` and `fact_em` (all supporting chunks retrieved) and `steps`.
     """
-    env = RetrievalEnv(episodes, env_config, num_envs=min(num_envs, len(episodes)), sampler=None,
-                       state_order=qnet.config.state_order)
-    cache = ChunkCache(qnet, batch_size, frozen_chunk_store(qnet, store))
+    store = frozen_chunk_store(qnet, store)
     done: list[EpisodeState] = []
-    while env.active:
-        obs = observe(env, qnet, cache)
-        done.extend(env.step(td.greedy_actions(obs.q_online, obs.available).tolist()).finished)
+    for start in range(0, len(episodes), num_envs):
+        group = list(episodes[start : start + num_envs])
+        vectors = [episode_vectors(qnet, ep, batch_size, store) for ep in group]
+        corpora = hops.Corpora.padded(vectors, [ep.chunks for ep in group], qnet.device)
+
+        def complete(b: int, taken: list[int], group: list[Episode] = group) -> bool:
+            return set(group[b].supporting) <= set(taken)
+
+        hopped = hops.greedy_hops(qnet, [ep.question for ep in group], corpora,
+                                  [min(env_config.max_hops, ep.num_chunks) for ep in group],
+                                  done=None if env_config.never_terminate else complete, batch_size=batch_size)
+        done.extend(replay(group, [taken for taken, _ in hopped], env_config, qnet.config.state_order))
     n = max(1, len(done))
     return {
         "return": sum(s.episode_return for s in done) / n,
@@ -173,6 +185,24 @@ def evaluate(
         "fact_em": sum(s.completed for s in done) / n,
         "steps": sum(s.steps for s in done) / n,
     }
+
+
+def replay(episodes: Sequence[Episode], actions: Sequence[list[int]], env_config: EnvConfig,
+           state_order: StateOrder) -> list[EpisodeState]:
+    """Play each episode's actions through the environment (its rewards and ends); each list must run exactly
+    until the environment ends that episode."""
+    env = RetrievalEnv(episodes, env_config, num_envs=len(episodes), auto_reset=False, state_order=state_order)
+    finished: list[EpisodeState] = []
+    t = 0
+    while env.active:
+        slots = env.active
+        if any(t >= len(actions[e]) for e in slots):
+            raise ValueError(f"episode actions ran out at step {t} before the environment ended the episode.")
+        finished.extend(env.step([actions[e][t] for e in slots]).finished)
+        t += 1
+    if any(len(actions[s.episode_index]) != s.steps for s in finished):
+        raise ValueError("an episode's actions run past the step where the environment ended it.")
+    return sorted(finished, key=lambda s: s.episode_index)
 
 
 class Trainer:
@@ -348,26 +378,16 @@ class Trainer:
         kept = [i for i in idx if batch["rendered"][i]]
         return kept or idx[:1]
 
-    def margin_inputs(
-        self, batch: dict[str, Any], idx: list[int]
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-        """For minibatch rows `idx`: every chunk's vector (B, N, D), positions (B, N) or None, and the
-        available (B, N) and remaining-gold (B, N) masks of the states they were taken in."""
+    def margin_inputs(self, batch: dict[str, Any], idx: list[int]) -> tuple[hops.Corpora, list[list[int]], torch.Tensor]:
+        """For minibatch rows `idx`: their episodes as the hop engine's corpora, what each state had taken, and
+        the (B, N) mask of its supporting chunks."""
         eps = [self.env.episodes[batch["episodes"][i]] for i in idx]
-        n = max(ep.num_chunks for ep in eps)
-        dev = self.accelerator.device
-        vectors = torch.zeros(len(idx), n, self.online.dim, device=dev)  # (B, N, D)
-        taken = torch.zeros(len(idx), n, dtype=torch.bool)  # (B, N)
-        valid = torch.zeros(len(idx), n, dtype=torch.bool)  # (B, N)
-        gold = torch.zeros(len(idx), n, dtype=torch.bool)  # (B, N)
-        for row, (i, ep) in enumerate(zip(idx, eps, strict=True)):
-            vectors[row, : ep.num_chunks] = batch["episode_vectors"][batch["episodes"][i]]
-            valid[row, : ep.num_chunks] = True
-            taken[row, batch["selected"][i]] = True
+        corpora = hops.Corpora.padded([batch["episode_vectors"][batch["episodes"][i]] for i in idx],
+                                      [ep.chunks for ep in eps], self.accelerator.device)
+        gold = torch.zeros(len(idx), corpora.num_slots, dtype=torch.bool)  # (B, N)
+        for row, ep in enumerate(eps):
             gold[row, list(ep.supporting)] = True
-        available = valid & ~taken  # (B, N)
-        positions = self.online.positions(taken.to(dev), valid.to(dev))  # (B, N) | None
-        return vectors, positions, available.to(dev), (gold & available).to(dev)
+        return corpora, [batch["selected"][i] for i in idx], gold.to(self.accelerator.device)
 
     # ------------------------------------------------------------------ update
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
@@ -400,7 +420,7 @@ class Trainer:
                 groups = length_groups(s_in["attention_mask"].sum(dim=1).tolist(), tc.length_groups)
                 margin_on = rl.margin_weight > 0
                 if margin_on:
-                    all_vectors, all_pos, available, gold = self.margin_inputs(batch, idx)
+                    margin_corpora, margin_taken, gold = self.margin_inputs(batch, idx)
                 loss_sum = q_sum = margin_sum = 0.0
                 with self.accelerator.accumulate(self.model), self.accelerator.autocast():
                     for g, rows in enumerate(groups):
@@ -412,9 +432,11 @@ class Trainer:
                                                    return_states=True)  # (G,), (G,), (G, D)
                             loss = td.td_loss(q1, q2, targets[r]) * (len(rows) / size)
                             total = loss
-                            if margin_on:  # every chunk of the state scored against the same state vectors
-                                q_all = online.score(s, all_vectors[r], None if all_pos is None else all_pos[r])  # (G, N)
-                                j_e = td.margin_loss(q_all, available[r], gold[r], rl.margin, rl.margin_over) * (len(rows) / size)
+                            if margin_on:  # every chunk of the state scored by the hop engine, with these state vectors
+                                q_all, _ = hops.q_values(online, s, margin_corpora, rows, [margin_taken[i] for i in rows])
+                                available = torch.isfinite(q_all)  # (G, N)
+                                j_e = td.margin_loss(q_all.masked_fill(~available, 0.0), available, gold[r] & available,
+                                                     rl.margin, rl.margin_over) * (len(rows) / size)
                                 margin_sum += float(j_e.detach())
                                 total = loss + rl.margin_weight * j_e
                             self.accelerator.backward(total)

@@ -45,9 +45,17 @@ class FakeQNet:
     def check_chunk_lengths(self, texts: Sequence[str], *, stacklevel: int = 2) -> int:
         return 0  # one-letter chunks: never too long
 
-    def embed_states(self, questions: Sequence[str], selected: Sequence[Sequence[str]]) -> torch.Tensor:
+    def embed_states(self, questions: Sequence[str], selected: Sequence[Sequence[str]],
+                     batch_size: int = 128) -> torch.Tensor:
         self.state_calls.append(len(questions))
         return torch.tensor([self.states(q, tuple(s)) for q, s in zip(questions, selected, strict=True)])
+
+    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+        return None  # position mode 'none'
+
+    def score(self, states: torch.Tensor, chunks: torch.Tensor, positions: None = None,
+              heads: bool = False) -> torch.Tensor:
+        return states @ chunks.T  # (R, N): the inner product, as QNetwork.score in mode 'none'
 
 
 def _fake(table: dict[tuple[str, ...], list[float]]) -> tuple[FakeQNet, ChunkIndex]:
@@ -233,7 +241,7 @@ def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  
 
 @pytest.mark.parametrize("mode,order", [("relative", "document"), ("none", "selection"), ("absolute", "selection")])
 def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeypatch, mode: str, order: str) -> None:  # type: ignore[no-untyped-def]
-    import qrag.training.search
+    import qrag.training.hops
     from qrag.training.search import search_many
 
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), position_mode=mode, state_order=order)
@@ -249,19 +257,17 @@ def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeyp
     configs = [SearchConfig(k=None, max_hops=3, stop_threshold=threshold, order="document"),
                SearchConfig(k=2, max_hops=3), SearchConfig(k=5, max_hops=3, stop_threshold=threshold),
                SearchConfig(k=None, max_hops=4, stop_threshold=None, batch_size=2)]
-    for cfg in configs:
-        many = search_many(qnet, questions, indexes, cfg)
-        for ix, q, got in zip(indexes, questions, many, strict=True):
-            want = MultiHopSearcher(qnet, ix, cfg).search_one(q)
-            assert [(h.chunk.id, h.hop, h.past_stop) for h in got.hits] == \
-                [(h.chunk.id, h.hop, h.past_stop) for h in want.hits], (cfg, q)
-            assert [h.q_value for h in got.hits] == pytest.approx([h.q_value for h in want.hits], abs=1e-5)
-            assert got.hops_kept == want.hops_kept
-    assert any(len(r.hits) < 3 for r in search_many(qnet, questions, indexes, configs[0]))  # the rule did cut
-    whole = search_many(qnet, questions, indexes, configs[1])
-    monkeypatch.setattr(qrag.training.search, "ROTATE_BUDGET", 1)  # score one state row at a time: same result
-    sliced = search_many(qnet, questions, indexes, configs[1])
-    assert [[h.chunk.id for h in r.hits] for r in sliced] == [[h.chunk.id for h in r.hits] for r in whole]
+    for budget in (qrag.training.hops.ROTATE_BUDGET, 1):  # 1: every hop scores one state row at a time
+        monkeypatch.setattr(qrag.training.hops, "ROTATE_BUDGET", budget)
+        for cfg in configs:
+            many = search_many(qnet, questions, indexes, cfg)
+            for ix, q, got in zip(indexes, questions, many, strict=True):
+                want = MultiHopSearcher(qnet, ix, cfg).search_one(q)
+                assert [(h.chunk.id, h.hop, h.past_stop) for h in got.hits] == \
+                    [(h.chunk.id, h.hop, h.past_stop) for h in want.hits], (budget, cfg, q)
+                assert [h.q_value for h in got.hits] == pytest.approx([h.q_value for h in want.hits], abs=1e-5)
+                assert got.hops_kept == want.hops_kept
+        assert any(len(r.hits) < 3 for r in search_many(qnet, questions, indexes, configs[0]))  # the rule did cut
     with pytest.raises(SearchError, match="beam_size"):
         search_many(qnet, questions, indexes, SearchConfig(beam_size=2))
     with pytest.raises(SearchError, match="one index per question"):

@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from qrag.training import td
+from qrag.training import hops, td
 from qrag.training.checkpoint import ResumeError
 from qrag.training.config import TrainConfig
 from qrag.training.qnet import QNetwork
@@ -281,23 +282,33 @@ def test_margin_loss_scores_each_transition_in_the_state_it_was_taken(tiny_encod
     assert len(batch["episodes"]) == len(batch["selected"]) == 8
     assert any(batch["selected"]) and not all(batch["selected"])  # first hops and later hops
     idx = list(range(8))
-    vectors, positions, available, gold = trainer.margin_inputs(batch, idx)
+    corpora, taken_rows, gold = trainer.margin_inputs(batch, idx)
+    online = trainer.online.eval()
+    with torch.no_grad():
+        states = online.embed_states(batch["questions"], batch["rendered"])  # (8, D)
+        scores, _ = hops.q_values(online, states, corpora, idx, taken_rows)  # (8, N) what the update scores
+    n = corpora.num_slots
+    ref = torch.full((8, n), -math.inf)  # (8, N) each state scored alone, from scratch
+    available, remaining = torch.zeros(8, n, dtype=torch.bool), torch.zeros(8, n, dtype=torch.bool)
     for row, i in enumerate(idx):
         ep = trainer.env.episodes[batch["episodes"][i]]
         taken = set(batch["selected"][i])
-        assert available[row].nonzero().flatten().tolist() == [c for c in range(ep.num_chunks) if c not in taken]
-        assert gold[row].nonzero().flatten().tolist() == sorted(set(ep.supporting) - taken)
-        torch.testing.assert_close(vectors[row, : ep.num_chunks], trainer.online.embed_chunks(list(ep.chunks)),
-                                   atol=1e-5, rtol=1e-4)
-        assert vectors[row, ep.num_chunks:].abs().sum() == 0
+        assert taken_rows[row] == batch["selected"][i]
+        assert gold[row].nonzero().flatten().tolist() == sorted(ep.supporting)
+        vectors = trainer.online.embed_chunks(list(ep.chunks))  # (N_e, D)
+        torch.testing.assert_close(corpora.vectors[row, : ep.num_chunks], vectors, atol=1e-5, rtol=1e-4)
+        assert corpora.vectors[row, ep.num_chunks:].abs().sum() == 0
         sel = torch.zeros(1, ep.num_chunks, dtype=torch.bool)
         sel[0, list(taken)] = True
-        torch.testing.assert_close(positions[row : row + 1, : ep.num_chunks], trainer.online.positions(sel))
+        with torch.no_grad():
+            q = online.score(states[row : row + 1], vectors, online.positions(sel))[0]  # (N_e,)
+        free = [c for c in range(ep.num_chunks) if c not in taken]
+        ref[row, free] = q[free]
+        available[row, free] = True
+        remaining[row, sorted(set(ep.supporting) - taken)] = True
+    torch.testing.assert_close(scores, ref, atol=1e-4, rtol=1e-4)
     # The logged margin term is td.margin_loss on the pre-update network's scores of those states.
-    online = trainer.online.eval()
-    with torch.no_grad():
-        states = online.embed_states(batch["questions"], batch["rendered"])
-        expected = td.margin_loss(online.score(states, vectors, positions), available, gold, 0.3).item()
+    expected = td.margin_loss(ref.masked_fill(~available, 0.0), available, remaining, 0.3).item()
     cfg.trainer.update_epochs = 1  # one minibatch of all 8 transitions: one optimiser step
     stats = trainer.update(batch)
     assert stats["losses/margin_loss"] == pytest.approx(expected, rel=0.05, abs=1e-3)  # dropout on in training
