@@ -28,10 +28,10 @@ from qrag.training import td
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import load_preset
 from qrag.training.data.build import build_episodes
+from qrag.training.policy import evaluate
 from qrag.training.positions import relative_positions
 from qrag.training.qnet import QNetwork
 from qrag.training.selection import evaluate_at_sf
-from qrag.training.trainer import evaluate
 
 
 def main() -> int:

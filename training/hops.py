@@ -10,7 +10,7 @@ One hop, for every live state at once:
 2. encode it with the state tower f_θ (`encode_states`);
 3. place every chunk relative to what was taken (§2.3) and rotate the cached, unrotated chunk vectors g_φ(c)
    by those positions; score Q = ⟨f_θ(s), R(pos)·g_φ(c)⟩; mask the taken chunks and padding (`q_values`);
-4. act: the trainer samples from these scores (`trainer.observe`), evaluation and serving take the argmax
+4. act: the trainer samples from these scores (`policy.observe`), evaluation and serving take the argmax
    (`greedy_hops`) and stop where the stop rule says (`stop_point`, §4).
 
 Training, validation, `search_many`, `MultiHopSearcher` and the eval baselines all call these functions, so

@@ -1,4 +1,4 @@
-"""Reading a `QNetwork` checkpoint folder: every library error becomes a `CheckpointError` naming the file.
+"""Writing and reading a `QNetwork` checkpoint folder: every library error becomes a `CheckpointError` naming the file.
 
 safetensors, tokenizers, transformers and `json` each fail in their own way on a truncated, empty, edited or
 foreign file; the readers here turn those failures, and weights holding NaN or infinity, into one error type
@@ -7,15 +7,20 @@ whose message names the file and what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
+from qrag.training.atomic import atomic_dir
+from qrag.training.config import ConfigError, HopSettings, ModelConfig
+from qrag.training.encoders import EncoderLoadError, load_encoder
 from qrag.training.shipped import shipped_names
 
 CHECKPOINT_FORMAT = "qrag-qnetwork"
@@ -97,3 +102,67 @@ def read_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
     except Exception as e:  # noqa: BLE001 - tokenizers/transformers raise many types for a damaged folder
         raise CheckpointError(f"{folder}: the tokenizer cannot be loaded ({type(e).__name__}: {short(e)}); save the "
                               "checkpoint again.") from None
+
+
+def write_model_folder(target: Path, weights: dict[str, torch.Tensor], meta: dict[str, Any],
+                       tokenizer: PreTrainedTokenizerBase, encoder_config: PretrainedConfig | None,
+                       extra_files: dict[str, str] | None) -> None:
+    """Write weights (safetensors), the JSON header, the tokenizer, the base encoder's config (self-contained
+    checkpoints) and `extra_files` (name → text) as one atomic folder swap."""
+    tensors = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
+    with atomic_dir(target, check=read_checkpoint_meta, replace=replaceable) as tmp:
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})
+        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        tokenizer.save_pretrained(str(tmp / "tokenizer"))
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if encoder_config is not None:
+            encoder_config.save_pretrained(str(tmp / ENCODER_CONFIG_DIR))
+
+
+def read_model_config(directory: Path, meta: dict[str, Any], encoder: str | None) -> ModelConfig:
+    """The checkpoint's model settings, with the base encoder relocated to `encoder` when given."""
+    try:
+        config = ModelConfig(**meta["model"])
+    except TypeError as e:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: the model section does not match this qrag version ({e}).") from None
+    if encoder is not None:
+        config = dataclasses.replace(config, encoder=encoder)
+    try:
+        config.validate()
+    except (ConfigError, TypeError) as e:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: invalid model settings ({e}); save the checkpoint again.") from None
+    return config
+
+
+def read_base_encoder(directory: Path, meta: dict[str, Any], config: ModelConfig) -> nn.Module:
+    """The encoder both towers start from: built from the stored config for a self-contained checkpoint (its
+    weights come with it), else the base encoder the checkpoint names."""
+    if meta["saved_params"] == "all":
+        try:
+            base = AutoModel.from_config(AutoConfig.from_pretrained(str(directory / ENCODER_CONFIG_DIR)))
+        except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError, ...
+            raise CheckpointError(f"{directory / ENCODER_CONFIG_DIR}: the encoder config is missing or corrupt "
+                                  f"({type(e).__name__}: {short(e)}); save the checkpoint again.") from None
+        if hasattr(base, "pooler"):
+            base.pooler = None
+        return base  # type: ignore[no-any-return]
+    try:
+        return load_encoder(config.encoder)[0]
+    except EncoderLoadError as e:
+        raise CheckpointError(
+            f"checkpoint {str(directory)!r} stores only trained parameters and needs its base encoder: {e} "
+            "Pass `encoder=` with a local copy of that encoder."
+        ) from None
+
+
+def read_hops(meta: dict[str, Any], directory: Path) -> HopSettings:
+    """The checkpoint's hop settings; a checkpoint saved before they were stored gets the defaults."""
+    raw = meta.get("hops", {})
+    try:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"expected an object, got {type(raw).__name__}")
+        return HopSettings(**raw).validate()
+    except (TypeError, ConfigError) as e:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: the 'hops' section is invalid ({e}); "
+                              "save the model again or fix the file.") from None

@@ -5,83 +5,51 @@ Shape legend: B batch, N chunks, L tokens, D vector dim (H = D // 2 per head hal
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import hashlib
-import json
-import threading
 import warnings
-import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
-from torch.nn import functional as F
 from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModel, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from qrag.training.atomic import atomic_dir, recover
+from qrag.training.atomic import recover
 from qrag.training.config import ConfigError, HopSettings, ModelConfig
-from qrag.training.encoders import EncoderLoadError, load_encoder, resolve_encoder
+from qrag.training.encoders import load_encoder, resolve_encoder
 from qrag.training.persist import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CONFIG_FILE,
-    ENCODER_CONFIG_DIR,
     WEIGHTS_FILE,
     CheckpointError,
+    read_base_encoder,
     read_checkpoint_meta,
+    read_hops,
+    read_model_config,
     read_tokenizer,
     read_weights,
-    replaceable,
     short,
+    write_model_folder,
 )
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
 from qrag.training.shipped import ShippedNameError, resolve_checkpoint
+from qrag.training.towers import Tower, apply_train_mode, eval_mode, model_lock, pad_rows, question_inputs
+
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "CheckpointError", "ChunkLengthWarning", "QNetwork", "Tower", "eval_mode",
+           "model_lock", "question_inputs", "read_checkpoint_meta"]
 
 TRANSIENT_KEY_PREFIX = "network:"
 """`QNetwork.chunk_vectors_key` of a chunk tower that can train: valid for one network object only, so its
 vectors are never written to disk by a `ChunkVectorFolder`."""
 
-# Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
-# calls are serialised per model; scoring and top-k run outside the lock.
-_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-
-
-def model_lock(model: Any) -> threading.Lock:
-    """The lock that serialises encoder calls on `model` (shared by every searcher and adapter)."""
-    with _LOCKS_GUARD:
-        lock = _MODEL_LOCKS.get(model)
-        if lock is None:
-            lock = _MODEL_LOCKS[model] = threading.Lock()
-        return lock
-
 
 class ChunkLengthWarning(UserWarning):
     """Chunks longer than the model's `max_chunk_tokens` are cut: only their beginning is embedded."""
-
-
-class Tower(nn.Module):
-    """An encoder followed by masked mean pooling, optional L2 normalisation and division by `scale` (no head)."""
-
-    def __init__(self, encoder: PreTrainedModel | nn.Module, scale: float, normalize: bool = False) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.scale = scale
-        self.normalize = normalize
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
-        if self.normalize:
-            pooled = F.normalize(pooled, dim=-1)  # (B, D) unit rows
-        return pooled / self.scale
 
 
 class QNetwork(nn.Module):
@@ -148,8 +116,8 @@ class QNetwork(nn.Module):
     def _assemble(
         cls, state_enc: nn.Module, chunk_enc: nn.Module, tokenizer: PreTrainedTokenizerBase, config: ModelConfig
     ) -> QNetwork:
-        state_enc = _apply_train_mode(state_enc, config)
-        chunk_enc = _apply_train_mode(chunk_enc, config) if config.train_towers == "both" else chunk_enc.requires_grad_(False)
+        state_enc = apply_train_mode(state_enc, config)
+        chunk_enc = apply_train_mode(chunk_enc, config) if config.train_towers == "both" else chunk_enc.requires_grad_(False)
         return cls(Tower(state_enc, config.scale, config.normalize), Tower(chunk_enc, config.scale, config.normalize),
                    tokenizer, config)
 
@@ -247,7 +215,7 @@ class QNetwork(nn.Module):
         if len(questions) != len(selected_chunks):
             raise ValueError(f"got {len(questions)} questions but {len(selected_chunks)} lists of selected chunks.")
         rows = [self.state_token_ids(q, sel) for q, sel in zip(questions, selected_chunks, strict=True)]
-        return _pad(rows, self.tokenizer.pad_token_id or 0)
+        return pad_rows(rows, self.tokenizer.pad_token_id or 0)
 
     # ------------------------------------------------------------------ encoding
     def forward(
@@ -469,23 +437,16 @@ class QNetwork(nn.Module):
         target = Path(directory)
         saved = "none" if self.untrained else "all" if self.self_contained else "trainable"
         weights = {} if saved == "none" else self.trainable_state_dict()
-        tensors = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
-        with atomic_dir(target, check=read_checkpoint_meta, replace=replaceable) as tmp:
-            save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": CHECKPOINT_FORMAT})
-            meta = {
-                "format": CHECKPOINT_FORMAT,
-                "version": CHECKPOINT_VERSION,
-                "model": dataclasses.asdict(self.config),
-                "saved_params": saved,
-                "base_fingerprint": self.base_fingerprint(),
-                "hops": dataclasses.asdict(self.hops),
-            }
-            (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-            self.tokenizer.save_pretrained(str(tmp / "tokenizer"))
-            for name, text in (extra_files or {}).items():
-                (tmp / name).write_text(text, encoding="utf-8")
-            if saved == "all":
-                self._base_encoder(self.state_tower).config.save_pretrained(str(tmp / ENCODER_CONFIG_DIR))
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "model": dataclasses.asdict(self.config),
+            "saved_params": saved,
+            "base_fingerprint": self.base_fingerprint(),
+            "hops": dataclasses.asdict(self.hops),
+        }
+        encoder_config = self._base_encoder(self.state_tower).config if saved == "all" else None
+        write_model_folder(target, weights, meta, self.tokenizer, encoder_config, extra_files)
         return target
 
     @classmethod
@@ -507,42 +468,15 @@ class QNetwork(nn.Module):
             raise CheckpointError(str(e)) from None
         recover(d)
         meta = read_checkpoint_meta(d)
-        try:
-            config = ModelConfig(**meta["model"])
-        except TypeError as e:
-            raise CheckpointError(f"{d / CONFIG_FILE}: the model section does not match this qrag version ({e}).") from None
-        if encoder is not None:
-            config = dataclasses.replace(config, encoder=encoder)
-        try:
-            config.validate()
-        except (ConfigError, TypeError) as e:
-            raise CheckpointError(f"{d / CONFIG_FILE}: invalid model settings ({e}); save the checkpoint again.") from None
+        config = read_model_config(d, meta, encoder)
         tensors = read_weights(d / WEIGHTS_FILE)
-        tokenizer = read_tokenizer(d / "tokenizer")
-        if meta["saved_params"] == "all":
-            try:
-                enc_cfg = AutoConfig.from_pretrained(str(d / ENCODER_CONFIG_DIR))
-                base = AutoModel.from_config(enc_cfg)
-            except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError, ...
-                raise CheckpointError(f"{d / ENCODER_CONFIG_DIR}: the encoder config is missing or corrupt "
-                                      f"({type(e).__name__}: {short(e)}); save the checkpoint again.") from None
-            if hasattr(base, "pooler"):
-                base.pooler = None
-            qnet = cls._assemble(base, copy.deepcopy(base), tokenizer, config)
-        else:
-            try:
-                base, _ = load_encoder(config.encoder)
-            except EncoderLoadError as e:
-                raise CheckpointError(
-                    f"checkpoint {str(d)!r} stores only trained parameters and needs its base encoder: {e} "
-                    "Pass `encoder=` with a local copy of that encoder."
-                ) from None
-            qnet = cls._assemble(base, copy.deepcopy(base), tokenizer, config)
-            if qnet.base_fingerprint() != meta.get("base_fingerprint"):
-                raise CheckpointError(
-                    f"checkpoint {str(d)!r} was trained on a different base encoder than {config.encoder!r} "
-                    f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
-                )
+        base = read_base_encoder(d, meta, config)
+        qnet = cls._assemble(base, copy.deepcopy(base), read_tokenizer(d / "tokenizer"), config)
+        if meta["saved_params"] != "all" and qnet.base_fingerprint() != meta.get("base_fingerprint"):
+            raise CheckpointError(
+                f"checkpoint {str(d)!r} was trained on a different base encoder than {config.encoder!r} "
+                f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
+            )
         try:
             missing, unexpected = qnet.load_state_dict(tensors, strict=False)
         except RuntimeError as e:  # size mismatch
@@ -556,99 +490,7 @@ class QNetwork(nn.Module):
                 f"checkpoint {str(d)!r} does not fit its model config: missing {lost[:3]}, unexpected "
                 f"{sorted(unexpected)[:3]} (was it written by another qrag version or edited?)."
             )
-        qnet.hops = _read_hops(meta, d)
+        qnet.hops = read_hops(meta, d)
         if meta["saved_params"] == "none":
             qnet._untrained_sums = qnet._weight_sums()
         return qnet.eval()
-
-
-def _read_hops(meta: dict[str, Any], directory: Path) -> HopSettings:
-    """The checkpoint's hop settings; a checkpoint saved before they were stored gets the defaults."""
-    raw = meta.get("hops", {})
-    try:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"expected an object, got {type(raw).__name__}")
-        return HopSettings(**raw).validate()
-    except (TypeError, ConfigError) as e:
-        raise CheckpointError(f"{directory / CONFIG_FILE}: the 'hops' section is invalid ({e}); "
-                              "save the model again or fix the file.") from None
-
-
-@contextlib.contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """`module.eval()` for the block, then every submodule's own training flag back (`.train(True)` would
-    also turn on the dropout of a pretrained encoder loaded in eval mode inside a training-mode wrapper)."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for m, mode in modes:
-            m.training = mode
-
-
-def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[str, torch.Tensor]:
-    """The question piece of tokenised states `[CLS] q [SEP] c1 [SEP] …`: ids and mask up to and including each
-    row's first [SEP] (the whole row where there is none), cut to the longest such prefix.
-
-    Attending to the prefix alone gives the same vector as encoding `[CLS] q [SEP]` by itself: the question
-    comes first, so its positions do not change.
-    """
-    ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
-    is_sep = (ids == sep_id) & mask.bool()  # (B, L)
-    length = torch.where(is_sep.any(dim=1), is_sep.int().argmax(dim=1) + 1, mask.sum(dim=1))  # (B,)
-    width = int(length.max())
-    keep = torch.arange(width, device=ids.device).unsqueeze(0) < length.unsqueeze(1)  # (B, width)
-    return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width] * keep.to(mask.dtype)}
-
-
-def _pad(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, L)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, L)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return {"input_ids": ids, "attention_mask": mask}
-
-
-def _apply_train_mode(encoder: nn.Module, config: ModelConfig) -> nn.Module:
-    """Freeze or wrap the encoder so that only what `train_mode` names is trainable."""
-    if config.train_mode == "full":
-        return encoder
-    if config.train_mode == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        lora = LoraConfig(
-            r=config.lora_rank,
-            lora_alpha=config.lora_alpha,  # type: ignore[arg-type]  # PEFT annotates int, accepts float
-            lora_dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules,
-            bias="none",
-        )
-        try:
-            with warnings.catch_warnings():
-                # peft probes the deprecated `is_gradient_checkpointing` attribute of transformers' models; the
-                # probe's FutureWarning says nothing about the user's code, so it is not shown on every load.
-                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-                return get_peft_model(encoder, lora)  # type: ignore[arg-type]
-        except ValueError as e:
-            raise ConfigError(f"cannot add LoRA adapters to this encoder ({e}); set model.lora_target_modules.") from None
-    # top_layers: the last `trainable_layers` transformer blocks (and anything after them) train.
-    layer_of = {n: _layer_index(n) for n, _ in encoder.named_parameters()}
-    indices = [i for i in layer_of.values() if i is not None]
-    if not indices:
-        raise ConfigError("train_mode='top_layers' found no numbered transformer layers in this encoder; use 'lora' or 'full'.")
-    first = max(indices) + 1 - config.trainable_layers
-    for name, p in encoder.named_parameters():
-        idx = layer_of[name]
-        p.requires_grad = idx is not None and idx >= first
-    return encoder
-
-
-def _layer_index(name: str) -> int | None:
-    parts = name.split(".")
-    for prev, cur in zip(parts, parts[1:], strict=False):
-        if prev in {"layer", "layers", "h", "block", "blocks"} and cur.isdigit():
-            return int(cur)
-    return None

@@ -35,7 +35,7 @@ def evaluate_at_sf(
     """Per-task fact EM with exactly |SF| greedy hops, and their mean over tasks.
 
     Args:
-        evaluate: `qrag.training.trainer.evaluate` (a greedy pass returning `fact_em`).
+        evaluate: `qrag.training.policy.evaluate` (a greedy pass returning `fact_em`).
         qnet / episodes / env_config / kwargs: passed to `evaluate`; each group of equal (task, |SF|) runs
             with `max_hops = |SF|`.
 

@@ -13,7 +13,7 @@ import torch
 from qrag.training import hops
 from qrag.training.config import EnvConfig
 from qrag.training.data.episode import Episode
-from qrag.training.trainer import replay
+from qrag.training.policy import replay
 
 
 class TableNet:

@@ -108,7 +108,7 @@ def test_save_replaces_atomically_and_keeps_old_on_failure(tiny_qnet: QNetwork, 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("qrag.training.qnet.save_file", boom)
+    monkeypatch.setattr("qrag.training.persist.save_file", boom)
     with pytest.raises(RuntimeError):
         tiny_qnet.save_pretrained(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before

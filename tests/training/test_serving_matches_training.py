@@ -9,9 +9,9 @@ import pytest
 
 from qrag.training.config import EnvConfig
 from qrag.training.index import ChunkIndex
+from qrag.training.policy import evaluate
 from qrag.training.qnet import QNetwork
 from qrag.training.search import SearchConfig, search_many
-from qrag.training.trainer import evaluate
 from tests.training.two_hop import make_two_hop_episodes
 
 

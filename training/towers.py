@@ -1,0 +1,134 @@
+"""The towers' building blocks: the pooled encoder tower, its train modes (full, LoRA, top layers), the
+token plumbing of states, and the per-model lock that serialises encoder calls.
+
+Shape legend: B batch, L tokens, D vector dim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+
+from qrag.training.config import ConfigError, ModelConfig
+
+# Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
+# calls are serialised per model; scoring and top-k run outside the lock.
+_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: Any) -> threading.Lock:
+    """The lock that serialises encoder calls on `model` (shared by every searcher and adapter)."""
+    with _LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.Lock()
+        return lock
+
+
+class Tower(nn.Module):
+    """An encoder followed by masked mean pooling, optional L2 normalisation and division by `scale` (no head)."""
+
+    def __init__(self, encoder: PreTrainedModel | nn.Module, scale: float, normalize: bool = False) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.scale = scale
+        self.normalize = normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
+        if self.normalize:
+            pooled = F.normalize(pooled, dim=-1)  # (B, D) unit rows
+        return pooled / self.scale
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """`module.eval()` for the block, then every submodule's own training flag back (`.train(True)` would
+    also turn on the dropout of a pretrained encoder loaded in eval mode inside a training-mode wrapper)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[str, torch.Tensor]:
+    """The question piece of tokenised states `[CLS] q [SEP] c1 [SEP] …`: ids and mask up to and including each
+    row's first [SEP] (the whole row where there is none), cut to the longest such prefix.
+
+    Attending to the prefix alone gives the same vector as encoding `[CLS] q [SEP]` by itself: the question
+    comes first, so its positions do not change.
+    """
+    ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
+    is_sep = (ids == sep_id) & mask.bool()  # (B, L)
+    length = torch.where(is_sep.any(dim=1), is_sep.int().argmax(dim=1) + 1, mask.sum(dim=1))  # (B,)
+    width = int(length.max())
+    keep = torch.arange(width, device=ids.device).unsqueeze(0) < length.unsqueeze(1)  # (B, width)
+    return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width] * keep.to(mask.dtype)}
+
+
+def pad_rows(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Token-id rows → right-padded (B, L) `input_ids` and `attention_mask`."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, L)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, L)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def apply_train_mode(encoder: nn.Module, config: ModelConfig) -> nn.Module:
+    """Freeze or wrap the encoder so that only what `train_mode` names is trainable."""
+    if config.train_mode == "full":
+        return encoder
+    if config.train_mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=config.lora_alpha,  # type: ignore[arg-type]  # PEFT annotates int, accepts float
+            lora_dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+            bias="none",
+        )
+        try:
+            with warnings.catch_warnings():
+                # peft probes the deprecated `is_gradient_checkpointing` attribute of transformers' models; the
+                # probe's FutureWarning says nothing about the user's code, so it is not shown on every load.
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+                return get_peft_model(encoder, lora)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ConfigError(f"cannot add LoRA adapters to this encoder ({e}); set model.lora_target_modules.") from None
+    # top_layers: the last `trainable_layers` transformer blocks (and anything after them) train.
+    layer_of = {n: _layer_index(n) for n, _ in encoder.named_parameters()}
+    indices = [i for i in layer_of.values() if i is not None]
+    if not indices:
+        raise ConfigError("train_mode='top_layers' found no numbered transformer layers in this encoder; use 'lora' or 'full'.")
+    first = max(indices) + 1 - config.trainable_layers
+    for name, p in encoder.named_parameters():
+        idx = layer_of[name]
+        p.requires_grad = idx is not None and idx >= first
+    return encoder
+
+
+def _layer_index(name: str) -> int | None:
+    parts = name.split(".")
+    for prev, cur in zip(parts, parts[1:], strict=False):
+        if prev in {"layer", "layers", "h", "block", "blocks"} and cur.isdigit():
+            return int(cur)
+    return None
