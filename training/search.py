@@ -61,7 +61,7 @@ from qrag.training.shipped import resolve_checkpoint
 from qrag.training.validate import check_device
 
 __all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "MultiHopSearcher", "SearchConfig", "SearchError",
-           "SearchResult", "check_finite_q", "load_model", "search_many", "stop_point"]
+           "SearchResult", "check_finite_q", "load_model", "search_corpora", "search_many", "stop_point"]
 
 SEARCH_FILE = "search.json"
 SEARCH_FORMAT = "qrag-multihop-searcher"
@@ -374,6 +374,24 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
         out.extend(_greedy_results(model, list(questions[start : start + cfg.batch_size]), corpora,
                                    [ix.chunk for ix in group], cfg))
     return out
+
+
+def search_corpora(model: QNetwork, questions: Sequence[str], corpora: Corpora,
+                   chunk: Sequence[Callable[[int], Chunk]], config: SearchConfig | None = None) -> list[SearchResult]:
+    """Greedy search over the hop engine's corpora (`hops.Corpora`: chunk vectors already computed, shared or one
+    per question), for callers that hold vectors rather than `ChunkIndex`es (a 10M-token haystack gathered from a
+    cache); `chunk[b](row)` names the chunk at a row of question b's corpus. The same results as `search_many`.
+
+    Raises:
+        SearchError: `beam_size > 1`, or `chunk` does not give one namer per question.
+    """
+    cfg = (config or SearchConfig()).validate().resolved(model.hops)
+    if cfg.beam_size != 1:
+        raise SearchError(f"greedy search only: beam_size must be 1, got {cfg.beam_size}; use MultiHopSearcher.")
+    if len(chunk) != len(questions):
+        raise SearchError(f"got {len(questions)} questions but {len(chunk)} chunk namers; pass one per question.")
+    model.eval()
+    return _greedy_results(model, list(questions), corpora, chunk, cfg)
 
 
 def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chunk: Sequence[Callable[[int], Chunk]],

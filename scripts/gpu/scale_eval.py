@@ -2,8 +2,9 @@
 
 For each (task, length), on the same generated test episodes and the same trained checkpoint:
 
-- `qrag`       MultiHopSearcher, exactly |SF| results (all of them hops), no stop rule;
-- `qrag+stop`  MultiHopSearcher, adaptive: at most --max-hops hops, the stop rule at --stop-threshold;
+- `qrag`       greedy search through the hop engine (`search_corpora`), exactly |SF| results (all of them
+               hops), no stop rule;
+- `qrag+stop`  the same, adaptive: at most --max-hops hops, the stop rule at --stop-threshold;
 - `dense`      single-hop dense retrieval with the untrained base encoder (as `qrag-eval`'s `dense`), top |SF|;
 - `bm25`       Okapi BM25 (bm25s' defaults: Lucene idf, k1 1.5, b 0.75, English stop words), top |SF|.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -217,47 +219,11 @@ def _generate(job: tuple[str, str, str, str, int, int, tuple[str, ...]]) -> Comp
 
 
 # ---------------------------------------------------------------------------------------- vectors
-class _RowIds(Sequence[str]):
-    def __init__(self, n: int) -> None:
-        self.n = n
+def row_chunk(texts: Sequence[str], row: int) -> Any:
+    """The chunk at `row` of a haystack (its position is its row)."""
+    from qrag.training.index import Chunk
 
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: Any) -> Any:
-        return str(i)
-
-
-class _NoMeta(Sequence[dict[str, Any]]):
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: Any) -> Any:
-        return {}
-
-
-def episode_index(vectors: Any, texts: Sequence[str]) -> Any:
-    """A `ChunkIndex` (exact torch backend) over precomputed vectors without its per-chunk id, metadata and
-    row lists: at 400 000 chunks building those costs ~0.5 s per episode and nothing here reads them."""
-    from qrag.training.index import ChunkIndex
-
-    class EpisodeIndex(ChunkIndex):
-        def __init__(self) -> None:  # noqa: D107 - deliberately skips ChunkIndex.__init__
-            self.vectors = vectors.float()
-            self.texts = texts  # type: ignore[assignment]
-            self.ids = _RowIds(len(texts))  # type: ignore[assignment]
-            self.metadatas = _NoMeta(len(texts))  # type: ignore[assignment]
-            self.encoder = None
-            self.chunk_tower = None
-            self.ordered = True  # a haystack is one document in reading order
-            self._row = {}
-            self.backend = "torch"
-            self._faiss = None
-
-    return EpisodeIndex()
+    return Chunk(str(row), texts[row], position=row)
 
 
 class VectorCache:
@@ -394,15 +360,6 @@ class BM25:
 
 
 # ---------------------------------------------------------------------------------------- metrics
-def fact_metrics(retrieved: Sequence[int], gold: Sequence[int]) -> dict[str, float]:
-    r, g = set(retrieved), set(gold)
-    hit = len(r & g)
-    precision = hit / len(r) if r else 0.0
-    recall = hit / len(g) if g else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"fact_em": float(g <= r), "fact_recall": recall, "fact_precision": precision, "fact_f1": f1}
-
-
 def mean(xs: Sequence[float]) -> float | None:
     return float(statistics.fmean(xs)) if xs else None
 
@@ -623,7 +580,9 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
              cuda: bool, mem: GpuMemory) -> dict[str, Any]:
     import torch
 
-    from qrag.training.search import MultiHopSearcher, SearchConfig
+    from qrag.eval.metrics import fact_scores
+    from qrag.training import hops
+    from qrag.training.search import SearchConfig, search_corpora
 
     a = run.args
     mem.reset()
@@ -632,7 +591,7 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
                             "records": []}
     per: dict[str, list[dict[str, float]]] = {m: [] for m in a.methods}
     secs: dict[str, list[float]] = {m: [] for m in a.methods}
-    hops: dict[str, list[float]] = {m: [] for m in a.methods}
+    hops_taken: dict[str, list[float]] = {m: [] for m in a.methods}
     timing = Counter[str]()
     for ep in episodes:
         if ep is None:  # the library skips this sample at this length (more facts than sentences)
@@ -644,7 +603,7 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
         k = max(1, len(ep.supporting))
         texts = Texts(ep, universe)
         t = time.perf_counter()
-        index = episode_index(qcache.vectors(ep), texts)
+        corpus = hops.Corpora.shared(qcache.vectors(ep).float(), texts, 1)  # one haystack, in reading order
         sync(cuda)
         timing["qrag_vectors_s"] += time.perf_counter() - t
         for m in a.methods:
@@ -654,10 +613,10 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
                 cfg = (SearchConfig(k=k, max_hops=a.max_hops, stop_threshold=None) if m == "qrag" else
                        SearchConfig(k=None, max_hops=a.max_hops, stop_threshold=a.stop_threshold))
                 with amp():
-                    res = MultiHopSearcher(qnet, index, cfg).search_one(ep.question)
+                    res = search_corpora(qnet, [ep.question], corpus, [functools.partial(row_chunk, texts)], cfg)[0]
                 rows = [int(h.chunk.position) for h in res.hits]  # type: ignore[arg-type]
                 q_values = [round(h.q_value, 4) for h in res.hits]
-                hops[m].append(float(min(len(res.hits), a.max_hops)))
+                hops_taken[m].append(float(min(len(res.hits), a.max_hops)))
             elif m == "dense":
                 assert dense is not None and dcache is not None
                 t0 = time.perf_counter()
@@ -666,21 +625,22 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
                 timing["dense_vectors_s"] += time.perf_counter() - t0
                 t = time.perf_counter()
                 with amp(), torch.no_grad():
-                    state = dense.embed_states([ep.question], [[]]).to(dvec.device)  # (1, D)
-                    rows = (state @ dvec.T)[0].topk(min(k, ep.num_chunks)).indices.tolist()
-                hops[m].append(0.0)
+                    state = hops.encode_states(dense, [ep.question], [[]])  # (1, D)
+                    scores, _ = hops.q_values(dense, state, hops.Corpora.shared(dvec.float(), texts, 1), [0], [[]])
+                    rows = scores[0].topk(min(k, ep.num_chunks)).indices.tolist()
+                hops_taken[m].append(0.0)
             else:
                 assert bm25 is not None
                 rows = bm25.top(ep, k)
-                hops[m].append(0.0)
+                hops_taken[m].append(0.0)
             sync(cuda)
             secs[m].append(time.perf_counter() - t)
-            per[m].append(fact_metrics(rows, ep.supporting))
+            per[m].append(fact_scores(rows, ep.supporting))
             rec[m] = rows if not q_values else {"rows": rows, "q": q_values}
             rec.setdefault("em", {})[m] = per[m][-1]["fact_em"]
         cell["records"].append(rec)
         cell["samples_done"] += 1
-        del index
+        del corpus
         if run.out_of_time() and cell["samples_done"] + cell["samples_skipped"] < n:
             cell["partial"] = True
             break
@@ -691,7 +651,7 @@ def run_cell(run: Run, bench: str, task: str, length: str, episodes: Iterable[Co
     cell["seconds"] = {k_: round(v, 3) for k_, v in timing.items()}
     cell["methods"] = {
         m: {**{key: mean([x[key] for x in per[m]]) for key in ("fact_em", "fact_recall", "fact_precision", "fact_f1")},
-            "hops_mean": mean(hops[m]), "seconds_per_query": mean(secs[m]), "n": len(per[m])}
+            "hops_mean": mean(hops_taken[m]), "seconds_per_query": mean(secs[m]), "n": len(per[m])}
         for m in a.methods
     }
     cell["peak_memory_bytes"] = mem.peak()

@@ -242,7 +242,8 @@ def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  
 @pytest.mark.parametrize("mode,order", [("relative", "document"), ("none", "selection"), ("absolute", "selection")])
 def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeypatch, mode: str, order: str) -> None:  # type: ignore[no-untyped-def]
     import qrag.training.hops
-    from qrag.training.search import search_many
+    from qrag.training.hops import Corpora
+    from qrag.training.search import search_corpora, search_many
 
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), position_mode=mode, state_order=order)
     words = ["kitchen", "garden", "milk", "Mary", "John", "office", "apple", "hallway", "Sandra", "ball"]
@@ -267,6 +268,9 @@ def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeyp
                     [(h.chunk.id, h.hop, h.past_stop) for h in want.hits], (budget, cfg, q)
                 assert [h.q_value for h in got.hits] == pytest.approx([h.q_value for h in want.hits], abs=1e-5)
                 assert got.hops_kept == want.hops_kept
+                (alone,) = search_corpora(qnet, [q], Corpora.shared(ix.vectors, ix.texts, 1), [ix.chunk], cfg)
+                assert [(h.chunk, h.hop, h.past_stop) for h in alone.hits] == [(h.chunk, h.hop, h.past_stop)
+                                                                                for h in got.hits]
         assert any(len(r.hits) < 3 for r in search_many(qnet, questions, indexes, configs[0]))  # the rule did cut
     with pytest.raises(SearchError, match="beam_size"):
         search_many(qnet, questions, indexes, SearchConfig(beam_size=2))
