@@ -236,7 +236,7 @@ def make_retrievers(
     max_hops: int | None = None,
     stop_threshold: float | None = None,
     device: str | None = None,
-    chunk_stores: Sequence[ChunkVectorCache] = (),
+    chunk_caches: Sequence[ChunkVectorCache] = (),
     chunk_vectors: ChunkVectorFolder | None = None,
 ) -> list[Retriever]:
     """Build the named retrievers, sharing one untrained model and one index cache.
@@ -252,7 +252,7 @@ def make_retrievers(
             baseline gets the same, so both search equally far), else `HopSettings`' default.
         stop_threshold: The stop rule's threshold for 'qrag+stop'; None: the checkpoint's saved threshold.
         device: Torch device for the encoders (default: CPU).
-        chunk_stores: Chunk vectors already computed, one cache per chunk tower (a model trained with
+        chunk_caches: Chunk vectors already computed, one cache per chunk tower (a model trained with
             `train_towers='state'` and its untrained start share one).
         chunk_vectors: Where the caches of the other chunk towers are kept between runs (the caller saves
             it, `ChunkVectorFolder.save`); None: in memory only.
@@ -272,7 +272,7 @@ def make_retrievers(
                 f"--model {checkpoint!r} is not a trained qrag checkpoint (no {CONFIG_FILE} there); pass the "
                 f"folder written by qrag-train / QNetwork.save_pretrained, or a shipped name ({', '.join(shipped_names())})."
             )
-    cache = _IndexCache(chunk_stores, folder=chunk_vectors)
+    cache = _IndexCache(chunk_caches, folder=chunk_vectors)
     untrained: QNetwork | None = None
     trained: QNetwork | None = None
     out: list[Retriever] = []

@@ -301,7 +301,7 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
             budget = args.minutes - reserve - job.spent() / 60
             config.trainer.max_minutes = args.train_minutes or max(0.5, budget)
             print(f"training budget {config.trainer.max_minutes:.1f} min (resumes from {config.trainer.output_dir}/last)")
-            summary = Trainer(config, train, val, chunk_store=store).train()
+            summary = Trainer(config, train, val, chunk_cache=store).train()
             print(f"{summary['transitions']} transitions in all; best validation: "
                   f"{json.dumps(json.loads((out / 'train' / 'best' / 'eval.json').read_text()))}")
             job.finish("train")
@@ -309,7 +309,7 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
         trained = model or QNetwork.from_pretrained(out / "train" / "best")
         retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, budget=cfg.budget,
                                      max_hops=config.env.max_hops,
-                                     chunk_stores=[store])
+                                     chunk_caches=[store])
         with precision_context(precision):
             run(cfg, retrievers=retrievers)
         report = results_report(read_results(cfg.out / "results.jsonl"), args.samples, args.lengths)

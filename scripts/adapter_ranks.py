@@ -37,7 +37,7 @@ def score(qnet: QNetwork, args: argparse.Namespace, stores: list[ChunkVectorCach
                     num_samples=args.num_samples, progress=False).validate()
     with torch.no_grad():
         summary = run(cfg, retrievers=make_retrievers(cfg.methods, checkpoint=qnet, max_hops=args.max_hops,
-                                                      chunk_stores=stores))
+                                                      chunk_caches=stores))
     result: dict[str, dict] = {}
     for method in cfg.methods:
         per_task = {}

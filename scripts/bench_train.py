@@ -65,9 +65,9 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     train, _ = build_episodes(config.data)
     trainer = Trainer(config, train)
     prefill = time.perf_counter()
-    if trainer.chunk_store is not None:  # a frozen chunk tower: embed every training chunk once, untimed
+    if trainer.chunk_cache is not None:  # a frozen chunk tower: embed every training chunk once, untimed
         with trainer.accelerator.autocast():
-            trainer.chunk_store.vectors(trainer.online, [c for e in train for c in e.chunks])
+            trainer.chunk_cache.vectors(trainer.online, [c for e in train for c in e.chunks])
     prefill = time.perf_counter() - prefill
     trainer.update(trainer.collect_rollout())  # warm-up (allocations, tokenizer caches)
     t0, tr0, up0 = time.perf_counter(), trainer.transitions, trainer.updates

@@ -70,7 +70,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     qnet = QNetwork.from_config(config.model)
     store = ChunkVectorCache.load(args.vectors, qnet.chunk_vectors_key()) if qnet.chunk_tower_frozen else None
     start = time.perf_counter()
-    Trainer(config, train, val, qnet=qnet, chunk_store=store).train()
+    Trainer(config, train, val, qnet=qnet, chunk_cache=store).train()
     seconds = time.perf_counter() - start
     evals = [{k.removeprefix("eval/"): v for k, v in json.loads(line).items() if k.startswith("eval/sf_em")
               or k == "transitions"} for line in (Path(out) / "metrics.jsonl").read_text().splitlines()

@@ -65,14 +65,14 @@ def by_task(episodes: list[Episode]) -> dict[str, list[Episode]]:
 def train_and_score(config: TrainConfig, train: list[Episode], val: dict[str, list[Episode]],
                     store: ChunkVectorCache) -> tuple[dict[str, float], float, int]:
     qnet = QNetwork.from_config(config.model)
-    trainer = Trainer(config, train, chunk_store=store if qnet.chunk_tower_frozen else None, qnet=qnet)
+    trainer = Trainer(config, train, chunk_cache=store if qnet.chunk_tower_frozen else None, qnet=qnet)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     scores = {}
     with trainer.accelerator.autocast():
         for task, episodes in val.items():
-            scores[task] = evaluate(trainer.online, episodes, config.env, store=trainer.chunk_store)["fact_em"]
+            scores[task] = evaluate(trainer.online, episodes, config.env, store=trainer.chunk_cache)["fact_em"]
     return scores, seconds, trainer.transitions
 
 

@@ -93,7 +93,7 @@ def observe(
     return Observation(slots, questions, rendered, available, positions, q, value)
 
 
-def frozen_chunk_store(qnet: QNetwork, store: ChunkVectorCache | None = None) -> ChunkVectorCache | None:
+def frozen_chunk_cache(qnet: QNetwork, store: ChunkVectorCache | None = None) -> ChunkVectorCache | None:
     """The run-long chunk-vector cache for a network whose chunk tower is frozen (None when it trains).
 
     Raises:
@@ -121,7 +121,7 @@ def evaluate(
     `store` (a frozen chunk tower only) serves chunk vectors already computed.
     Returns mean `return`, `fact_recall` and `fact_em` (all supporting chunks retrieved) and `steps`.
     """
-    store = frozen_chunk_store(qnet, store)
+    store = frozen_chunk_cache(qnet, store)
     done: list[EpisodeState] = []
     for start in range(0, len(episodes), num_envs):
         group = list(episodes[start : start + num_envs])

@@ -33,7 +33,7 @@ from qrag.training.config import TrainConfig
 from qrag.training.data.episode import Episode
 from qrag.training.distributed import any_process, max_over_processes, shard
 from qrag.training.env import RetrievalEnv
-from qrag.training.policy import ChunkCache, evaluate, frozen_chunk_store, observe
+from qrag.training.policy import ChunkCache, evaluate, frozen_chunk_cache, observe
 from qrag.training.qnet import QNetwork
 from qrag.training.resume import Resumable
 from qrag.training.selection import TaskSampler, calibrate_stop_rule, evaluate_at_sf
@@ -57,7 +57,7 @@ class Trainer(Resumable):
 
     def __init__(
         self, config: TrainConfig, train_episodes: Sequence[Episode], val_episodes: Sequence[Episode] = (),
-        qnet: QNetwork | None = None, chunk_store: ChunkVectorCache | None = None,
+        qnet: QNetwork | None = None, chunk_cache: ChunkVectorCache | None = None,
     ) -> None:
         """Set up the networks, optimiser and environments.
 
@@ -65,7 +65,7 @@ class Trainer(Resumable):
             config: The run.
             train_episodes / val_episodes: Training and validation episodes.
             qnet: A network to train (default: built from `config.model`).
-            chunk_store: With `model.train_towers='state'`, chunk vectors already computed (they are kept
+            chunk_cache: With `model.train_towers='state'`, chunk vectors already computed (they are kept
                 for the whole run either way; pass one to share it with other work).
         """
         self.created = time.perf_counter()  # a time budget counts from here: set-up is part of the run
@@ -116,9 +116,9 @@ class Trainer(Resumable):
         self.env = RetrievalEnv(
             train_episodes, config.env, tc.num_envs, sampler=self._sample_episode, state_order=config.model.state_order
         )
-        self.chunk_store = frozen_chunk_store(self.online, chunk_store)
-        self.online_cache = ChunkCache(self.online, tc.encode_batch_size, self.chunk_store)
-        self.target_cache = ChunkCache(self.target, tc.encode_batch_size, self.chunk_store)
+        self.chunk_cache = frozen_chunk_cache(self.online, chunk_cache)
+        self.online_cache = ChunkCache(self.online, tc.encode_batch_size, self.chunk_cache)
+        self.target_cache = ChunkCache(self.target, tc.encode_batch_size, self.chunk_cache)
         self.transitions = 0
         self.updates = 0
         self.resumed_from: Path | None = None
@@ -251,8 +251,8 @@ class Trainer(Resumable):
                     [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
                 taken = [batch["chunks"][i] for i in idx]
                 c_in: dict[str, torch.Tensor] | torch.Tensor
-                if self.chunk_store is not None:  # frozen chunk tower: its vectors, not its gradient
-                    c_in = self.chunk_store.vectors(online, taken, batch_size=tc.encode_batch_size)  # (B, D)
+                if self.chunk_cache is not None:  # frozen chunk tower: its vectors, not its gradient
+                    c_in = self.chunk_cache.vectors(online, taken, batch_size=tc.encode_batch_size)  # (B, D)
                 else:
                     c_in = {k: v.to(dev) for k, v in online.tokenize_chunks(taken).items()}
                 pos = batch["positions"][idx].to(dev) if online.config.position_mode != "none" else None
@@ -407,9 +407,9 @@ class Trainer(Resumable):
         tc = self.config.trainer
         with self.accelerator.autocast():
             result = evaluate(self.online, self.val_episodes, self.config.env, tc.num_envs * 4, tc.encode_batch_size,
-                              self.chunk_store)
+                              self.chunk_cache)
             result.update(evaluate_at_sf(evaluate, self.online, self.val_episodes, self.config.env,
-                                         num_envs=tc.num_envs * 4, batch_size=tc.encode_batch_size, store=self.chunk_store))
+                                         num_envs=tc.num_envs * 4, batch_size=tc.encode_batch_size, store=self.chunk_cache))
         if self.task_sampler is not None:
             self.task_sampler.set_errors({k[len("sf_em/"):]: 1.0 - v for k, v in result.items() if k.startswith("sf_em/")})
             result.update({f"task_p/{t}": p for t, p in self.task_sampler.probabilities().items()})
@@ -419,7 +419,7 @@ class Trainer(Resumable):
             self.best_metric = metric
             if tc.calibrate_stop:  # inside the evaluation's time, which the time budget accounts for
                 with self.accelerator.autocast():
-                    result.update(calibrate_stop_rule(self.online, self.val_episodes, self.chunk_store))
+                    result.update(calibrate_stop_rule(self.online, self.val_episodes, self.chunk_cache))
             report = json.dumps({"transitions": self.transitions, **result}, indent=1)
             self.online.save_pretrained(self.output_dir / "best", extra_files={BEST_EVAL_FILE: report})
         return result

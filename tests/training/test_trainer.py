@@ -222,7 +222,7 @@ def test_frozen_chunk_tower_trains_the_state_tower_only_and_embeds_each_chunk_on
     episodes = make_two_hop_episodes(20, 0)
     trainer = Trainer(cfg, episodes)
     online = trainer.online
-    assert online.chunk_tower_frozen and trainer.chunk_store is not None
+    assert online.chunk_tower_frozen and trainer.chunk_cache is not None
     assert all(not p.requires_grad for p in online.chunk_tower.parameters())
     calls: list[int] = []
     embed = online.embed_chunks
@@ -236,7 +236,7 @@ def test_frozen_chunk_tower_trains_the_state_tower_only_and_embeds_each_chunk_on
         assert moved == name.startswith("state_tower."), name
     # Acting, both rollouts and the updates read the run-long cache: no text was embedded twice.
     distinct = {t for e in episodes for t in e.chunks}
-    assert sum(calls) == len(trainer.chunk_store) <= len(distinct)
+    assert sum(calls) == len(trainer.chunk_cache) <= len(distinct)
     # The target's chunk tower is the same frozen encoder: its vectors come from the same cache.
     assert trainer.target.chunk_vectors_key() == online.chunk_vectors_key()
     # A checkpoint of a frozen-chunk-tower run holds the state tower only.
