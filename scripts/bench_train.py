@@ -4,6 +4,8 @@
     .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out results/bench_train_levers.json
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:1:loop,full:state:bf16:4:fused \
         --rollouts 4 --repeats 3 --out results/bench_train_groups.json   # the main job's update, before and after
+    .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --profile \
+        --rollouts 4 --repeats 3 --out results/bench_train_profile.json  # where the main job's step time goes
     python scripts/bench_train.py --gpu --preset babilong --mixed-precision bf16 --num-envs 16 \
         --num-sentences 160 --modes lora,top_layers,full --rollouts 3 --repeats 1 --threads 4 \
         --out results/gpu/bench_train_gpu.json                                   # on a CUDA machine
@@ -20,8 +22,10 @@ haystacks' background sentences come from that text pack (scripts/gpu/offline.py
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import platform
+import pstats
 import resource
 import statistics
 import subprocess
@@ -70,11 +74,15 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
             trainer.chunk_cache.vectors(trainer.online, [c for e in train for c in e.chunks])
     prefill = time.perf_counter() - prefill
     trainer.update(trainer.collect_rollout())  # warm-up (allocations, tokenizer caches)
+    profiler = cProfile.Profile() if args.profile else None
     t0, tr0, up0 = time.perf_counter(), trainer.transitions, trainer.updates
+    if profiler is not None:
+        profiler.enable()
     for _ in range(args.rollouts):
         batch = trainer.collect_rollout()
         trainer.update(batch)
     seconds = time.perf_counter() - t0
+    shares = time_shares(profiler, seconds) if profiler is not None else {}
     real_share = real_token_share(trainer, batch)
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
     return {
@@ -85,7 +93,30 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
         "optimizer_steps_per_s": (trainer.updates - up0) / seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "trainable_params": sum(p.numel() for p in trainer.online.parameters() if p.requires_grad),
+        **shares,
     }
+
+
+# Where a training step's time goes: (label, file suffix, function) whose cumulative profiled time is reported.
+PARTS = (
+    ("acting", "training/trainer.py", "collect_rollout"),
+    ("acting: state-tower passes", "training/qnet.py", "embed_states"),
+    ("update", "training/trainer.py", "update"),
+    ("update: forward", "training/qnet.py", "forward"),
+    ("update: backward", "torch/autograd/__init__.py", "backward"),
+    ("tokenisation (states and chunks)", "training/qnet.py", "tokenize_states"),
+    ("hop engine scoring (positions, rotation, masks)", "training/hops.py", "q_values"),
+)
+
+
+def time_shares(profiler: cProfile.Profile, seconds: float) -> dict[str, float]:
+    """Cumulative time of each of `PARTS` as a share of the timed loop (under the profiler's own overhead)."""
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]  # {(file, line, name): (cc, nc, tt, ct, callers)}
+    out = {}
+    for label, suffix, name in PARTS:
+        total = sum(v[3] for (file, _, func), v in stats.items() if func == name and file.endswith(suffix))
+        out[f"share/{label}"] = total / seconds
+    return out
 
 
 def real_token_share(trainer: Any, batch: dict[str, Any]) -> float:
@@ -121,6 +152,8 @@ def main() -> int:
     parser.add_argument("--mixed-precision", default="no", choices=("no", "bf16", "fp16"))
     parser.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
     parser.add_argument("--num-sentences", type=int, default=None, help="haystack sentences (default: the preset's)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also report where the timed loop's time goes (share/... keys; cProfile slows it a little)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -145,6 +178,9 @@ def main() -> int:
         print(f"{mode:<20}{row['transitions_per_s']:>15.1f}{row['optimizer_steps_per_s']:>13.2f}"
               f"{row['peak_rss_mb']:>13.0f}{row['peak_gpu_mb']:>13.0f}{int(row['trainable_params']):>12,}"
               f"{row['transitions_per_s'] / base:>9.2f}x")
+        for key, share in row.items():
+            if key.startswith("share/"):
+                print(f"    {key[len('share/'):]:<52}{100 * share:>6.1f} %")
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
