@@ -166,3 +166,18 @@ def read_hops(meta: dict[str, Any], directory: Path) -> HopSettings:
     except (TypeError, ConfigError) as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: the 'hops' section is invalid ({e}); "
                               "save the model again or fix the file.") from None
+
+
+def load_checked(module: nn.Module, tensors: dict[str, torch.Tensor], expected: set[str], directory: Path) -> None:
+    """Load a checkpoint's tensors into `module`; every name in `expected` must be there and none unknown."""
+    try:
+        missing, unexpected = module.load_state_dict(tensors, strict=False)
+    except RuntimeError as e:  # size mismatch
+        raise CheckpointError(f"{directory / WEIGHTS_FILE} does not fit its model config (tensor shapes differ: "
+                              f"{short(e)}); was it written by another model or edited?") from None
+    lost = sorted(set(missing) & expected)
+    if lost or unexpected:
+        raise CheckpointError(
+            f"checkpoint {str(directory)!r} does not fit its model config: missing {lost[:3]}, unexpected "
+            f"{sorted(unexpected)[:3]} (was it written by another qrag version or edited?)."
+        )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from qrag.training.atomic import recover
@@ -27,18 +25,28 @@ from qrag.training.persist import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     CheckpointError,
+    load_checked,
     read_base_encoder,
     read_checkpoint_meta,
     read_hops,
     read_model_config,
     read_tokenizer,
     read_weights,
-    short,
     write_model_folder,
 )
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
 from qrag.training.shipped import ShippedNameError, resolve_checkpoint
-from qrag.training.towers import Tower, apply_train_mode, eval_mode, model_lock, pad_rows, question_inputs
+from qrag.training.towers import (
+    Tower,
+    apply_train_mode,
+    encode_longest_first,
+    eval_mode,
+    model_lock,
+    pad_rows,
+    question_inputs,
+    state_token_ids,
+    tensors_digest,
+)
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "CheckpointError", "ChunkLengthWarning", "QNetwork", "Tower", "eval_mode",
            "model_lock", "question_inputs", "read_checkpoint_meta"]
@@ -193,20 +201,8 @@ class QNetwork(nn.Module):
 
     def state_token_ids(self, question: str, selected_chunks: Sequence[str]) -> list[int]:
         """`[CLS] q [SEP] c1 [SEP] c2 [SEP]`, each piece truncated to `max_state_piece_tokens` on its own."""
-        pieces = self.tokenizer(
-            [question, *selected_chunks],
-            add_special_tokens=False,
-            truncation=True,
-            max_length=self.config.max_state_piece_tokens,
-        )["input_ids"]
-        cls_id = self.tokenizer.cls_token_id if self.tokenizer.cls_token_id is not None else self.tokenizer.bos_token_id
-        sep_id = self.tokenizer.sep_token_id if self.tokenizer.sep_token_id is not None else self.tokenizer.eos_token_id
-        ids: list[int] = [cls_id] if cls_id is not None else []
-        for piece in pieces:
-            ids.extend(piece)
-            if sep_id is not None:
-                ids.append(sep_id)
-        return ids[: self.config.max_state_tokens]
+        return state_token_ids(self.tokenizer, question, selected_chunks, self.config.max_state_piece_tokens,
+                               self.config.max_state_tokens)
 
     def tokenize_states(
         self, questions: Sequence[str], selected_chunks: Sequence[Sequence[str]]
@@ -319,17 +315,9 @@ class QNetwork(nn.Module):
         return s + anchor.to(s.dtype)  # (B, D)
 
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
-        n = len(lengths)
-        out = torch.empty(n, self.dim, device=self.device)  # (N, D)
-        if n == 0:
-            return out
-        order = sorted(range(n), key=lambda i: -lengths[i])
         with eval_mode(self):
-            for start in tqdm(range(0, n, batch_size), desc=f"embedding {what}", disable=not show, unit="batch"):
-                idx = order[start : start + batch_size]
-                inputs = {k: v.to(self.device) for k, v in tokenize(idx).items()}
-                out[torch.tensor(idx, device=self.device)] = encode(inputs).float()
-        return out
+            return encode_longest_first(encode, tokenize, lengths, batch_size, self.dim, self.device,
+                                        desc=f"embedding {what}", show=show)
 
     # ------------------------------------------------------------------ scoring
     def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -393,8 +381,7 @@ class QNetwork(nn.Module):
     def base_fingerprint(self) -> str:
         """A short hash of the base encoder's input embeddings, to catch a checkpoint on the wrong base."""
         base: Any = self._base_encoder(self.chunk_tower)  # transformers' stubs mistype get_input_embeddings
-        emb = base.get_input_embeddings().weight
-        return hashlib.sha256(emb.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
+        return tensors_digest([("", base.get_input_embeddings().weight)], "sha256", 16)
 
     def chunk_tower_fingerprint(self) -> str:
         """A short hash of everything a chunk vector depends on: the chunk tower's weights, truncation, scale
@@ -410,12 +397,7 @@ class QNetwork(nn.Module):
         cached = self._tower_fp
         if cached is not None and cached[0] == stamp:
             return str(cached[1])
-        h = hashlib.blake2b(digest_size=8)
-        h.update(settings.encode())
-        for name, tensor in tensors:
-            h.update(name.encode())
-            h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
-        self._tower_fp = (stamp, h.hexdigest())
+        self._tower_fp = (stamp, tensors_digest(tensors, "blake2b", 16, prefix=settings))
         return self._tower_fp[1]
 
     @property
@@ -477,19 +459,9 @@ class QNetwork(nn.Module):
                 f"checkpoint {str(d)!r} was trained on a different base encoder than {config.encoder!r} "
                 f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
             )
-        try:
-            missing, unexpected = qnet.load_state_dict(tensors, strict=False)
-        except RuntimeError as e:  # size mismatch
-            raise CheckpointError(f"{d / WEIGHTS_FILE} does not fit its model config (tensor shapes differ: "
-                                  f"{short(e)}); was it written by another model or edited?") from None
         expected = {"none": set(), "trainable": set(qnet.trainable_state_dict())}.get(meta["saved_params"],
                                                                                      set(qnet.state_dict()))
-        lost = sorted(set(missing) & expected)
-        if lost or unexpected:
-            raise CheckpointError(
-                f"checkpoint {str(d)!r} does not fit its model config: missing {lost[:3]}, unexpected "
-                f"{sorted(unexpected)[:3]} (was it written by another qrag version or edited?)."
-            )
+        load_checked(qnet, tensors, expected, d)
         qnet.hops = read_hops(meta, d)
         if meta["saved_params"] == "none":
             qnet._untrained_sums = qnet._weight_sums()

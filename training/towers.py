@@ -7,15 +7,17 @@ Shape legend: B batch, L tokens, D vector dim.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from qrag.training.config import ConfigError, ModelConfig
@@ -79,6 +81,44 @@ def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[
     width = int(length.max())
     keep = torch.arange(width, device=ids.device).unsqueeze(0) < length.unsqueeze(1)  # (B, width)
     return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width] * keep.to(mask.dtype)}
+
+
+def state_token_ids(tokenizer: Any, question: str, chunks: Sequence[str], piece_tokens: int, state_tokens: int) -> list[int]:
+    """`[CLS] q [SEP] c1 [SEP] c2 [SEP]` (a tokenizer without [CLS]/[SEP] uses BOS/EOS), each piece cut to
+    `piece_tokens` on its own, the whole to `state_tokens`."""
+    pieces = tokenizer([question, *chunks], add_special_tokens=False, truncation=True, max_length=piece_tokens)["input_ids"]
+    cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    sep_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    ids: list[int] = [cls_id] if cls_id is not None else []
+    for piece in pieces:
+        ids.extend(piece)
+        if sep_id is not None:
+            ids.append(sep_id)
+    return ids[:state_tokens]
+
+
+def encode_longest_first(encode: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+                         tokenize: Callable[[list[int]], dict[str, torch.Tensor]], lengths: list[int], batch_size: int,
+                         dim: int, device: torch.device, *, desc: str, show: bool) -> torch.Tensor:
+    """(N, dim) float32 vectors of N texts, encoded in batches of similar length (longest first, so padding is
+    small and the first batch shows the peak memory); `tokenize(rows)` gives the inputs of those rows."""
+    out = torch.empty(len(lengths), dim, device=device)  # (N, D)
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, disable=not show or not order, unit="batch"):
+        idx = order[start : start + batch_size]
+        inputs = {k: v.to(device) for k, v in tokenize(idx).items()}
+        out[torch.tensor(idx, device=device)] = encode(inputs).float()
+    return out
+
+
+def tensors_digest(tensors: Sequence[tuple[str, torch.Tensor]], algorithm: str, hex_chars: int, prefix: str = "") -> str:
+    """A hex digest of named tensors' float32 bytes (after `prefix`), `hex_chars` long."""
+    h = hashlib.blake2b(digest_size=hex_chars // 2) if algorithm == "blake2b" else hashlib.new(algorithm)
+    h.update(prefix.encode())
+    for name, tensor in tensors:
+        h.update(name.encode())
+        h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:hex_chars]
 
 
 def pad_rows(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
