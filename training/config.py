@@ -7,15 +7,14 @@ one docstring line; derived values are properties. Unknown keys are errors, neve
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from qrag.training.overlay import ConfigError, overlay
 from qrag.training.positions import PositionMode
 
 TrainMode = Literal["full", "top_layers", "lora"]
@@ -30,10 +29,6 @@ TaskWeighting = Literal["uniform", "error"]
 MarginOver = Literal["best", "all"]
 
 PRESET_DIR = Path(__file__).parent / "presets"
-
-
-class ConfigError(ValueError):
-    """A configuration value or key is invalid; the message names it and says what is allowed."""
 
 
 @dataclass
@@ -352,7 +347,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, base: TrainConfig | None = None, where: str = "config") -> TrainConfig:
         """Overlay a nested dict on `base` (default: the defaults). Unknown keys raise `ConfigError`."""
-        return _overlay(base if base is not None else cls(), data, where)
+        return overlay(base if base is not None else cls(), data, where, RENAMED_KEYS)
 
     def to_yaml(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False), encoding="utf-8")
@@ -412,76 +407,3 @@ def _plain(obj: Any) -> Any:
 RENAMED_KEYS: dict[str, str] = {"env.max_steps": "env.max_hops"}
 """Config keys of earlier qrag versions and their names now (read with a FutureWarning, so saved run configs
 and users' YAML files keep working)."""
-
-
-def _overlay(obj: Any, data: dict[str, Any], where: str, section: str = "") -> Any:
-    hints = typing.get_type_hints(type(obj))
-    names = {f.name for f in dataclasses.fields(obj)}
-    changes: dict[str, Any] = {}
-    for old_key, value in data.items():
-        key = RENAMED_KEYS.get(section + old_key, section + old_key)[len(section):]
-        if key != old_key:
-            if key in data:
-                raise ConfigError(f"{where}: both {old_key!r} and its new name {key!r} are set; keep only {key!r}.")
-            warnings.warn(f"{where}: config key {old_key!r} is now {key!r}; the old name will stop working in a "
-                          "later version.", FutureWarning, stacklevel=2)
-        if key not in names:
-            raise ConfigError(f"{where}: unknown config key {key!r} in {type(obj).__name__}; known: {sorted(names)}.")
-        current = getattr(obj, key)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}: section {key!r} must be a mapping, got {value!r}.")
-            changes[key] = _overlay(current, value, f"{where}:{key}", f"{section}{key}.")
-        else:
-            changes[key] = _coerce(value, hints[key], f"{where}:{key}")
-    return dataclasses.replace(obj, **changes)
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where}: value {value!r} does not fit type {hint}.")
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{where}: value {value!r} is not one of {list(args)}.")
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ConfigError(f"{where}: expected a list of {len(args)} values, got {value!r}.")
-        return tuple(_coerce(v, a, where) for v, a in zip(value, args, strict=True))
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}.")
-        return [_coerce(v, args[0], where) for v in value]
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}.")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}.")
-        return value
-    if hint is float:
-        if isinstance(value, str):  # YAML 1.1 reads '2e-4' (no '.') as a string
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{where}: expected a number, got {value!r}.") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}.")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}.")
-        return value
-    return value

@@ -27,8 +27,6 @@ horizon, then applies the stop rule along the best sequence; `beam_size=1` is gr
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +36,6 @@ from typing import Any
 
 import torch
 
-from qrag.training.atomic import atomic_dir, recover
 from qrag.training.hops import (
     FROM_MODEL,
     Corpora,
@@ -55,17 +52,15 @@ from qrag.training.hops import (
     stops,
     top_up,
 )
-from qrag.training.index import INDEX_FILE, Chunk, ChunkIndex, ChunkStore, ScoredChunk
+from qrag.training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk
 from qrag.training.qnet import CONFIG_FILE, QNetwork, model_lock
+from qrag.training.searcher_files import read_searcher, write_searcher
 from qrag.training.shipped import resolve_checkpoint
 from qrag.training.validate import check_device
 
 __all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "MultiHopSearcher", "SearchConfig", "SearchError",
            "SearchResult", "check_finite_q", "load_model", "search_corpora", "search_many", "stop_point"]
 
-SEARCH_FILE = "search.json"
-SEARCH_FORMAT = "qrag-multihop-searcher"
-MODEL_DIR, INDEX_DIR = "model", "index"
 
 
 class CorpusOrderWarning(UserWarning):
@@ -183,17 +178,7 @@ class MultiHopSearcher:
                 f"this searcher uses an external store ({type(self.store).__name__}); persist that store itself "
                 "and save the model with QNetwork.save_pretrained."
             )
-        tower = self.model.chunk_tower_fingerprint()
-        if self.store.chunk_tower is not None and self.store.chunk_tower != tower:
-            raise SearchError("the index was embedded by another chunk tower than this model's (was the model trained "
-                              "or replaced after indexing?); rebuild it with ChunkIndex.from_texts(model, ...).")
-        blob = json.dumps({"format": SEARCH_FORMAT, "version": 1, "config": dataclasses.asdict(self.config)}, indent=2)
-        with atomic_dir(Path(folder), check=_check_saved, replace=_replaceable) as tmp:
-            self.model.save_pretrained(tmp / MODEL_DIR)
-            self.store.save(tmp / INDEX_DIR)
-            (tmp / SEARCH_FILE).write_text(blob, encoding="utf-8")
-            for name, text in (extra_files or {}).items():
-                (tmp / name).write_text(text, encoding="utf-8")
+        write_searcher(Path(folder), self.model, self.store, self.config, extra_files)
         return Path(folder)
 
     @classmethod
@@ -205,15 +190,8 @@ class MultiHopSearcher:
                 index was embedded by another chunk tower than the saved model's.
             CheckpointError / IndexLoadError: the model or the index part is missing or corrupt.
         """
-        d = Path(folder)
         check_device(device, SearchError)
-        recover(d)
-        config = _read_head(d)
-        model = QNetwork.from_pretrained(d / MODEL_DIR, encoder=encoder)
-        index = ChunkIndex.load(d / INDEX_DIR)
-        if index.chunk_tower is not None and index.chunk_tower != model.chunk_tower_fingerprint():
-            raise SearchError(f"{d / INDEX_DIR} was embedded by another chunk tower than the model in {d / MODEL_DIR} "
-                              "(a mixed or hand-assembled folder); save the searcher again from one model.")
+        model, index, config = read_searcher(Path(folder), encoder)
         model = model.to(device) if device else model
         return cls(model, index.to(device) if device else index, config)
 
@@ -419,34 +397,6 @@ def _ordered(hits: list[Hit], order: Order) -> list[Hit]:
     if order == "hop":
         return hits
     return sorted(hits, key=lambda h: (h.chunk.position is None, h.chunk.position or 0, h.hop))
-
-
-def _read_head(d: Path) -> SearchConfig:
-    head_path = d / SEARCH_FILE
-    if not head_path.is_file():
-        raise SearchError(f"{str(d)!r} is not a saved qrag searcher/retriever: {SEARCH_FILE} is missing.")
-    try:
-        head = json.loads(head_path.read_text(encoding="utf-8"))
-        if not isinstance(head, dict) or head.get("format") != SEARCH_FORMAT:
-            raise ValueError(f"format {head.get('format') if isinstance(head, dict) else type(head).__name__!r}")
-        return SearchConfig(**head["config"]).validate()
-    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
-        raise SearchError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save it again.") from None
-
-
-def _check_saved(d: Path) -> None:
-    """What a finished save must hold before it replaces the previous one (headers parse, files present)."""
-    from qrag.training.qnet import read_checkpoint_meta
-
-    _read_head(d)
-    read_checkpoint_meta(d / MODEL_DIR)
-    if not (d / INDEX_DIR / INDEX_FILE).is_file():
-        raise SearchError(f"{d / INDEX_DIR} was not written completely; nothing was replaced.")
-
-
-def _replaceable(folder: Path) -> bool:
-    """A folder `save` may replace: empty, or an earlier save."""
-    return (folder / SEARCH_FILE).is_file() or not any(folder.iterdir())
 
 
 def load_model(model: QNetwork | str | Path, *, device: str | torch.device | None = None) -> QNetwork:
