@@ -54,6 +54,10 @@ class Retrieval:
     seconds: float
     """Wall-clock retrieval time for this question; building the chunk index of the corpus is not included.
     Questions retrieved together share their batch's time equally."""
+    index_s: float = 0.0
+    """Seconds spent computing this question's chunk vectors (those no earlier question had needed)."""
+    chunks_embedded: int = 0
+    """Chunks whose vectors were computed for this question (0 when every one came from the cache)."""
 
 
 class Retriever(Protocol):
@@ -122,10 +126,13 @@ class _IndexCache:
         self.max_texts, self.folder = max_texts, folder
         self._key: tuple[str, str, int] | None = None
         self._index: ChunkIndex | None = None
+        self.last: tuple[float, int] = (0.0, 0)
         self._stores = {s.key: s for s in stores}
 
     def get(self, model: QNetwork, episode: Episode) -> ChunkIndex:
+        """The episode's index; `last` then holds (seconds, chunks embedded) of the vectors computed for it."""
         tower = model.chunk_vectors_key()
+        self.last = (0.0, 0)
         key = (tower, episode.id, hash(episode.chunks))
         if key != self._key or self._index is None:
             if tower not in self._stores:
@@ -133,9 +140,22 @@ class _IndexCache:
                                        else ChunkVectorCache(tower, max_texts=self.max_texts))
             store = self._stores[tower]
             texts = list(episode.chunks)
-            self._index = ChunkIndex(store.vectors(model, texts), texts, encoder=model.config.encoder)
+            before, start = len(store), time.perf_counter()
+            vectors = store.vectors(model, texts)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize(model.device)
+            self.last = (time.perf_counter() - start, len(store) - before)
+            self._index = ChunkIndex(vectors, texts, encoder=model.config.encoder)
             self._key = key
         return self._index
+
+    def indexes(self, model: QNetwork, episodes: Sequence[Episode]) -> tuple[list[ChunkIndex], list[tuple[float, int]]]:
+        """Each episode's index, and the (seconds, chunks embedded) its vectors cost."""
+        out, costs = [], []
+        for ep in episodes:
+            out.append(self.get(model, ep))
+            costs.append(self.last)
+        return out, costs
 
 
 class DenseRetriever:
@@ -151,7 +171,7 @@ class DenseRetriever:
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
-        indexes = [self._cache.get(self.model, ep) for ep in episodes]
+        indexes, costs = self._cache.indexes(self.model, episodes)
         start = time.perf_counter()
         out = []
         with torch.no_grad():
@@ -166,7 +186,7 @@ class DenseRetriever:
                 top, rows = scores[0].topk(_budget(ep, self.budget))  # (k,)
                 out.append(([int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
         each = (time.perf_counter() - start) / max(1, len(episodes))
-        return [Retrieval(rows, 0, qs, 1, each) for rows, qs in out]
+        return [Retrieval(rows, 0, qs, 1, each, *cost) for (rows, qs), cost in zip(out, costs, strict=True)]
 
 
 class MultiHopRetriever:
@@ -190,7 +210,7 @@ class MultiHopRetriever:
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
-        indexes = [self._cache.get(self.model, ep) for ep in episodes]
+        indexes, costs = self._cache.indexes(self.model, episodes)
         start = time.perf_counter()
         budgets = [None if self.adaptive else _budget(ep, self.budget) for ep in episodes]
         results: list[SearchResult | None] = [None] * len(episodes)
@@ -202,7 +222,7 @@ class MultiHopRetriever:
                 results[i] = result
         each = (time.perf_counter() - start) / max(1, len(episodes))
         out = []
-        for ep, result in zip(episodes, results, strict=True):
+        for ep, result, cost in zip(episodes, results, costs, strict=True):
             assert result is not None
             hops = min(len(result.hits), self.max_hops)
             if self.adaptive:
@@ -212,7 +232,7 @@ class MultiHopRetriever:
                 # Past max_hops the searcher tops up from one more state encoding (no further hops).
                 calls = hops + (1 if len(result.hits) > hops else 0)
             out.append(Retrieval([int(h.chunk.id) for h in result.hits], hops, [h.q_value for h in result.hits],
-                                 calls, each))
+                                 calls, each, *cost))
         return out
 
 

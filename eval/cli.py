@@ -12,6 +12,8 @@ With --budget 8 every method returns 8 passages per question and recall.md gives
 method with its paired 95% interval against dense search (the first k of a greedy ranking are its top k).
 `dense` ranks by the inner product (qrag's untrained Q-value); `cosine` by the cosine of the same vectors,
 what a vector store with a cosine metric does with the base encoder: the floor a general-text model must beat.
+The table also gives latency per question, retrieval seconds per encoder call (one per hop) and the indexing
+rate (chunks embedded per second); summary.json the peak memory (add --device cuda on a GPU box).
 """
 
 from __future__ import annotations

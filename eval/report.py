@@ -17,12 +17,19 @@ SUMMARY_FILE, TABLE_FILE, PLOT_FILE, MARGINS_FILE = "summary.json", "table.md", 
 RECALL_FILE, RECALL_JSON = "recall.md", "recall.json"
 METRICS = ("accuracy", "answer_em", "answer_f1", "fact_f1", "fact_em", "fact_precision", "fact_recall",
            "recall_at_1", "num_retrieved", "hops", "encoder_calls", "num_tokens", "retrieval_s", "latency_s")
+RATES = ("encoder_call_s", "index_chunks_per_s")
+"""Per cell, ratios of sums: retrieval seconds per query-side encoder call (one per hop, plus the top-up or the
+stop rule's last look), and chunks embedded per second of computing chunk vectors (cells whose chunks all came
+from the cache have none)."""
 TABLE_METRICS = ("accuracy", "answer_f1", "fact_f1", "fact_em", "recall_at_1", "num_retrieved", "hops",
-                 "encoder_calls", "latency_s")
+                 "encoder_calls", "latency_s", "encoder_call_s", "index_chunks_per_s")
 LABELS = {"accuracy": "answer accuracy", "answer_f1": "answer F1", "fact_f1": "Fact F1", "fact_em": "Fact EM",
           "recall_at_1": "recall@1", "num_retrieved": "chunks retrieved per question", "hops": "hops per question",
           "encoder_calls": "encoder calls per question",
-          "latency_s": "latency per question (s)"}
+          "latency_s": "latency per question (s)",
+          "encoder_call_s": "retrieval seconds per encoder call (one per hop)",
+          "index_chunks_per_s": "indexing: chunks embedded per second (new chunks only)"}
+DIGITS = {"latency_s": 4, "encoder_call_s": 4, "index_chunks_per_s": 0}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -35,6 +42,12 @@ def _means(records: Sequence[dict[str, Any]]) -> dict[str, float]:
         vals = [float(r[m]) for r in records if r.get(m) is not None]
         if vals:
             out[m] = _mean(vals)
+    calls = sum(r.get("encoder_calls") or 0 for r in records)
+    if calls:
+        out["encoder_call_s"] = sum(r.get("retrieval_s") or 0.0 for r in records) / calls
+    embedded, index_s = sum(r.get("chunks_embedded") or 0 for r in records), sum(r.get("index_s") or 0.0 for r in records)
+    if embedded and index_s > 0:
+        out["index_chunks_per_s"] = embedded / index_s
     return out
 
 
@@ -65,7 +78,7 @@ def summarize(records: Sequence[dict[str, Any]], settings: dict[str, Any]) -> di
         for lab in lengths:
             rows = [c for c in cell_rows if c["method"] == m and c["length"] == lab]
             if rows:
-                keys = [k for k in METRICS if all(k in c for c in rows)]
+                keys = [k for k in (*METRICS, *RATES) if all(k in c for c in rows)]
                 by_length[m][lab] = {"n": sum(c["n"] for c in rows), **{k: _mean([c[k] for c in rows]) for k in keys}}
     has_acc = any("accuracy" in r for r in records)
     return {
@@ -87,7 +100,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
     for metric in TABLE_METRICS:
         if not any(metric in by[m].get(lab, {}) for m in methods for lab in lengths):
             continue
-        digits = 3 if metric not in ("latency_s",) else 4
+        digits = DIGITS.get(metric, 3)
         lines = [f"**{LABELS[metric]}**", "", "| method | " + " | ".join(heads) + " |",
                  "|---|" + "---|" * len(lengths)]
         for m in methods:

@@ -250,7 +250,8 @@ def _record(cfg: RunConfig, task: str | None, length: str, ep: Episode, method: 
         "num_chunks": ep.num_chunks, "num_tokens": ep.metadata.get("num_tokens"),
         "supporting": list(ep.supporting), "retrieved": r.indices, "q_values": r.q_values,
         "num_retrieved": len(r.indices), "hops": r.hops,
-        "encoder_calls": r.encoder_calls, "retrieval_s": r.seconds,
+        "encoder_calls": r.encoder_calls, "retrieval_s": r.seconds, "index_s": r.index_s,
+        "chunks_embedded": r.chunks_embedded,
     }
     if ep.supporting:
         rec.update(metrics.fact_scores(r.indices, ep.supporting))
@@ -342,6 +343,25 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     return _finish(cfg, path)
 
 
+def peak_memory_mb() -> dict[str, float | None]:
+    """This process's peak resident memory and peak CUDA memory allocated by torch (None where not measured)."""
+    try:
+        import resource
+
+        rss: float | None = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    except ImportError:  # not on this platform
+        rss = None
+    cuda = None
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            cuda = torch.cuda.max_memory_allocated() / 2**20
+    except ImportError:
+        pass
+    return {"rss": rss, "cuda": cuda}
+
+
 def model_fingerprint(model: str | None) -> str | None:
     """A digest of a checkpoint's header and weights (None without a checkpoint or when it cannot be read)."""
     if model is None:
@@ -399,7 +419,7 @@ def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
     cells = {(cfg.benchmark, t or "-", lab, m) for t, lab, _ in iter_cells(cfg) for m in cfg.methods}
     records = [r for r in read_results(path) if (r["benchmark"], r["task"], r["length"], r["method"]) in cells]
     settings = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}
-    summary = summarize(records, settings)
+    summary = {**summarize(records, settings), "peak_memory_mb": peak_memory_mb()}
     write_reports(summary, cfg.out)
     trained = [m for m in cfg.methods if m in NEEDS_CHECKPOINT]
     baselines = [m for m in cfg.methods if m in BASELINES]

@@ -36,10 +36,19 @@ def test_qrag_eval_end_to_end_with_reader(tmp_path: Path, tiny_encoder_path: Pat
             assert r["encoder_calls"] == 1 and r["hops"] == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["primary_metric"] == "accuracy"
+    # Indexing throughput and per-hop cost: the vectors each question's corpus cost, counted once per chunk tower.
+    embedded = {m: sum(r["chunks_embedded"] for r in records if r["method"] == m) for m in ("dense", "multihop")}
+    assert embedded["dense"] > 0 and embedded["multihop"] == 0  # the untrained towers share dense's vectors
+    assert all(r["index_s"] == 0.0 and r["chunks_embedded"] == 0 for r in records if r["method"] in ("bm25", "oracle"))
+    for method in ("dense", "multihop", "qrag"):
+        cell = summary["by_length"][method]["12"]
+        assert cell["encoder_call_s"] > 0
+    assert summary["by_length"]["dense"]["12"]["index_chunks_per_s"] > 0
+    assert summary["peak_memory_mb"]["rss"] > 0
     assert summary["methods"] == methods.split(",") and summary["lengths"] == ["12", "24"]
     assert summary["by_length"]["oracle"]["12"]["fact_em"] == 1.0
     table = (out / "table.md").read_text()
-    assert "| qrag+stop |" in table and "answer accuracy" in table
+    assert "| qrag+stop |" in table and "answer accuracy" in table and "chunks embedded per second" in table
     image = matplotlib.image.imread(out / "plot.png")
     assert image.ndim == 3 and image.shape[0] > 100
     rows = [line for line in (out / "margins.md").read_text().splitlines() if line.startswith("| qa")]
@@ -66,11 +75,11 @@ def test_resumed_sweep_matches_uninterrupted(tmp_path: Path, tiny_encoder_path: 
     def strip(summary: dict) -> str:  # timings differ between any two runs
         text = json.dumps(summary, sort_keys=True)
         data = json.loads(text)
-        for cell in data["cells"]:
-            cell.pop("latency_s", None), cell.pop("retrieval_s", None)
-        for per in data["by_length"].values():
-            for row in per.values():
-                row.pop("latency_s", None), row.pop("retrieval_s", None)
+        data.pop("peak_memory_mb")
+        timings = ("latency_s", "retrieval_s", "encoder_call_s", "index_chunks_per_s")
+        for row in [*data["cells"], *(row for per in data["by_length"].values() for row in per.values())]:
+            for key in timings:
+                row.pop(key, None)
         return json.dumps(data, sort_keys=True)
 
     assert strip(resumed) == strip(full)
