@@ -32,6 +32,7 @@ from qrag.training.search import (
     SearchResult,
     load_model,
 )
+from qrag.training.towers import Precision
 from qrag.training.validate import check_metadatas, check_query, check_texts, check_trace_keys
 
 CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order")
@@ -94,17 +95,19 @@ class QRAGRetriever(BaseRetriever):
         backend: Literal["torch", "faiss"] = "torch",
         show_progress: bool | None = None,
         ordered: bool = False,
+        precision: Precision = "fp32",
         **kwargs: Any,
     ) -> QRAGRetriever:
         """Index `texts` with the chunk tower of `model` (a `QNetwork`, a `save_pretrained` folder, or
         an encoder name for an untrained model); `kwargs` are retriever fields (`k`, `max_hops`, ...).
-        `ordered=True` declares the texts one document in reading order (position-aware models need it)."""
+        `ordered=True` declares the texts one document in reading order (position-aware models need it);
+        `precision='bf16'` indexes faster on hardware with bf16 units (`ChunkIndex.from_texts`)."""
         metas = check_metadatas(metadatas, len(check_texts(texts)))
         for i, meta in enumerate(metas):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         qnet = load_model(model)
         index = ChunkIndex.from_texts(qnet, texts, ids, metas, backend=backend, show_progress=show_progress,
-                                      ordered=ordered)
+                                      ordered=ordered, precision=precision)
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
 
     @classmethod

@@ -109,11 +109,8 @@ def main() -> int:
     index_s, index = median_time(lambda: ChunkIndex.from_texts(model, texts, batch_size=args.batch_size,
                                                                show_progress=False, ordered=True), args.repeats)
 
-    def bf16_index() -> ChunkIndex:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return ChunkIndex.from_texts(model, texts, batch_size=args.batch_size, show_progress=False, ordered=True)
-
-    bf16_s, bf16 = median_time(bf16_index, args.repeats)
+    bf16_s, bf16 = median_time(lambda: ChunkIndex.from_texts(model, texts, batch_size=args.batch_size, show_progress=False,
+                                                             ordered=True, precision="bf16"), args.repeats)
     fp32_vectors = index.vectors.float()
     rows["indexing"] = {
         "chunks": len(texts),

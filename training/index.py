@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file
 
 from qrag.training.atomic import atomic_dir, recover
 from qrag.training.qnet import QNetwork, model_lock
+from qrag.training.towers import Precision
 from qrag.training.validate import check_ids, check_metadatas, check_texts, json_ok
 
 Backend = Literal["torch", "faiss"]
@@ -164,6 +165,7 @@ class ChunkIndex:
         show_progress: bool | None = None,
         backend: Backend = "torch",
         ordered: bool = False,
+        precision: Precision = "fp32",
     ) -> ChunkIndex:
         """Embed `texts` once with the chunk tower (length-sorted batches) and index them.
 
@@ -176,10 +178,12 @@ class ChunkIndex:
             show_progress: Progress bar; None shows it from 10 000 chunks on.
             backend: "torch" (exact) or "faiss".
             ordered: Declare the texts one document in reading order (position-aware models need it).
+            precision: The encoder's arithmetic: 'fp32' (exact, the default), 'bf16' (about 3x faster on a CPU
+                with AVX512-BF16, and on GPUs; vectors within about 0.5% of fp32's) or 'fp16' (GPU only).
 
         Raises:
-            ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, or
-                metadata that does not match the texts.
+            ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, metadata
+                that does not match the texts, or an unknown precision.
         """
         texts = check_texts(texts)
         ids_ = check_ids(ids, len(texts))
@@ -187,7 +191,10 @@ class ChunkIndex:
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
         model.check_chunk_lengths(texts, stacklevel=2)
         with model_lock(model):
-            vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
+            if precision == "fp32":  # duck-typed models need not take a precision
+                vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
+            else:
+                vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show, precision=precision)
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
                    chunk_tower=tower() if callable(tower) else None, ordered=ordered)

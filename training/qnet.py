@@ -37,12 +37,14 @@ from qrag.training.persist import (
 from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
 from qrag.training.shipped import ShippedNameError, resolve_checkpoint
 from qrag.training.towers import (
+    Precision,
     Tower,
     apply_train_mode,
     encode_longest_first,
     eval_mode,
     model_lock,
     pad_rows,
+    precision_autocast,
     question_inputs,
     state_token_ids,
     tensors_digest,
@@ -249,13 +251,18 @@ class QNetwork(nn.Module):
         return (q1, q2, s) if return_states else (q1, q2)
 
     @torch.no_grad()
-    def embed_chunks(self, texts: Sequence[str], batch_size: int = 128, show_progress: bool = False) -> torch.Tensor:
-        """Chunk-tower vectors g_φ(c), unrotated, (N, D) on the model's device.
+    def embed_chunks(self, texts: Sequence[str], batch_size: int = 128, show_progress: bool = False,
+                     precision: Precision = "fp32") -> torch.Tensor:
+        """Chunk-tower vectors g_φ(c), unrotated, (N, D) float32 on the model's device.
 
-        Batches are length-sorted so padding is small; dropout is off (eval mode) while encoding.
+        Batches are length-sorted so padding is small; dropout is off (eval mode) while encoding. `precision`
+        'bf16' or 'fp16' runs the encoder under autocast (faster where the hardware has those units, vectors
+        within about 0.5% of fp32's; fp16 needs a GPU).
         """
-        return self._embed(lambda inputs: self.chunk_tower(**inputs), lambda idx: self.tokenize_chunks([texts[i] for i in idx]),
-                           [len(t) for t in texts], batch_size, show_progress, "chunks")
+        with precision_autocast(self.device, precision):
+            return self._embed(lambda inputs: self.chunk_tower(**inputs),
+                               lambda idx: self.tokenize_chunks([texts[i] for i in idx]),
+                               [len(t) for t in texts], batch_size, show_progress, "chunks")
 
     @torch.no_grad()
     def embed_states(

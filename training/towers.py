@@ -12,7 +12,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -119,6 +119,25 @@ def tensors_digest(tensors: Sequence[tuple[str, torch.Tensor]], algorithm: str, 
         h.update(name.encode())
         h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:hex_chars]
+
+
+Precision = Literal["fp32", "bf16", "fp16"]
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def precision_autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """Autocast to `precision` on `device` ('fp32': nothing changes).
+
+    Raises:
+        ValueError: an unknown precision, or 'fp16' on a CPU (no fast fp16 there).
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision not in _AUTOCAST:
+        raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {precision!r}.")
+    if precision == "fp16" and device.type == "cpu":
+        raise ValueError("precision='fp16' needs a GPU; on a CPU use 'bf16' (fast with AVX512-BF16/AMX) or 'fp32'.")
+    return torch.autocast(device.type, dtype=_AUTOCAST[precision])
 
 
 def pad_rows(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:

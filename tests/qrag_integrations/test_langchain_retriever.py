@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from pydantic import ValidationError
@@ -145,3 +146,7 @@ def test_from_documents_and_model_from_checkpoint_path(texts: list[str], questio
     assert [d.id for d in got] == [f"d{d.metadata['src']}" for d in got]
     ref = QRAGRetriever(searcher=tiny_searcher, k=2).invoke(questions[0])
     assert [d.page_content for d in got] == [d.page_content for d in ref]
+    # Indexing in bf16 keeps the retriever's contract: k documents, ids intact, fp32 vectors to score.
+    fast = QRAGRetriever.from_documents(docs, model=tmp_path / "ckpt", k=2, precision="bf16")
+    assert len(fast.invoke(questions[0])) == 2 and fast.searcher.index is not None
+    assert fast.searcher.index.vectors.dtype == torch.float32

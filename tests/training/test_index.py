@@ -58,6 +58,19 @@ def test_from_texts_embeds_once_with_chunk_tower(tiny_qnet) -> None:  # type: ig
     assert index.chunk(4).metadata == {"i": 4} and index.chunk(4).position == 4
 
 
+def test_bf16_indexing_is_close_to_fp32_and_bad_precisions_are_named(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+    texts = ["Mary went to the kitchen.", "John took the apple there.", "The milk is in the fridge."]
+    exact = ChunkIndex.from_texts(tiny_qnet, texts)
+    fast = ChunkIndex.from_texts(tiny_qnet, texts, precision="bf16")
+    assert fast.vectors.dtype == torch.float32  # stored and scored in fp32 whatever the encoder ran in
+    cos = torch.nn.functional.cosine_similarity(fast.vectors, exact.vectors)
+    assert float(cos.min()) > 0.99 and not torch.equal(fast.vectors, exact.vectors)
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16' or 'fp16', got 'int8'"):
+        ChunkIndex.from_texts(tiny_qnet, texts, precision="int8")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'fp16' needs a GPU"):
+        ChunkIndex.from_texts(tiny_qnet, texts, precision="fp16")
+
+
 @pytest.mark.parametrize("fmt", ["safetensors", "numpy"])
 def test_save_load_round_trip(tmp_path: Path, fmt: str) -> None:
     index = ChunkIndex(torch.randn(5, 4), ["a", "b", "c", "d", "é"], ids=list("vwxyz"), metadatas=[{"n": i} for i in range(5)])
