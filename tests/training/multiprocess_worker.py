@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from qrag.training import resume as resume_module
 from qrag.training import trainer as trainer_module
 from qrag.training.config import load_yaml
 from qrag.training.qnet import QNetwork
@@ -52,7 +53,7 @@ def main(mode: str, config_path: str, out: str) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
     writes: list[str] = []
-    write_checkpoint, save_pretrained = trainer_module.write_checkpoint, QNetwork.save_pretrained
+    write_checkpoint, save_pretrained = resume_module.write_checkpoint, QNetwork.save_pretrained
 
     def logged_write(target: Path, *args: Any) -> None:
         writes.append(f"checkpoint {Path(target).name}")
@@ -62,7 +63,7 @@ def main(mode: str, config_path: str, out: str) -> None:
         writes.append(f"model {Path(directory).name}")
         return save_pretrained(self, directory, extra_files)
 
-    trainer_module.write_checkpoint = logged_write  # type: ignore[assignment]
+    resume_module.write_checkpoint = logged_write  # type: ignore[assignment]
     QNetwork.save_pretrained = logged_save  # type: ignore[method-assign]
 
     config = load_yaml(config_path)
