@@ -224,14 +224,14 @@ class MultiHopRetriever:
         out = []
         for ep, result, cost in zip(episodes, results, costs, strict=True):
             assert result is not None
-            hops = min(len(result.hits), self.max_hops)
+            hopped = min(len(result.hits), self.max_hops)
             if self.adaptive:
                 # The hop whose Q fell below the threshold was encoded too, unless the search ran out of hops.
                 calls = min(result.hops_kept + 1, self.max_hops, ep.num_chunks)
             else:
                 # Past max_hops the searcher tops up from one more state encoding (no further hops).
-                calls = hops + (1 if len(result.hits) > hops else 0)
-            out.append(Retrieval([int(h.chunk.id) for h in result.hits], hops, [h.q_value for h in result.hits],
+                calls = hopped + (1 if len(result.hits) > hopped else 0)
+            out.append(Retrieval([int(h.chunk.id) for h in result.hits], hopped, [h.q_value for h in result.hits],
                                  calls, each, *cost))
         return out
 

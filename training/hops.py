@@ -210,17 +210,25 @@ def q_values(
     else:
         rotate = positions
     if rotate is None:
-        scores = model.score(states, vectors if vectors.dim() == 2 else vectors[list(rows)], None, heads=heads)
+        scores = model.score(states, _corpus_rows(vectors, rows), None, heads=heads)
     else:
         step = max(1, ROTATE_BUDGET // max(1, n * model.dim))
         parts = []
         for i in range(0, len(rows), step):
-            part = vectors if vectors.dim() == 2 else vectors[list(rows[i : i + step])]  # (N, D) | (S, N, D)
+            part = _corpus_rows(vectors, rows[i : i + step])  # (N, D) | (S, N, D)
             parts.append(model.score(states[i : i + step], part, rotate[i : i + step], heads=heads))
         scores = torch.cat(parts, dim=-2)  # (R, N) | (2, R, N)
     real = valid if valid is not None else torch.ones_like(selected)  # (R, N)
     check_finite_q(scores.masked_fill(~real, 0.0).reshape(-1, len(rows), n).sum(dim=0), names)
     return scores.masked_fill(selected | ~real, -math.inf), positions
+
+
+def _corpus_rows(vectors: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
+    """The shared (N, D) corpus as it is, or the per-question corpora of `rows` (no copy when that is all of
+    them in order)."""
+    if vectors.dim() == 2 or list(rows) == list(range(vectors.shape[0])):
+        return vectors
+    return vectors[list(rows)]
 
 
 def greedy_hops(
