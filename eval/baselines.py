@@ -126,36 +126,35 @@ class _IndexCache:
         self.max_texts, self.folder = max_texts, folder
         self._key: tuple[str, str, int] | None = None
         self._index: ChunkIndex | None = None
-        self.last: tuple[float, int] = (0.0, 0)
         self._stores = {s.key: s for s in stores}
 
     def get(self, model: QNetwork, episode: Episode) -> ChunkIndex:
-        """The episode's index; `last` then holds (seconds, chunks embedded) of the vectors computed for it."""
-        tower = model.chunk_vectors_key()
-        self.last = (0.0, 0)
-        key = (tower, episode.id, hash(episode.chunks))
-        if key != self._key or self._index is None:
-            if tower not in self._stores:
-                self._stores[tower] = (self.folder.get(tower) if self.folder is not None
-                                       else ChunkVectorCache(tower, max_texts=self.max_texts))
-            store = self._stores[tower]
-            texts = list(episode.chunks)
-            before, start = len(store), time.perf_counter()
-            vectors = store.vectors(model, texts)
-            if model.device.type == "cuda":
-                torch.cuda.synchronize(model.device)
-            self.last = (time.perf_counter() - start, len(store) - before)
-            self._index = ChunkIndex(vectors, texts, encoder=model.config.encoder)
-            self._key = key
-        return self._index
+        """The episode's index."""
+        return self._fetch(model, episode)[0]
 
     def indexes(self, model: QNetwork, episodes: Sequence[Episode]) -> tuple[list[ChunkIndex], list[tuple[float, int]]]:
         """Each episode's index, and the (seconds, chunks embedded) its vectors cost."""
-        out, costs = [], []
-        for ep in episodes:
-            out.append(self.get(model, ep))
-            costs.append(self.last)
-        return out, costs
+        fetched = [self._fetch(model, ep) for ep in episodes]
+        return [index for index, _, _ in fetched], [(seconds, n) for _, seconds, n in fetched]
+
+    def _fetch(self, model: QNetwork, episode: Episode) -> tuple[ChunkIndex, float, int]:
+        """The episode's index, with the seconds and the number of chunks its new vectors took (0 when reused)."""
+        tower = model.chunk_vectors_key()
+        key = (tower, episode.id, hash(episode.chunks))
+        if key == self._key and self._index is not None:
+            return self._index, 0.0, 0
+        if tower not in self._stores:
+            self._stores[tower] = (self.folder.get(tower) if self.folder is not None
+                                   else ChunkVectorCache(tower, max_texts=self.max_texts))
+        store = self._stores[tower]
+        texts = list(episode.chunks)
+        before, start = len(store), time.perf_counter()
+        vectors = store.vectors(model, texts)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        seconds, embedded = time.perf_counter() - start, len(store) - before
+        self._index, self._key = ChunkIndex(vectors, texts, encoder=model.config.encoder), key
+        return self._index, seconds, embedded
 
 
 class DenseRetriever:
