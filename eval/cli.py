@@ -13,7 +13,12 @@ method with its paired 95% interval against dense search (the first k of a greed
 `dense` ranks by the inner product (qrag's untrained Q-value); `cosine` by the cosine of the same vectors,
 what a vector store with a cosine metric does with the base encoder: the floor a general-text model must beat.
 The table also gives latency per question, retrieval seconds per encoder call (one per hop) and the indexing
-rate (chunks embedded per second); summary.json the peak memory (add --device cuda on a GPU box).
+rate (chunks embedded per second); summary.json the peak memory (add --device cuda on a GPU box). With two or
+more lengths, drift.md pairs each sample's fact EM at the longest length with the shortest.
+
+At scale, on a GPU box (--speed-lengths adds indexing throughput and per-hop latency on one haystack per length):
+    qrag-eval babilong --model ckpt/ --methods qrag,qrag+stop,dense,bm25 --lengths 32k,1m,10m --samples-at 10m=50 \
+        --speed-lengths 1m,10m --device cuda --precision bf16 --out runs/scale
 """
 
 from __future__ import annotations
@@ -25,13 +30,38 @@ from pathlib import Path
 
 from qrag.eval.baselines import METHODS
 from qrag.eval.reader import ReaderLoadError
-from qrag.eval.report import PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
-from qrag.eval.runner import BENCHMARKS, RESULTS_FILE, RunConfig, run
+from qrag.eval.report import DRIFT_FILE, PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
+from qrag.eval.runner import RESULTS_FILE, run
+from qrag.eval.speed import SPEED_TABLE
+from qrag.eval.sweep import BENCHMARKS, PRECISIONS, RunConfig
 from qrag.training.validate import one_line
 
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _samples_at(text: str) -> dict[str, int]:
+    """'10m=50,1m=100' -> {'10m': 50, '1m': 100}."""
+    out = {}
+    for part in _csv(text):
+        label, sep, n = part.partition("=")
+        if not sep or not n.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{part!r} is not LENGTH=SAMPLES (e.g. 10m=50)")
+        out[label.strip()] = int(n)
+    return out
+
+
+def _hop_counts(text: str) -> tuple[int, ...]:
+    """'1-6' or '1,2,4' -> hop counts."""
+    out: list[int] = []
+    for part in _csv(text):
+        lo, sep, hi = part.partition("-")
+        try:
+            out.extend(range(int(lo), int(hi) + 1) if sep else [int(part)])
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a hop count or a range like 1-6") from None
+    return tuple(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--chunk-vectors", type=Path, default=None, metavar="DIR",
                        help="folder that keeps chunk vectors between runs, one cache per chunk tower: a repeated, "
                             "resumed or extended sweep embeds no sentence twice (created if missing)")
+        p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                       help="the encoders' arithmetic: fp32 (exact), bf16 (GPUs, CPUs with AVX512-BF16) or fp16 (GPU)")
         p.add_argument("--no-progress", action="store_true")
         if bench.tasks:
             p.add_argument("--tasks", type=_csv, default=None, help=f"comma-separated, from: {', '.join(bench.tasks)}")
@@ -69,6 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--lengths", type=_csv, default=None,
                            help=f"comma-separated, e.g. 1k,4k,32k or {bench.length_kind} "
                                 f"(default {','.join(bench.default_lengths)})")
+            p.add_argument("--samples-at", type=_samples_at, default={}, metavar="LENGTH=N,...",
+                           help="samples per cell at some lengths, overriding --num-samples there (e.g. 10m=50)")
+            p.add_argument("--speed-lengths", type=_csv, default=(),
+                           help="before the sweep, at each of these lengths: one haystack indexed from scratch (chunks/s) "
+                                "and 1..H-hop search latency and batched questions/s on it (speed.json, speed.md)")
+            p.add_argument("--speed-hops", type=_hop_counts, default=None,
+                           help="hop counts the speed phase times, e.g. 1-6 (default: 1 to the horizon)")
+            p.add_argument("--speed-queries", type=int, default=20,
+                           help="questions the speed phase times one at a time (its batch is --batch-size)")
         if bench.needs_path:
             p.add_argument("--data", required=True, help="the data file (official format, or custom JSON Lines)")
         if bench.source == "wiki":
@@ -86,7 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None), budget=args.budget,
         max_hops=args.max_hops, stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
         device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
-        distractors=getattr(args, "distractors", None),
+        distractors=getattr(args, "distractors", None), precision=args.precision,
+        samples_at=getattr(args, "samples_at", {}), speed_lengths=getattr(args, "speed_lengths", ()),
+        speed_hops=getattr(args, "speed_hops", None), speed_queries=getattr(args, "speed_queries", 20),
     )
     try:
         summary = run(cfg)
@@ -98,8 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"qrag-eval: results finished so far are kept in {args.out / RESULTS_FILE}.", file=sys.stderr)
         return 2
     print((args.out / TABLE_FILE).read_text(encoding="utf-8") if summary["methods"] else "no results.")
-    if (args.out / RECALL_FILE).is_file():
-        print((args.out / RECALL_FILE).read_text(encoding="utf-8"))
+    made = (RECALL_FILE, *([DRIFT_FILE] if len(cfg.lengths_resolved) > 1 else []), *([SPEED_TABLE] if cfg.speed_lengths else []))
+    for extra in made:
+        if (args.out / extra).is_file():
+            print((args.out / extra).read_text(encoding="utf-8"))
     print(f"wrote {args.out / RESULTS_FILE}, {SUMMARY_FILE}, {TABLE_FILE}, {PLOT_FILE}")
     return 0
 

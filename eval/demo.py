@@ -44,7 +44,8 @@ import torch
 
 from qrag.eval.baselines import ADAPTIVE, BASELINES, NEEDS_CHECKPOINT, make_retrievers
 from qrag.eval.report import margins
-from qrag.eval.runner import BABILONG_SENTENCES, RunConfig, cell_episodes, read_results, run
+from qrag.eval.runner import read_results, run
+from qrag.eval.sweep import BABILONG_SENTENCES, RunConfig, cell_episodes
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes

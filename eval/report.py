@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 SUMMARY_FILE, TABLE_FILE, PLOT_FILE, MARGINS_FILE = "summary.json", "table.md", "plot.png", "margins.md"
+DRIFT_FILE = "drift.md"
 RECALL_FILE, RECALL_JSON = "recall.md", "recall.json"
 METRICS = ("accuracy", "answer_em", "answer_f1", "fact_f1", "fact_em", "fact_precision", "fact_recall",
            "recall_at_1", "num_retrieved", "hops", "encoder_calls", "num_tokens", "retrieval_s", "latency_s")
@@ -156,6 +157,53 @@ def write_margins(records: Sequence[dict[str, Any]], methods: Sequence[str], bas
     path = out / MARGINS_FILE
     path.write_text("\n".join(margins_table(margins(records, m, baselines, metric), metric) for m in methods),
                     encoding="utf-8")
+    return path
+
+
+def drift_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], short: str, long: str,
+               metric: str = "fact_em") -> list[dict[str, Any]]:
+    """`metric` at length `long` against `short`, per (task, method), paired by sample id.
+
+    Sample i of a generated cell is the same story or needle set at every length (its id carries no length),
+    so the pairs say what the longer haystack alone changed: the paired difference with its 95% interval
+    (`paired_margin`) and how many samples were lost or gained at `long`.
+    """
+    from qrag.eval.metrics import paired_margin
+
+    by: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
+    for r in records:
+        if metric in r and r["length"] in (short, long):
+            by[(r["method"], r["task"], r["length"])][r["id"]] = float(r[metric])
+    rows = []
+    for m in methods:
+        for task in sorted({r["task"] for r in records}):
+            a, b = by.get((m, task, short), {}), by.get((m, task, long), {})
+            ids = sorted(set(a) & set(b))
+            if not ids:
+                continue
+            xs, ys = [a[i] for i in ids], [b[i] for i in ids]
+            diff, half = paired_margin(ys, xs)
+            rows.append({"method": m, "task": task, "n": len(ids), "short": _mean(xs), "long": _mean(ys),
+                         "diff": diff, "ci95": half, "lost": sum(x > y for x, y in zip(xs, ys, strict=True)),
+                         "gained": sum(y > x for x, y in zip(xs, ys, strict=True))})
+    return rows
+
+
+def write_drift(records: Sequence[dict[str, Any]], methods: Sequence[str], lengths: Sequence[str], out: Path,
+                metric: str = "fact_em") -> Path | None:
+    """Write drift.md into `out`: `metric` at the last of `lengths` against the first (`drift_rows`); None
+    when no sample was run at both."""
+    rows = drift_rows(records, methods, lengths[0], lengths[-1], metric)
+    if not rows:
+        return None
+    label = LABELS.get(metric, metric)
+    lines = [f"{label} at {lengths[-1]} against {lengths[0]}, paired by sample (± 95% interval):", "",
+             f"| method | task | n | {lengths[0]} | {lengths[-1]} | difference | lost | gained |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['method']} | {r['task']} | {r['n']} | {r['short']:.3f} | {r['long']:.3f} | "
+              f"{r['diff']:+.3f} ± {r['ci95']:.3f} | {r['lost']} | {r['gained']} |" for r in rows]
+    path = out / DRIFT_FILE
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 

@@ -11,203 +11,43 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 from qrag.eval import metrics
-from qrag.eval.baselines import (
-    ADAPTIVE,
-    BASELINES,
-    METHODS,
-    NEEDS_CHECKPOINT,
-    Retrieval,
-    Retriever,
-    make_retrievers,
-)
+from qrag.eval.baselines import ADAPTIVE, BASELINES, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
 from qrag.eval.reader import Reader, build_prompt, load_reader
-from qrag.eval.report import summarize, write_margins, write_recall, write_reports
+from qrag.eval.report import summarize, write_drift, write_margins, write_recall, write_reports
+from qrag.eval.speed import speed_model, speed_phase
+from qrag.eval.sweep import BENCHMARKS, RunConfig, cell_episodes, iter_cells
 from qrag.training.chunk_vectors import ChunkVectorFolder
-from qrag.training.data import Episode, load_episodes
+from qrag.training.data import Episode
 from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE
 from qrag.training.shipped import resolve_checkpoint
-from qrag.training.validate import check_out_path
+from qrag.training.towers import precision_autocast
 
 RESULTS_FILE = "results.jsonl"
 RECALL_KS = (2, 4, 8)
 """recall@k recorded whenever a method returned at least k chunks (run with --budget 8 for all three)."""
 SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data",
-           "distractors")
+           "distractors", "precision")
 """RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
 resumed into the same folder must have the same values."""
-NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors")
+SHAPING_BEFORE = {"precision": "fp32"}
+"""Values of SHAPING fields added later, for records written before them."""
+NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors", "speed_lengths", "speed_hops",
+                "speed_queries")
+MAX_GROUP_CHUNKS = 1 << 21
+"""Most chunks in one group of questions retrieved together (2M: 3 GiB of fp32 384-d vectors): at 1M–10M
+tokens a group shrinks to fit, down to one question."""
 """RunConfig fields that say where and how a sweep runs, not what it measures (left out of summary.json)."""
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    """How a `qrag-eval` benchmark maps to a data source."""
-
-    source: str
-    """The `qrag.training.data` source."""
-    tasks: tuple[str, ...] | None
-    """Valid tasks (None: the source has none)."""
-    length_kind: str | None
-    """'sentences', 'tokens', or None (fixed-size samples)."""
-    default_lengths: tuple[str, ...] = ()
-    """Lengths swept when none are given."""
-    needs_path: bool = False
-    """Whether the data is read from --data PATH."""
-
-
-BENCHMARKS: dict[str, Benchmark] = {
-    "babilong": Benchmark("babilong", ("qa1", "qa2", "qa3", "qa4", "qa5"), "sentences", ("1k", "4k", "32k")),
-    "ruler": Benchmark("ruler_niah", ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
-                                      "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery"),
-                       "tokens", ("4k",)),
-    "ruler_qa": Benchmark("ruler_qa", ("qa_1", "qa_2"), "tokens", ("4k",), needs_path=True),
-    "hotpotqa": Benchmark("hotpotqa", None, None, needs_path=True),
-    "2wiki": Benchmark("2wiki", None, None, needs_path=True),
-    "musique": Benchmark("musique", None, None, needs_path=True),
-    "jsonl": Benchmark("jsonl", None, None, needs_path=True),
-    "wiki": Benchmark("wiki", ("mix", "bridge", "chain", "comparison", "single"), None),
-}
-
-BABILONG_SENTENCES = {"0k": 10, "1k": 50, "2k": 100, "4k": 160, "8k": 320, "16k": 600, "32k": 1200,
-                      "64k": 2400, "128k": 4600, "1m": 40000, "10m": 400000}
-"""qrag's BabiLong lengths in sentences (one chunk = one sentence; BENCHMARKS.md §2)."""
-
-
-@dataclass
-class RunConfig:
-    """One `qrag-eval` sweep."""
-
-    benchmark: str
-    """A key of `BENCHMARKS`."""
-    out: Path
-    """Folder for results.jsonl, summary.json, table.md and the plot."""
-    methods: tuple[str, ...] = ("bm25", "dense", "multihop", "oracle")
-    """Retrievers to compare (names from `qrag.eval.baselines.METHODS`)."""
-    tasks: tuple[str, ...] | None = None
-    """Tasks to run (None: all of the benchmark's)."""
-    lengths: tuple[str, ...] | None = None
-    """Context lengths ('1k', '32k', or a plain number of sentences/tokens); None: the defaults."""
-    num_samples: int = 100
-    """Samples per (task, length)."""
-    model: str | None = None
-    """A trained Q-RAG checkpoint folder (needed by the qrag methods)."""
-    encoder: str = "all-MiniLM-L6-v2"
-    """Encoder for the untrained dense baselines."""
-    reader: str | None = None
-    """Reader LLM ('smollm2', 'vllm:NAME', a transformers folder/name); None: retrieval metrics only."""
-    data: str | None = None
-    """Data file for file-based benchmarks (hotpotqa, musique, 2wiki, ruler_qa, jsonl)."""
-    budget: int | None = None
-    """Chunks per question for non-adaptive methods; None: |SF| of each sample."""
-    max_hops: int | None = None
-    """Most hops for multi-hop methods; None: the trained checkpoint's horizon (saved with it)."""
-    stop_threshold: float | None = None
-    """Stop-rule threshold for 'qrag+stop'; None: the checkpoint's saved (calibrated) threshold."""
-    seed: int = 0
-    """Generator seed (split 'test')."""
-    distractors: int | None = None
-    """`wiki` only: non-gold passages per question, from the test pages (None: the source's default, 30); 1 000
-    or more makes each question search all of the test split's pages, a corpus rather than a short list."""
-    max_new_tokens: int = 32
-    """Reader tokens per answer."""
-    device: str | None = None
-    """Torch device for encoders and the reader."""
-    chunk_vectors: Path | None = None
-    """Folder that keeps chunk vectors between runs (`ChunkVectorFolder`); None: embed afresh each run."""
-    batch_size: int = 32
-    """Questions each retriever handles together (their `retrieval_s` is the batch's time shared equally;
-    1 measures single-question latency)."""
-    progress: bool = True
-    """Show progress bars."""
-    lengths_resolved: list[tuple[str, int | None]] = field(default_factory=list, repr=False)
-
-    def validate(self) -> RunConfig:
-        """Check names before any work starts; fill `lengths_resolved`.
-
-        Raises:
-            ValueError: an unknown benchmark, task, method or length, or a missing data path.
-        """
-        bench = BENCHMARKS.get(self.benchmark)
-        if bench is None:
-            raise ValueError(f"unknown benchmark {self.benchmark!r}; valid benchmarks: {', '.join(BENCHMARKS)}.")
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad or not self.methods:
-            raise ValueError(f"unknown method(s) {bad}; valid methods: {', '.join(METHODS)}.")
-        if self.tasks is not None:
-            if bench.tasks is None:
-                raise ValueError(f"benchmark {self.benchmark!r} has no tasks; drop --tasks.")
-            bad = [t for t in self.tasks if t not in bench.tasks]
-            if bad:
-                raise ValueError(f"unknown task(s) {bad} for {self.benchmark!r}; valid tasks: {', '.join(bench.tasks)}.")
-        if bench.needs_path and self.data is None:
-            raise ValueError(f"benchmark {self.benchmark!r} reads a file: pass --data PATH.")
-        if self.data is not None and not Path(self.data).expanduser().exists():
-            raise ValueError(f"data file {self.data!r} does not exist.")
-        for name, low in (("num_samples", 1), ("batch_size", 1), ("max_new_tokens", 1), ("budget", 1),
-                          ("max_hops", 1), ("seed", 0)):
-            value = getattr(self, name)
-            if value is None and name in ("budget", "max_hops"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                flag = "--" + name.replace("_", "-")
-                raise ValueError(f"{name} ({flag}) must be an integer >= {low}, got {value!r}.")
-        if self.distractors is not None:
-            if bench.source != "wiki":
-                raise ValueError(f"--distractors applies to the wiki benchmark only, not {self.benchmark!r}.")
-            if isinstance(self.distractors, bool) or not isinstance(self.distractors, int) or self.distractors < 0:
-                raise ValueError(f"distractors (--distractors) must be an integer >= 0, got {self.distractors!r}.")
-        t = self.stop_threshold
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
-            raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
-        check_out_path(self.out, "--out", folder=True)
-        self.lengths_resolved = [(lab, _parse_length(lab, bench)) for lab in (self.lengths or bench.default_lengths)]
-        if not self.lengths_resolved:
-            self.lengths_resolved = [("-", None)]
-        return self
-
-
-def _parse_length(label: str, bench: Benchmark) -> int | None:
-    if bench.length_kind is None:
-        raise ValueError(f"benchmark source {bench.source!r} has fixed-size samples; drop --lengths.")
-    low = label.strip().lower()
-    if bench.length_kind == "sentences" and low in BABILONG_SENTENCES:
-        return BABILONG_SENTENCES[low]
-    mult = {"k": 1024, "m": 1024 * 1024}.get(low[-1:], 1)
-    try:
-        value = int(float(low[:-1] if mult > 1 else low) * mult)
-    except (ValueError, OverflowError):  # OverflowError: 'inf'
-        value = 0
-    if value < 1:
-        raise ValueError(f"bad length {label!r}: use e.g. 1k, 4k, 32k, or a plain number of {bench.length_kind}.")
-    return value
-
-
-def cell_episodes(cfg: RunConfig, task: str | None, length: int | None) -> list[Episode]:
-    """The samples of one (task, length) cell of a validated sweep (deterministic: the same every call)."""
-    bench = BENCHMARKS[cfg.benchmark]
-    kw: dict[str, Any] = {"task": task, "num_samples": cfg.num_samples, "seed": cfg.seed}
-    if bench.source in ("babilong", "ruler_niah", "wiki"):
-        kw["split"] = "test"
-    if cfg.distractors is not None:
-        kw["num_distractors"] = cfg.distractors
-    if bench.length_kind == "sentences":
-        kw["num_sentences"] = length
-    elif bench.length_kind == "tokens":
-        kw["num_tokens"] = length
-    if cfg.data is not None:
-        kw["path"] = str(Path(cfg.data).expanduser())
-    return load_episodes(bench.source, **kw)
 
 
 def sample_key(benchmark: str, task: str | None, length: str, method: str, episode_id: str) -> str:
@@ -267,13 +107,6 @@ def _record(cfg: RunConfig, task: str | None, length: str, ep: Episode, method: 
     return rec
 
 
-def iter_cells(cfg: RunConfig) -> Iterator[tuple[str | None, str, int | None]]:
-    tasks: Sequence[str | None] = cfg.tasks or BENCHMARKS[cfg.benchmark].tasks or (None,)
-    for task in tasks:
-        for label, value in cfg.lengths_resolved:
-            yield task, label, value
-
-
 def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader: Reader | None = None,
         stop_after: int | None = None) -> dict[str, Any]:
     """Run the sweep, append per-sample results, and write the reports.
@@ -307,20 +140,24 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
                                      chunk_vectors=folder)
     if reader is None and cfg.reader is not None:
         reader = load_reader(cfg.reader, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
+    device = torch.device(cfg.device or "cpu")
+    if cfg.speed_lengths:
+        speed_phase(cfg, speed_model(cfg, retrievers), device)
     new = 0
     with _saved_on_exit(folder), path.open("a", encoding="utf-8") as fh:
         for task, label, value in iter_cells(cfg):
-            episodes = cell_episodes(cfg, task, value)
+            episodes = cell_episodes(cfg, task, value, cfg.samples(label))
             desc = f"{cfg.benchmark} {task or ''} {label}".strip()
             bar = tqdm(total=len(episodes), desc=desc, disable=not cfg.progress, unit="q")
-            for start in range(0, len(episodes), cfg.batch_size):
-                group = episodes[start : start + cfg.batch_size]
+            for group in question_groups(episodes, cfg.batch_size):
                 for retriever in retrievers:
                     todo = [ep for ep in group
                             if sample_key(cfg.benchmark, task, label, retriever.name, ep.id) not in done]
                     if not todo:
                         continue
-                    for ep, r in zip(todo, retriever.retrieve(todo), strict=True):
+                    with precision_autocast(device, cfg.precision):
+                        retrieved = retriever.retrieve(todo)
+                    for ep, r in zip(todo, retrieved, strict=True):
                         start_read = time.perf_counter()
                         rec = {**_record(cfg, task, label, ep, retriever.name, r), "settings": settings}
                         if reader is not None:
@@ -341,6 +178,21 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
                 bar.update(len(group))
             bar.close()
     return _finish(cfg, path)
+
+
+def question_groups(episodes: Sequence[Episode], size: int, max_chunks: int = MAX_GROUP_CHUNKS) -> Iterator[list[Episode]]:
+    """Consecutive groups of at most `size` episodes holding at most `max_chunks` chunks together (an episode
+    larger than that alone is a group of one)."""
+    group: list[Episode] = []
+    chunks = 0
+    for ep in episodes:
+        if group and (len(group) == size or chunks + ep.num_chunks > max_chunks):
+            yield group
+            group, chunks = [], 0
+        group.append(ep)
+        chunks += ep.num_chunks
+    if group:
+        yield group
 
 
 def peak_memory_mb() -> dict[str, float | None]:
@@ -395,7 +247,8 @@ def check_resumable(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]
         if not isinstance(saved, dict):
             raise ValueError(f"{path} was written without its settings (an earlier qrag version), so its records "
                              "cannot be matched to this sweep; use another --out, or delete the file to start over.")
-        diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+        diff = {k: (saved.get(k, SHAPING_BEFORE.get(k)), v) for k, v in settings.items()
+                if saved.get(k, SHAPING_BEFORE.get(k)) != v}
         if settings["model_fingerprint"] is not None and "model_fingerprint" not in diff:
             diff.pop("model", None)  # the same checkpoint reached by another path
         if diff:
@@ -428,4 +281,7 @@ def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
     reference = next((m for m in ("dense", "cosine") if m in cfg.methods), None)  # single-hop dense search
     if reference is not None and any("recall_at_2" in r for r in records):
         write_recall(records, cfg.methods, cfg.out, RECALL_KS, reference)
+    if len(cfg.lengths_resolved) > 1:
+        by_length = sorted(cfg.lengths_resolved, key=lambda label_value: label_value[1] or 0)
+        write_drift(records, cfg.methods, [label for label, _ in by_length], cfg.out)
     return summary

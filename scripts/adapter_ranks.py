@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from qrag.eval.baselines import NEEDS_CHECKPOINT, make_retrievers
-from qrag.eval.runner import RunConfig, run
+from qrag.eval.runner import run
+from qrag.eval.sweep import RunConfig
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.compress import low_rank_adapters
 from qrag.training.qnet import QNetwork

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -33,8 +35,9 @@ def _imports(path: Path, package: str) -> set[str]:
     return found
 
 
-def test_no_import_cycle_in_training() -> None:
-    graph = {p.stem: _imports(p, "qrag.training") for p in (REPO / "training").glob("*.py")}
+@pytest.mark.parametrize("package", ["training", "eval"])
+def test_no_import_cycle(package: str) -> None:
+    graph = {p.stem: _imports(p, f"qrag.{package}") for p in (REPO / package).glob("*.py")}
 
     def cycle_from(start: str) -> list[str] | None:
         stack = [(start, [start])]
@@ -48,4 +51,4 @@ def test_no_import_cycle_in_training() -> None:
         return None
 
     cycles = [c for c in map(cycle_from, sorted(graph)) if c]
-    assert not cycles, f"import cycles in training/: {[' -> '.join(c) for c in cycles]}"
+    assert not cycles, f"import cycles in {package}/: {[' -> '.join(c) for c in cycles]}"

@@ -134,7 +134,7 @@ class QNetwork(nn.Module):
     # ------------------------------------------------------------------ properties
     @property
     def dim(self) -> int:
-        return int(self._base_encoder(self.state_tower).config.hidden_size)
+        return int(self.base_encoder(self.state_tower).config.hidden_size)
 
     @property
     def device(self) -> torch.device:
@@ -378,7 +378,8 @@ class QNetwork(nn.Module):
         return {k: v for k, v in self.state_dict().items() if k in trainable}
 
     @staticmethod
-    def _base_encoder(tower: Tower) -> PreTrainedModel:
+    def base_encoder(tower: Tower) -> PreTrainedModel:
+        """The tower's transformers model under any LoRA adapters (its config, parameters and embeddings)."""
         enc = tower.encoder
         get_base = getattr(enc, "get_base_model", None)
         base = get_base() if callable(get_base) else enc
@@ -387,7 +388,7 @@ class QNetwork(nn.Module):
 
     def base_fingerprint(self) -> str:
         """A short hash of the base encoder's input embeddings, to catch a checkpoint on the wrong base."""
-        base: Any = self._base_encoder(self.chunk_tower)  # transformers' stubs mistype get_input_embeddings
+        base: Any = self.base_encoder(self.chunk_tower)  # transformers' stubs mistype get_input_embeddings
         return tensors_digest([("", base.get_input_embeddings().weight)], "sha256", 16)
 
     def chunk_tower_fingerprint(self) -> str:
@@ -434,7 +435,7 @@ class QNetwork(nn.Module):
             "base_fingerprint": self.base_fingerprint(),
             "hops": dataclasses.asdict(self.hops),
         }
-        encoder_config = self._base_encoder(self.state_tower).config if saved == "all" else None
+        encoder_config = self.base_encoder(self.state_tower).config if saved == "all" else None
         write_model_folder(target, weights, meta, self.tokenizer, encoder_config, extra_files)
         return target
 

@@ -9,7 +9,8 @@ import matplotlib.image
 import pytest
 
 from qrag.eval.cli import main
-from qrag.eval.runner import RunConfig, read_results, run
+from qrag.eval.runner import read_results, run
+from qrag.eval.sweep import RunConfig
 
 
 def _args(out: Path, encoder: Path, *extra: str) -> list[str]:

@@ -10,7 +10,8 @@ import pytest
 
 from qrag.eval.cli import main
 from qrag.eval.report import recall_rows, recall_table
-from qrag.eval.runner import RunConfig, read_results
+from qrag.eval.runner import read_results
+from qrag.eval.sweep import RunConfig
 
 
 def _rec(method: str, task: str, id: str, r2: float, r4: float) -> dict[str, object]:

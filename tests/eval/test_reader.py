@@ -12,7 +12,8 @@ import pytest
 
 from qrag.eval.baselines import Retrieval
 from qrag.eval.reader import ReaderLoadError, TransformersReader, VLLMReader, build_prompt, load_reader
-from qrag.eval.runner import RunConfig, read_results, run
+from qrag.eval.runner import read_results, run
+from qrag.eval.sweep import RunConfig
 from qrag.training.data import Episode
 
 

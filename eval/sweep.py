@@ -1,0 +1,221 @@
+"""What a `qrag-eval` sweep is: the benchmarks, the sweep's settings (`RunConfig`) and its cells' episodes.
+
+A sweep crosses tasks × lengths; each (task, length) cell is a list of generated or loaded episodes,
+the same every call. Running it is `qrag.eval.runner`; the speed phase is `qrag.eval.speed`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from qrag.eval.baselines import METHODS
+from qrag.training.data import Episode, load_episodes
+from qrag.training.towers import Precision
+from qrag.training.validate import check_out_path
+
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """How a `qrag-eval` benchmark maps to a data source."""
+
+    source: str
+    """The `qrag.training.data` source."""
+    tasks: tuple[str, ...] | None
+    """Valid tasks (None: the source has none)."""
+    length_kind: str | None
+    """'sentences', 'tokens', or None (fixed-size samples)."""
+    default_lengths: tuple[str, ...] = ()
+    """Lengths swept when none are given."""
+    needs_path: bool = False
+    """Whether the data is read from --data PATH."""
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "babilong": Benchmark("babilong", ("qa1", "qa2", "qa3", "qa4", "qa5"), "sentences", ("1k", "4k", "32k")),
+    "ruler": Benchmark("ruler_niah", ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
+                                      "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery"),
+                       "tokens", ("4k",)),
+    "ruler_qa": Benchmark("ruler_qa", ("qa_1", "qa_2"), "tokens", ("4k",), needs_path=True),
+    "hotpotqa": Benchmark("hotpotqa", None, None, needs_path=True),
+    "2wiki": Benchmark("2wiki", None, None, needs_path=True),
+    "musique": Benchmark("musique", None, None, needs_path=True),
+    "jsonl": Benchmark("jsonl", None, None, needs_path=True),
+    "wiki": Benchmark("wiki", ("mix", "bridge", "chain", "comparison", "single"), None),
+}
+
+BABILONG_SENTENCES = {"0k": 10, "1k": 50, "2k": 100, "4k": 160, "8k": 320, "16k": 600, "32k": 1200,
+                      "64k": 2400, "128k": 4600, "1m": 40000, "10m": 400000}
+"""qrag's BabiLong lengths in sentences (one chunk = one sentence; BENCHMARKS.md §2)."""
+
+
+@dataclass
+class RunConfig:
+    """One `qrag-eval` sweep."""
+
+    benchmark: str
+    """A key of `BENCHMARKS`."""
+    out: Path
+    """Folder for results.jsonl, summary.json, table.md and the plot."""
+    methods: tuple[str, ...] = ("bm25", "dense", "multihop", "oracle")
+    """Retrievers to compare (names from `qrag.eval.baselines.METHODS`)."""
+    tasks: tuple[str, ...] | None = None
+    """Tasks to run (None: all of the benchmark's)."""
+    lengths: tuple[str, ...] | None = None
+    """Context lengths ('1k', '32k', or a plain number of sentences/tokens); None: the defaults."""
+    num_samples: int = 100
+    """Samples per (task, length)."""
+    model: str | None = None
+    """A trained Q-RAG checkpoint folder (needed by the qrag methods)."""
+    encoder: str = "all-MiniLM-L6-v2"
+    """Encoder for the untrained dense baselines."""
+    reader: str | None = None
+    """Reader LLM ('smollm2', 'vllm:NAME', a transformers folder/name); None: retrieval metrics only."""
+    data: str | None = None
+    """Data file for file-based benchmarks (hotpotqa, musique, 2wiki, ruler_qa, jsonl)."""
+    budget: int | None = None
+    """Chunks per question for non-adaptive methods; None: |SF| of each sample."""
+    max_hops: int | None = None
+    """Most hops for multi-hop methods; None: the trained checkpoint's horizon (saved with it)."""
+    stop_threshold: float | None = None
+    """Stop-rule threshold for 'qrag+stop'; None: the checkpoint's saved (calibrated) threshold."""
+    seed: int = 0
+    """Generator seed (split 'test')."""
+    distractors: int | None = None
+    """`wiki` only: non-gold passages per question, from the test pages (None: the source's default, 30); 1 000
+    or more makes each question search all of the test split's pages, a corpus rather than a short list."""
+    max_new_tokens: int = 32
+    """Reader tokens per answer."""
+    device: str | None = None
+    """Torch device for encoders and the reader."""
+    chunk_vectors: Path | None = None
+    """Folder that keeps chunk vectors between runs (`ChunkVectorFolder`); None: embed afresh each run."""
+    batch_size: int = 32
+    """Questions each retriever handles together, fewer where their haystacks hold over `runner.MAX_GROUP_CHUNKS`
+    chunks together (their `retrieval_s` is the group's time shared equally; 1 measures single-question
+    latency)."""
+    samples_at: dict[str, int] = field(default_factory=dict)
+    """Samples per cell at given lengths, overriding `num_samples` there (e.g. {'10m': 50})."""
+    precision: str = "fp32"
+    """The encoders' arithmetic while retrieving: 'fp32', 'bf16' (GPUs, CPUs with AVX512-BF16) or 'fp16' (GPU)."""
+    speed_lengths: tuple[str, ...] = ()
+    """Lengths at which one haystack is indexed from scratch and 1…H-hop searches are timed (`qrag.eval.speed`)."""
+    speed_hops: tuple[int, ...] | None = None
+    """Hop counts the speed phase times (None: 1 to the multi-hop methods' horizon)."""
+    speed_queries: int = 20
+    """Questions the speed phase times one at a time (its batch is `batch_size` questions)."""
+    progress: bool = True
+    """Show progress bars."""
+    lengths_resolved: list[tuple[str, int | None]] = field(default_factory=list, repr=False)
+
+    def validate(self) -> RunConfig:
+        """Check names before any work starts; fill `lengths_resolved`.
+
+        Raises:
+            ValueError: an unknown benchmark, task, method or length, or a missing data path.
+        """
+        bench = BENCHMARKS.get(self.benchmark)
+        if bench is None:
+            raise ValueError(f"unknown benchmark {self.benchmark!r}; valid benchmarks: {', '.join(BENCHMARKS)}.")
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ValueError(f"unknown method(s) {bad}; valid methods: {', '.join(METHODS)}.")
+        if self.tasks is not None:
+            if bench.tasks is None:
+                raise ValueError(f"benchmark {self.benchmark!r} has no tasks; drop --tasks.")
+            bad = [t for t in self.tasks if t not in bench.tasks]
+            if bad:
+                raise ValueError(f"unknown task(s) {bad} for {self.benchmark!r}; valid tasks: {', '.join(bench.tasks)}.")
+        if bench.needs_path and self.data is None:
+            raise ValueError(f"benchmark {self.benchmark!r} reads a file: pass --data PATH.")
+        if self.data is not None and not Path(self.data).expanduser().exists():
+            raise ValueError(f"data file {self.data!r} does not exist.")
+        for name, low in (("num_samples", 1), ("batch_size", 1), ("max_new_tokens", 1), ("budget", 1),
+                          ("max_hops", 1), ("seed", 0), ("speed_queries", 1)):
+            value = getattr(self, name)
+            if value is None and name in ("budget", "max_hops"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{name} ({flag}) must be an integer >= {low}, got {value!r}.")
+        if self.distractors is not None:
+            if bench.source != "wiki":
+                raise ValueError(f"--distractors applies to the wiki benchmark only, not {self.benchmark!r}.")
+            if isinstance(self.distractors, bool) or not isinstance(self.distractors, int) or self.distractors < 0:
+                raise ValueError(f"distractors (--distractors) must be an integer >= 0, got {self.distractors!r}.")
+        t = self.stop_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
+            raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision (--precision) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}.")
+        if self.precision != "fp32" and self.chunk_vectors is not None:
+            raise ValueError(f"--chunk-vectors keeps fp32 vectors between runs; with --precision {self.precision} "
+                             "drop --chunk-vectors (each distinct chunk is still embedded once per run).")
+        check_out_path(self.out, "--out", folder=True)
+        self.lengths_resolved = [(lab, parse_length(lab, bench)) for lab in (self.lengths or bench.default_lengths)]
+        if not self.lengths_resolved:
+            self.lengths_resolved = [("-", None)]
+        labels = [lab for lab, _ in self.lengths_resolved]
+        for label, n in self.samples_at.items():
+            if label not in labels:
+                raise ValueError(f"--samples-at names length {label!r}, which the sweep does not run; its lengths: "
+                                 f"{', '.join(labels)}.")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"--samples-at {label}={n!r}: the number of samples must be an integer >= 1.")
+        for label in self.speed_lengths:
+            parse_length(label, bench)  # a benchmark without lengths, or a bad length, is named here
+        if self.speed_hops is not None and (not self.speed_hops or min(self.speed_hops) < 1):
+            raise ValueError(f"--speed-hops must name hop counts >= 1, got {self.speed_hops!r}.")
+        return self
+
+    def samples(self, label: str) -> int:
+        """Samples per cell at the length labelled `label`."""
+        return self.samples_at.get(label, self.num_samples)
+
+
+def parse_length(label: str, bench: Benchmark) -> int | None:
+    if bench.length_kind is None:
+        raise ValueError(f"benchmark source {bench.source!r} has fixed-size samples; drop --lengths.")
+    low = label.strip().lower()
+    if bench.length_kind == "sentences" and low in BABILONG_SENTENCES:
+        return BABILONG_SENTENCES[low]
+    mult = {"k": 1024, "m": 1024 * 1024}.get(low[-1:], 1)
+    try:
+        value = int(float(low[:-1] if mult > 1 else low) * mult)
+    except (ValueError, OverflowError):  # OverflowError: 'inf'
+        value = 0
+    if value < 1:
+        raise ValueError(f"bad length {label!r}: use e.g. 1k, 4k, 32k, or a plain number of {bench.length_kind}.")
+    return value
+
+
+def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samples: int | None = None) -> list[Episode]:
+    """The samples of one (task, length) cell of a validated sweep (deterministic: the same every call);
+    `num_samples` defaults to the sweep's."""
+    bench = BENCHMARKS[cfg.benchmark]
+    kw: dict[str, Any] = {"task": task, "num_samples": num_samples or cfg.num_samples, "seed": cfg.seed}
+    if bench.source in ("babilong", "ruler_niah", "wiki"):
+        kw["split"] = "test"
+    if cfg.distractors is not None:
+        kw["num_distractors"] = cfg.distractors
+    if bench.length_kind == "sentences":
+        kw["num_sentences"] = length
+    elif bench.length_kind == "tokens":
+        kw["num_tokens"] = length
+    if cfg.data is not None:
+        kw["path"] = str(Path(cfg.data).expanduser())
+    return load_episodes(bench.source, **kw)
+
+
+def iter_cells(cfg: RunConfig) -> Iterator[tuple[str | None, str, int | None]]:
+    tasks: Sequence[str | None] = cfg.tasks or BENCHMARKS[cfg.benchmark].tasks or (None,)
+    for task in tasks:
+        for label, value in cfg.lengths_resolved:
+            yield task, label, value
+
+
