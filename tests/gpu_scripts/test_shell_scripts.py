@@ -51,20 +51,25 @@ def test_train_resume_and_scale_eval_scripts(tmp_path: Path, tiny_encoder_path: 
     assert json.loads((runs / "qa15" / "last" / "trainer_state.json").read_text())["transitions"] == 16
     assert (runs / "qa15" / "train.log").read_text().count("== qa15: exit 0") == 2  # the log keeps both runs
 
-    small = "--lengths 1k --samples 1 --samples-at= --workers 0 --sources britannica --device cpu --encode-batch 64"
-    env3 = {**env, "QA_ARGS": f"--tasks qa1 {small} --latency-lengths 1k --hops 1-2 --latency-queries 2 --qps-batch 2",
+    small = "--lengths 1k --num-samples 1 --samples-at= --batch-size 2"
+    env3 = {**env, "DEVICE": "cpu", "QA_ARGS": f"--tasks qa1 {small} --speed-lengths 1k --speed-hops 1-2 --speed-queries 2",
             "NIAH_ARGS": f"--tasks niah_single_1 {small.replace('1k', '4k')}"}
     _run("scale_eval.sh", env3)
     scale = runs / "scale"
-    assert sorted(p.name for p in scale.iterdir()) == ["babilong.json", "babilong.md", "niah.json", "niah.md",
-                                                     "scale_eval.log"]
-    babilong = json.loads((scale / "babilong.json").read_text())
-    assert babilong["meta"]["status"] == "complete" and babilong["meta"]["model"] == str(runs / "qa15" / "best")
-    assert [(c["task"], c["length"], c["samples_done"]) for c in babilong["cells"]] == [("qa1", "1k", 1)]
-    assert [lat["hops"] for lat in babilong["scale"][0]["latency"]] == [1, 2]
-    niah = json.loads((scale / "niah.json").read_text())
-    assert niah["meta"]["model"] == str(runs / "niah" / "best")
-    assert [(c["task"], c["length"]) for c in niah["cells"]] == [("niah_single_1", "4k")]
+    assert sorted(p.name for p in scale.iterdir()) == ["babilong", "niah", "scale_eval.log"]
+    methods = ["qrag", "qrag+stop", "dense", "bm25"]
+    babilong = json.loads((scale / "babilong" / "summary.json").read_text())
+    assert babilong["methods"] == methods and babilong["lengths"] == ["1k"]
+    assert babilong["settings"]["model"] == str(runs / "qa15" / "best") and babilong["settings"]["precision"] == "fp32"
+    speed = json.loads((scale / "babilong" / "speed.json").read_text())
+    assert [h["hops"] for h in speed["lengths"][0]["hops"]] == [1, 2] and speed["lengths"][0]["chunks"] == 50
+    niah = json.loads((scale / "niah" / "summary.json").read_text())
+    assert niah["settings"]["model"] == str(runs / "niah" / "best") and niah["settings"]["tasks"] == ["niah_single_1"]
+    assert not (scale / "niah" / "speed.json").exists()
+    # Running it again resumes: every sample is already in results.jsonl, so nothing is added.
+    before = (scale / "babilong" / "results.jsonl").read_text()
+    _run("scale_eval.sh", {**env3, "QA_ARGS": env3["QA_ARGS"].replace("--speed-lengths 1k", "--speed-lengths=")})
+    assert (scale / "babilong" / "results.jsonl").read_text() == before
 
 
 def test_scripts_stop_with_the_install_command_when_qrag_is_missing(tmp_path: Path) -> None:
