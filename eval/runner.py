@@ -44,10 +44,10 @@ SHAPING_BEFORE = {"precision": "fp32"}
 """Values of SHAPING fields added later, for records written before them."""
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors", "speed_lengths", "speed_hops",
                 "speed_queries")
+"""RunConfig fields that say where and how a sweep runs, not what it measures (left out of summary.json)."""
 MAX_GROUP_CHUNKS = 1 << 21
 """Most chunks in one group of questions retrieved together (2M: 3 GiB of fp32 384-d vectors): at 1M–10M
 tokens a group shrinks to fit, down to one question."""
-"""RunConfig fields that say where and how a sweep runs, not what it measures (left out of summary.json)."""
 
 
 def sample_key(benchmark: str, task: str | None, length: str, method: str, episode_id: str) -> str:

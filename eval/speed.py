@@ -225,7 +225,8 @@ def speed_phase(cfg: RunConfig, model: QNetwork, device: torch.device) -> dict[s
     bench = BENCHMARKS[cfg.benchmark]
     task = (cfg.tasks or bench.tasks or (None,))[0]
     lengths = [(label, parse_length(label, bench)) for label in cfg.speed_lengths]
-    shortest = min((value for _, value in lengths), key=lambda v: v or 0)
+    # Questions from the shortest haystack the sweep names (a question does not depend on the haystack's length).
+    shortest = min((value for _, value in [*lengths, *cfg.lengths_resolved]), key=lambda v: v or 0)
     questions = [ep.question for ep in cell_episodes(cfg, task, shortest, max(cfg.speed_queries, cfg.batch_size))]
     horizon = cfg.max_hops or model.hops.max_hops
     hop_counts = list(cfg.speed_hops or range(1, horizon + 1))
