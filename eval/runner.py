@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -214,6 +216,14 @@ def peak_memory_mb() -> dict[str, float | None]:
     return {"rss": rss, "cuda": cuda}
 
 
+def machine(device: str | None) -> dict[str, Any]:
+    """Where the sweep ran: the torch device and its GPU name, torch, Python, the CPU count and platform."""
+    dev = torch.device(device or "cpu")
+    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" and torch.cuda.is_available() else None
+    return {"device": str(dev), "gpu": gpu, "torch": torch.__version__, "python": platform.python_version(),
+            "cpus": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform(terse=True)}
+
+
 def model_fingerprint(model: str | None) -> str | None:
     """A digest of a checkpoint's header and weights (None without a checkpoint or when it cannot be read)."""
     if model is None:
@@ -272,7 +282,7 @@ def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
     cells = {(cfg.benchmark, t or "-", lab, m) for t, lab, _ in iter_cells(cfg) for m in cfg.methods}
     records = [r for r in read_results(path) if (r["benchmark"], r["task"], r["length"], r["method"]) in cells]
     settings = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}
-    summary = {**summarize(records, settings), "peak_memory_mb": peak_memory_mb()}
+    summary = {**summarize(records, settings), "peak_memory_mb": peak_memory_mb(), "machine": machine(cfg.device)}
     write_reports(summary, cfg.out)
     trained = [m for m in cfg.methods if m in NEEDS_CHECKPOINT]
     baselines = [m for m in cfg.methods if m in BASELINES]

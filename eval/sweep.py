@@ -153,6 +153,9 @@ class RunConfig:
             raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision (--precision) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}.")
+        if self.precision == "fp16" and not str(self.device or "cpu").startswith("cuda"):
+            raise ValueError(f"--precision fp16 needs a GPU (--device cuda), not device {self.device or 'cpu'!r}; "
+                             "on a CPU use bf16 (fast with AVX512-BF16/AMX) or fp32.")
         if self.precision != "fp32" and self.chunk_vectors is not None:
             raise ValueError(f"--chunk-vectors keeps fp32 vectors between runs; with --precision {self.precision} "
                              "drop --chunk-vectors (each distinct chunk is still embedded once per run).")

@@ -36,6 +36,8 @@ def test_speed_phase_and_samples_at_end_to_end(tmp_path: Path, tiny_encoder_path
                 for t in ("qa1", "qa2") for n in ("40", "60")}
     assert per_cell == {("qa1", "40"): 3, ("qa2", "40"): 3, ("qa1", "60"): 2, ("qa2", "60"): 2}
     assert all(r["settings"]["precision"] == "fp32" for r in records)
+    machine = json.loads((out / "summary.json").read_text())["machine"]
+    assert machine["device"] == "cpu" and machine["gpu"] is None and machine["torch"] == torch.__version__
 
     result = json.loads((out / "speed.json").read_text())
     assert result["task"] == "qa2" and result["gpu"] is None and result["precision"] == "fp32"
@@ -81,6 +83,7 @@ def test_records_without_precision_resume_as_fp32(tmp_path: Path, tiny_encoder_p
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"precision": "int8"}, "precision (--precision) must be one of"),
     ({"precision": "bf16", "chunk_vectors": Path("cv")}, "drop --chunk-vectors"),
+    ({"precision": "fp16"}, "--precision fp16 needs a GPU (--device cuda), not device 'cpu'"),
     ({"samples_at": {"10m": 5}}, "--samples-at names length '10m'"),
     ({"samples_at": {"12": 0}}, "--samples-at 12=0"),
     ({"speed_lengths": ("huge",)}, "bad length 'huge'"),
