@@ -117,7 +117,7 @@ def measure(model: QNetwork, texts: Sequence[str], questions: Sequence[str], hop
     model.eval()
     asked = [questions[i % len(questions)] for i in range(max(queries, batch))]
     with torch.no_grad():
-        model.embed_chunks(list(texts[: 4 * encode_batch]), batch_size=encode_batch, precision=precision)  # warm-up
+        model.embed_chunks(list(texts[:encode_batch]), batch_size=encode_batch, precision=precision)  # warm-up: one batch
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         _sync(device)

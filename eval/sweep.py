@@ -165,7 +165,7 @@ class RunConfig:
             self.lengths_resolved = [("-", None)]
         labels = [lab for lab, _ in self.lengths_resolved]
         for label, n in self.samples_at.items():
-            if label not in labels:
+            if label.lower() not in [lab.lower() for lab in labels]:
                 raise ValueError(f"--samples-at names length {label!r}, which the sweep does not run; its lengths: "
                                  f"{', '.join(labels)}.")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -178,7 +178,8 @@ class RunConfig:
 
     def samples(self, label: str) -> int:
         """Samples per cell at the length labelled `label`."""
-        return self.samples_at.get(label, self.num_samples)
+        at = {lab.lower(): n for lab, n in self.samples_at.items()}
+        return at.get(label.lower(), self.num_samples)
 
 
 def parse_length(label: str, bench: Benchmark) -> int | None:

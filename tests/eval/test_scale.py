@@ -96,6 +96,11 @@ def test_bad_scale_settings_are_named(tmp_path: Path, kwargs: dict[str, object],
         cfg.validate()
 
 
+def test_samples_at_ignores_case(tmp_path: Path) -> None:
+    cfg = RunConfig(benchmark="babilong", out=tmp_path / "o", lengths=("32k", "10M"), samples_at={"10m": 5}).validate()
+    assert cfg.samples("10M") == 5 and cfg.samples("32k") == cfg.num_samples
+
+
 def test_speed_lengths_need_a_benchmark_with_lengths(tmp_path: Path) -> None:
     cfg = RunConfig(benchmark="wiki", out=tmp_path / "o", speed_lengths=("1k",))
     with pytest.raises(ValueError, match="fixed-size samples"):
