@@ -46,6 +46,7 @@ from qrag.eval.baselines import ADAPTIVE, BASELINES, NEEDS_CHECKPOINT, make_retr
 from qrag.eval.report import margins
 from qrag.eval.runner import read_results, run
 from qrag.eval.sweep import BABILONG_SENTENCES, RunConfig, cell_episodes
+from qrag.training.atomic import write_text_atomic
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes
@@ -75,9 +76,7 @@ class Job:
                                       else {"seconds": {}, "done": []})
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1), encoding="utf-8")
-        tmp.replace(self.path)
+        write_text_atomic(self.path, json.dumps(self.state, indent=1))
 
     def spent(self, phase: str | None = None) -> float:
         seconds: dict[str, float] = self.state["seconds"]

@@ -28,6 +28,7 @@ import torch
 
 from qrag.eval.baselines import NEEDS_CHECKPOINT, Retriever
 from qrag.eval.sweep import BENCHMARKS, RunConfig, cell_episodes, parse_length
+from qrag.training.atomic import write_text_atomic
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
 from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
@@ -204,10 +205,8 @@ def speed_table(result: dict[str, Any]) -> str:
 
 def write_speed(result: dict[str, Any], out: Path) -> None:
     """Write `speed.json` and `speed.md` into `out` (atomically each)."""
-    for name, text in ((SPEED_FILE, json.dumps(result, indent=1)), (SPEED_TABLE, speed_table(result))):
-        tmp = out / (name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out / name)
+    write_text_atomic(out / SPEED_FILE, json.dumps(result, indent=1))
+    write_text_atomic(out / SPEED_TABLE, speed_table(result))
 
 
 def speed_model(cfg: RunConfig, retrievers: Sequence[Retriever]) -> QNetwork:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from qrag.training.atomic import previous_dir
+from qrag.training.atomic import previous_dir, write_text_atomic
 from qrag.training.checkpoint import ResumeError
 from qrag.training.index import ChunkIndex, IndexLoadError
 from qrag.training.qnet import CheckpointError, QNetwork
@@ -566,3 +566,14 @@ def test_sweep_key_follows_the_checkpoint_not_its_path(tmp_path: Path) -> None:
     (tmp_path / "results.jsonl").write_text(json.dumps({"key": "k1"}) + "\n")
     with pytest.raises(ValueError, match="without its settings"):
         check_resumable(tmp_path / "results.jsonl", settings)
+
+
+def test_a_failed_atomic_text_write_keeps_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "speed.json"
+    write_text_atomic(path, "old")
+    write_text_atomic(path, "new")
+    assert path.read_text() == "new"
+    with pytest.raises(UnicodeEncodeError):
+        write_text_atomic(path, SURROGATE)  # fails while writing the temporary file
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["speed.json"]
+

@@ -1,4 +1,4 @@
-"""Atomic folder writes: build the folder under a temporary sibling name, then rename it into place.
+"""Atomic writes: build a folder (or a file) under a temporary sibling name, then rename it into place.
 
 A kill at any moment leaves either the previous folder or the new one, never a half-written one. If the
 kill lands between the two renames of a replacement, the previous folder survives at `previous_dir` and
@@ -108,4 +108,17 @@ def atomic_dir(target: Path, *, check: Callable[[Path], object] | None = None,
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary sibling named by this process, then rename it into place:
+    readers see the old file or the new one, never half of one, and writers in other processes do not collide.
+    Nothing is left behind when the write fails."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise

@@ -29,6 +29,8 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Literal, get_args
 
+from qrag.training.atomic import write_text_atomic
+
 TextSource = Literal["shakespeare", "britannica", "wikipedia", "kjv"]
 TEXT_SOURCES: tuple[TextSource, ...] = get_args(TextSource)
 MIN_WORDS = 5
@@ -237,9 +239,7 @@ class SentencePool:
         ]
         try:
             f.parent.mkdir(parents=True, exist_ok=True)
-            tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-            tmp.replace(f)
+            write_text_atomic(f, json.dumps(data, ensure_ascii=False))
         except OSError:
             pass  # a read-only home only costs the next process the same split
 
