@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_speed.py --chunks 2000 --repeats 5 --out results/bench_speed.json
     .venv/bin/python scripts/bench_speed.py --model qrag/babilong-minilm-cpu --threads 2 --out results/bench_speed.json
+    python scripts/bench_speed.py --device cuda --chunks 100000 --batch-size 2048 --out bench_speed_gpu.json  # a GPU
 
 Corpus: the sentences of one BabiLong-style qa2 haystack of `--chunks` sentences (real background text with
 the bAbI facts in it), questions: the questions of `--queries` such haystacks. Phases, each repeated
@@ -9,14 +10,15 @@ the bAbI facts in it), questions: the questions of `--queries` such haystacks. P
 
 - **indexing**: chunks/s of a plain transformers loop over the bundled MiniLM (tokenise each batch of 128
   in corpus order, pad to the batch's longest, forward, mean-pool: what a user writes by hand) against
-  `ChunkIndex.from_texts` with the same model and truncation (fp32), and the same under bf16 autocast, with
-  the smallest cosine between the bf16 and the fp32 vectors;
+  `ChunkIndex.from_texts` with the same model and truncation (fp32), and both again under `--precision`
+  autocast (bf16; fp16 on a GPU), with the smallest cosine between those and the fp32 vectors;
 - **queries**: milliseconds per question, one question at a time, of a single dense query (question vector,
   inner products, top-k) against greedy qrag search with 1, 3 and 6 hops (`stop_threshold` off, so every
   hop is taken), and their ratios;
 - **where a hop's time goes**: the state's length in tokens at each hop and the time of the state-tower pass
   on it alone, against the whole hop;
-- **memory**: the process's peak resident set after each phase (cumulative: it only grows).
+- **memory**: the process's peak resident set after each phase (cumulative: it only grows), and on a GPU
+  the peak memory torch allocated there.
 
 Training throughput (transitions/s) has its own benchmark, `scripts/bench_train.py`.
 """
@@ -38,11 +40,19 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from qrag.training.data import load_episodes
+from qrag.training.data.text_pack import maybe_install_text_pack
 from qrag.training.encoders import resolve_encoder
 from qrag.training.index import ChunkIndex
 from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
+from qrag.training.towers import Precision, precision_autocast
 
 HOPS = (1, 3, 6)
+
+
+def sync() -> None:
+    """Wait for the GPU's queued work (timers read the host clock)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
@@ -50,8 +60,10 @@ def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     result = fn()
     times = []
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         result = fn()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
 
@@ -60,20 +72,27 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def plain_encode(path: str, texts: list[str], max_tokens: int, batch_size: int) -> Callable[[], torch.Tensor]:
-    """The loop a user writes with transformers alone: corpus order, per-batch tokenisation, mean pooling."""
+def gpu_memory() -> dict[str, float]:
+    """Peak GPU memory allocated so far (cumulative), when a GPU is in use."""
+    return {"peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20} if torch.cuda.is_available() else {}
+
+
+def plain_encode(path: str, texts: list[str], max_tokens: int, batch_size: int, device: torch.device,
+                 precision: Precision = "fp32") -> Callable[[], torch.Tensor]:
+    """The loop a user writes with transformers alone: corpus order, per-batch tokenisation, mean pooling
+    (under autocast at `precision`)."""
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path).eval()
+    model = AutoModel.from_pretrained(path).eval().to(device)
 
     def run() -> torch.Tensor:
         out = []
-        with torch.inference_mode():
+        with torch.inference_mode(), precision_autocast(device, precision):
             for start in range(0, len(texts), batch_size):
                 enc = tokenizer(texts[start : start + batch_size], padding=True, truncation=True,
-                                max_length=max_tokens, return_tensors="pt")
+                                max_length=max_tokens, return_tensors="pt").to(device)
                 hidden = model(**enc).last_hidden_state  # (B, L, D)
                 mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
-                out.append((hidden * mask).sum(1) / mask.sum(1).clamp(min=1))  # (B, D)
+                out.append(((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float())  # (B, D)
         return torch.cat(out)
 
     return run
@@ -88,6 +107,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--precision", default="bf16", choices=("bf16", "fp16"),
+                        help="the reduced precision measured beside fp32 (fp16: GPU only; default bf16)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
     for name in ("chunks", "queries", "repeats", "batch_size"):
@@ -96,7 +118,14 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    model = load_model(args.model).eval()
+    maybe_install_text_pack()  # $QRAG_TEXT_PACK: the text sources from a pack (scripts/gpu/offline.py)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no GPU here; use --device cpu.")
+    if args.precision == "fp16" and device.type != "cuda":
+        parser.error("--precision fp16 needs --device cuda; on a CPU use bf16.")
+    low = args.precision
+    model = load_model(args.model).eval().to(device)
     episodes = load_episodes("babilong", task="qa2", split="test", num_samples=args.queries, seed=0,
                              num_sentences=args.chunks)
     texts = list(episodes[0].chunks)
@@ -105,22 +134,30 @@ def main() -> int:
     rows: dict[str, Any] = {}
 
     # ---------------------------------------------------------------- indexing
-    plain_s, plain_vectors = median_time(plain_encode(encoder_path, texts, max_tokens, args.batch_size), args.repeats)
+    plain_s, plain_vectors = median_time(plain_encode(encoder_path, texts, max_tokens, args.batch_size, device),
+                                         args.repeats)
+    plain_low_s, _ = median_time(plain_encode(encoder_path, texts, max_tokens, args.batch_size, device, low), args.repeats)
     index_s, index = median_time(lambda: ChunkIndex.from_texts(model, texts, batch_size=args.batch_size,
                                                                show_progress=False, ordered=True), args.repeats)
-
-    bf16_s, bf16 = median_time(lambda: ChunkIndex.from_texts(model, texts, batch_size=args.batch_size, show_progress=False,
-                                                             ordered=True, precision="bf16"), args.repeats)
+    low_s, low_index = median_time(lambda: ChunkIndex.from_texts(model, texts, batch_size=args.batch_size,
+                                                                 show_progress=False, ordered=True, precision=low),
+                                   args.repeats)
     fp32_vectors = index.vectors.float()
+    n = len(texts)
     rows["indexing"] = {
-        "chunks": len(texts),
-        "plain_transformers_chunks_per_s": len(texts) / plain_s,
-        "qrag_fp32_chunks_per_s": len(texts) / index_s,
-        "qrag_bf16_chunks_per_s": len(texts) / bf16_s,
+        "chunks": n,
+        "batch_size": args.batch_size,
+        "plain_transformers_chunks_per_s": n / plain_s,
+        f"plain_transformers_{low}_chunks_per_s": n / plain_low_s,
+        "qrag_fp32_chunks_per_s": n / index_s,
+        f"qrag_{low}_chunks_per_s": n / low_s,
         "qrag_fp32_over_plain": plain_s / index_s,
-        "qrag_bf16_over_plain": plain_s / bf16_s,
-        "min_cosine_bf16_vs_fp32": float(torch.nn.functional.cosine_similarity(bf16.vectors.float(), fp32_vectors).min()),
+        f"qrag_{low}_over_plain": plain_s / low_s,
+        f"qrag_{low}_over_plain_{low}": plain_low_s / low_s,
+        f"min_cosine_{low}_vs_fp32": float(torch.nn.functional.cosine_similarity(low_index.vectors.float(),
+                                                                                  fp32_vectors).min()),
         "peak_rss_mb": peak_rss_mb(),
+        **gpu_memory(),
     }
     if model.chunk_tower_frozen:  # the chunk tower is the base encoder, mean-pooled: the plain loop's vectors
         rows["indexing"]["min_cosine_qrag_vs_plain"] = float(
@@ -132,7 +169,7 @@ def main() -> int:
     def dense_query(q: str) -> list[int]:
         with torch.no_grad():
             state = model.embed_states([q], [[]])  # (1, D)
-            positions = model.positions(torch.zeros(1, len(index), dtype=torch.bool))  # (1, N) or None
+            positions = model.positions(torch.zeros(1, len(index), dtype=torch.bool, device=index.device))  # (1, N) or None
             return model.score(state, index.vectors, positions)[0].topk(1).indices.tolist()
 
     def per_query(fn: Callable[[str], Any]) -> float:
@@ -146,7 +183,7 @@ def main() -> int:
     rows["queries_ms"] = {"dense": dense_ms, **{f"qrag_{h}_hops": ms for h, ms in hop_ms.items()},
                           **{f"qrag_{h}_hops_over_1": ms / hop_ms[1] for h, ms in hop_ms.items()},
                           **{f"qrag_{h}_hops_over_dense": ms / dense_ms for h, ms in hop_ms.items()},
-                          "peak_rss_mb": peak_rss_mb()}
+                          "peak_rss_mb": peak_rss_mb(), **gpu_memory()}
 
     # ---------------------------------------------------------------- where a hop's time goes
     taken = [[h.chunk.text for h in searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits] for q in questions]
@@ -166,20 +203,24 @@ def main() -> int:
     rows["hop_ms_marginal"] = dict(zip(["1", "2-3", "4-6"], whole, strict=True))
 
     meta = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "machine": platform.machine(),
+            "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
             "processor": platform.processor(), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "model": args.model, "max_chunk_tokens": max_tokens, "repeats": args.repeats, "queries": len(questions)}
     ix, qm = rows["indexing"], rows["queries_ms"]
-    print(f"indexing {ix['chunks']} chunks ({max_tokens} tokens max), chunks/s: plain transformers "
-          f"{ix['plain_transformers_chunks_per_s']:.0f}, qrag fp32 {ix['qrag_fp32_chunks_per_s']:.0f} "
-          f"({ix['qrag_fp32_over_plain']:.2f}x), qrag bf16 {ix['qrag_bf16_chunks_per_s']:.0f} "
-          f"({ix['qrag_bf16_over_plain']:.2f}x; min cosine to fp32 {ix['min_cosine_bf16_vs_fp32']:.5f})")
+    print(f"indexing {ix['chunks']} chunks ({max_tokens} tokens max, batches of {args.batch_size}), chunks/s: plain "
+          f"transformers fp32 {ix['plain_transformers_chunks_per_s']:.0f}, {low} "
+          f"{ix[f'plain_transformers_{low}_chunks_per_s']:.0f}; qrag fp32 {ix['qrag_fp32_chunks_per_s']:.0f} "
+          f"({ix['qrag_fp32_over_plain']:.2f}x), qrag {low} {ix[f'qrag_{low}_chunks_per_s']:.0f} "
+          f"({ix[f'qrag_{low}_over_plain']:.2f}x of plain fp32, {ix[f'qrag_{low}_over_plain_{low}']:.2f}x of plain {low}; "
+          f"min cosine to fp32 {ix[f'min_cosine_{low}_vs_fp32']:.5f})")
     print("query (ms, one question at a time):  dense " + f"{qm['dense']:.1f}  "
           + "  ".join(f"{h} hops {qm[f'qrag_{h}_hops']:.1f} ({qm[f'qrag_{h}_hops_over_1']:.2f}x of 1 hop, "
                       f"{qm[f'qrag_{h}_hops_over_dense']:.2f}x of dense)" for h in HOPS))
     print("hop  state tokens  state-tower pass (ms)")
     for row in per_hop:
         print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}")
-    print(f"peak RSS {peak_rss_mb():.0f} MB; threads {torch.get_num_threads()}")
+    gpu = f"; peak GPU memory {gpu_memory()['peak_gpu_mb']:.0f} MB" if gpu_memory() else ""
+    print(f"peak RSS {peak_rss_mb():.0f} MB; threads {torch.get_num_threads()}{gpu}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({**meta, **rows}, indent=1) + "\n", encoding="utf-8")

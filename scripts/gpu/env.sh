@@ -6,7 +6,9 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO" || exit 1
 if [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; fi
 PY="${PYTHON:-python3}"
-export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+# Tokenizers keep their own threads (whole-corpus tokenisation is parallel in Rust; a forked child turns them
+# off by itself): forcing TOKENIZERS_PARALLELISM=false would make indexing on a GPU box wait on one core.
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" PYTHONUNBUFFERED=1
 # bm25s uses JAX for its top-k when JAX is installed, and JAX then preallocates 75% of the GPU's memory: the
 # 10M-token cells ran out of memory that way. Keep JAX on the CPU; let torch grow its memory in segments.
 export JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
