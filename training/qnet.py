@@ -177,11 +177,13 @@ class QNetwork(nn.Module):
 
     # ------------------------------------------------------------------ tokenisation
     def tokenize_chunks(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Chunk texts → padded ids truncated to `max_chunk_tokens` (special tokens included)."""
-        enc = self.tokenizer(
-            list(texts), truncation=True, max_length=self.config.max_chunk_tokens, padding=True, return_tensors="pt"
-        )
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        """Chunk texts → right-padded ids truncated to `max_chunk_tokens` (special tokens included)."""
+        return pad_rows(token_rows(self.tokenizer, texts, self.config.max_chunk_tokens), self.pad_id)
+
+    @property
+    def pad_id(self) -> int:
+        """The id padded rows are filled with (0 when the tokenizer has no pad token)."""
+        return self.tokenizer.pad_token_id or 0
 
     def check_chunk_lengths(self, texts: Sequence[str], *, stacklevel: int = 2) -> int:
         """Warn once (`ChunkLengthWarning`) when chunks exceed `max_chunk_tokens`: how many, and by how much.
@@ -214,7 +216,7 @@ class QNetwork(nn.Module):
         if len(questions) != len(selected_chunks):
             raise ValueError(f"got {len(questions)} questions but {len(selected_chunks)} lists of selected chunks.")
         rows = [self.state_token_ids(q, sel) for q, sel in zip(questions, selected_chunks, strict=True)]
-        return pad_rows(rows, self.tokenizer.pad_token_id or 0)
+        return pad_rows(rows, self.pad_id)
 
     # ------------------------------------------------------------------ encoding
     def forward(
@@ -263,10 +265,9 @@ class QNetwork(nn.Module):
         # One fast-tokenizer call over the whole corpus, then batches of similar token length padded from those
         # ids: no tokenizer call per batch, and the length sort sees tokens, not characters.
         rows = token_rows(self.tokenizer, texts, self.config.max_chunk_tokens)
-        pad_id = self.tokenizer.pad_token_id or 0
         with precision_autocast(self.device, precision):
             return self._embed(lambda inputs: self.chunk_tower(**inputs),
-                               lambda idx: pad_rows([rows[i] for i in idx], pad_id),
+                               lambda idx: pad_rows([rows[i] for i in idx], self.pad_id),
                                [len(r) for r in rows], batch_size, show_progress, "chunks")
 
     @torch.no_grad()

@@ -48,8 +48,10 @@ def test_pad_rows_by_hand() -> None:
 
 def test_embed_chunks_equals_the_chunk_tower_on_the_wrapper_tokens(tiny_encoder_path: Path) -> None:
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=16).eval()
-    with torch.no_grad():
-        want = qnet.chunk_tower(**qnet.tokenize_chunks(TEXTS))  # (N, D): one padded batch, wrapper tokens
+    wrapper = qnet.tokenizer(TEXTS, truncation=True, max_length=16, padding=True, return_tensors="pt")
+    with torch.no_grad():  # (N, D): one padded batch of the transformers tokenizer's own ids and mask
+        want = qnet.chunk_tower(input_ids=wrapper["input_ids"], attention_mask=wrapper["attention_mask"])
+    assert qnet.tokenize_chunks(TEXTS)["input_ids"].tolist() == wrapper["input_ids"].tolist()
     with pytest.warns(UserWarning):  # two texts are longer than 16 tokens
         qnet.check_chunk_lengths(TEXTS)
     got = qnet.embed_chunks(TEXTS, batch_size=2)  # pre-tokenised, length-sorted batches of 2
