@@ -52,6 +52,9 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     parts = mode.split(":")
     defaults = ["lora", "both", args.mixed_precision, str(config.trainer.length_groups), "fused"]
     train_mode, towers, precision, groups, optimizer = parts + defaults[len(parts):]
+    train_mode, _, layers = train_mode.partition("=")  # top_layers=6: how many top layers train
+    if layers:
+        config.model.trainable_layers = int(layers)
     config.model.train_mode = train_mode  # type: ignore[assignment]
     config.model.train_towers = towers  # type: ignore[assignment]
     config.trainer.length_groups = int(groups)
@@ -139,7 +142,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="full,top_layers,lora",
                         help="comma-separated TRAIN_MODE[:TOWERS[:PRECISION[:GROUPS[:OPTIMIZER]]]], e.g. "
-                             "lora:state:bf16 (towers both|state, default both; precision no|bf16|fp16, default "
+                             "lora:state:bf16 or top_layers=6:state:bf16 (=N: model.trainable_layers; "
+                             "towers both|state, default both; precision no|bf16|fp16, default "
                              "--mixed-precision; GROUPS trainer.length_groups, default the preset's; OPTIMIZER "
                              "fused|loop, AdamW's kernel, default fused)")
     parser.add_argument("--rollouts", type=int, default=4)

@@ -9,8 +9,15 @@ chain (an episode, then a random subset of its supporting facts as already taken
 order) and asks the Q-values of every available chunk to rank the supporting facts not yet taken first:
 `ce` = cross-entropy of `softmax(Q / T)` onto them, `margin` = `qrag.training.td.margin_loss` alone (no TD).
 Every `--eval-every` updates: validation fact EM at exactly |SF| greedy hops per task (the main job's
-measure). If this reaches high fact EM in a few hundred updates while soft Q(λ) does not, the network is not
-what limits learning; the learning signal is (docs/LEARNER.md).
+measure), and the same on as many training episodes (`fit/...`). If this reaches high fact EM in a few hundred
+updates while soft Q(λ) does not, the network is not what limits learning; the learning signal is
+(docs/LEARNER.md).
+
+Probes of what bounds the network itself (docs/LEARNER.md, "What bounds qa2 and qa3 now"):
+`--chunk-head bias` adds a trainable vector to every frozen chunk vector before the rotation (a position channel
+that does not depend on the chunk's text), `--chunk-head linear` a trainable D×D map (identity at the start),
+each with its own `--head-lr`; `--rope-base` changes the rotation's frequencies, `--position-scale` stretches the
+positions (finer angles between neighbouring chunks); `--num-train` the number of distinct training episodes.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ import platform
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from qrag.training import td
+from qrag.training import positions, td
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import load_preset
 from qrag.training.data.build import build_episodes
@@ -32,6 +40,17 @@ from qrag.training.policy import evaluate
 from qrag.training.positions import relative_positions
 from qrag.training.qnet import QNetwork
 from qrag.training.selection import evaluate_at_sf
+
+
+class HeadStore:
+    """A chunk-vector cache whose vectors pass through `head` (validation sees what the update trains)."""
+
+    def __init__(self, store: ChunkVectorCache, head: torch.nn.Module) -> None:
+        self.store, self.head, self.key = store, head, store.key
+
+    def vectors(self, model: QNetwork, texts: Any, **kwargs: Any) -> torch.Tensor:
+        with torch.no_grad():
+            return self.head(self.store.vectors(model, texts, **kwargs))
 
 
 def main() -> int:
@@ -45,23 +64,55 @@ def main() -> int:
     parser.add_argument("--margin", type=float, default=0.1)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--chunk-head", choices=("none", "linear", "bias"), default="none",
+                        help="linear: a trainable D×D map (identity at start) on the frozen chunk vectors")
+    parser.add_argument("--head-lr", type=float, default=None, help="learning rate of the chunk head (default --lr)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rope-base", type=float, default=None, help="RoPE base of the rotation (default: METHOD.md's 10000)")
+    parser.add_argument("--position-scale", type=float, default=None,
+                        help="multiply the relative positions' gap stride and span (default: METHOD.md's 20 and 18)")
+    parser.add_argument("--num-train", type=int, default=2000, help="training episodes (split evenly over the tasks)")
+    parser.add_argument("--num-val", type=int, default=100, help="validation episodes (split evenly over the tasks)")
     parser.add_argument("--out", default="results/supervised_bound.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_preset("babilong-cpu")
-    config.data.task, config.data.num_train, config.data.num_val = args.tasks, 2000, 100
+    config.data.task, config.data.num_train, config.data.num_val = args.tasks, args.num_train, args.num_val
+    if args.rope_base is not None:
+        positions.ROPE_BASE = args.rope_base
+    if args.position_scale is not None:
+        positions.GAP_STRIDE *= args.position_scale
+        positions.GAP_SPAN *= args.position_scale
     train, val = build_episodes(config.data)
     qnet = QNetwork.from_config(config.model)
-    store = ChunkVectorCache(qnet.chunk_vectors_key())
+    store: Any = ChunkVectorCache(qnet.chunk_vectors_key())
+    base_store = store
     with torch.autocast("cpu", dtype=torch.bfloat16):
         store.vectors(qnet, sorted({c for e in train + val for c in e.chunks}), batch_size=256)
+    head = torch.nn.Linear(qnet.dim, qnet.dim, bias=args.chunk_head == "bias")
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(qnet.dim))
+        if head.bias is not None:
+            head.bias.zero_()
+    head.weight.requires_grad_(args.chunk_head == "linear")
     params = [p for p in qnet.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
-    rng = random.Random(0)
+    groups = [{"params": params}]
+    if args.chunk_head != "none":
+        groups.append({"params": [p for p in head.parameters() if p.requires_grad], "lr": args.head_lr or args.lr})
+        params = params + groups[1]["params"]
+        store = HeadStore(store, head)
+    torch.manual_seed(args.seed)
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
+    rng = random.Random(args.seed)
+
+    fit_episodes = train[:: max(1, len(train) // len(val))][: len(val)]  # spread over the tasks (train is by task)
 
     def validate() -> dict[str, float]:
+        """Fact EM at |SF| hops on the validation episodes, and (`fit/...`) on as many training episodes."""
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return evaluate_at_sf(evaluate, qnet, val, config.env, num_envs=64, batch_size=128, store=store)
+            held = evaluate_at_sf(evaluate, qnet, val, config.env, num_envs=64, batch_size=128, store=store)
+            fit = evaluate_at_sf(evaluate, qnet, fit_episodes, config.env, num_envs=64, batch_size=128, store=store)
+        return {**held, **{f"fit/{k}": v for k, v in fit.items()}}
 
     curve = [{"updates": 0, "seconds": 0.0, **validate()}]
     print(json.dumps(curve[-1]), flush=True)
@@ -79,7 +130,9 @@ def main() -> int:
             valid[b, : ep.num_chunks] = True
             selected[b, sel] = True
             gold[b, [i for i in ep.supporting if i not in sel]] = True
-            vectors[b, : ep.num_chunks] = store.vectors(qnet, ep.chunks)
+            vectors[b, : ep.num_chunks] = base_store.vectors(qnet, ep.chunks)
+        if args.chunk_head != "none":
+            vectors = head(vectors)  # (B, N, D)
         available = valid & ~selected  # (B, N)
         inputs = qnet.tokenize_states([ep.question for ep in eps],
                                       [[ep.chunks[i] for i in sorted(sel)] for ep, sel in zip(eps, taken, strict=True)])
@@ -99,7 +152,7 @@ def main() -> int:
             curve.append({"updates": update, "seconds": time.perf_counter() - start, **validate()})
             print(json.dumps(curve[-1]), flush=True)
     result = {"command": "python scripts/supervised_bound.py " + " ".join(
-                  f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+                  f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
               "machine": f"{platform.processor() or platform.machine()}, {args.threads} torch thread(s)",
               "states_per_update": args.batch, "curve": curve}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
