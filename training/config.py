@@ -320,10 +320,6 @@ class TrainerConfig:
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ConfigError(f"trainer.max_minutes must be > 0, got {self.max_minutes}.")
 
-    @property
-    def rollout_size(self) -> int:
-        return self.num_envs * self.rollout_steps
-
 
 @dataclass
 class TrainConfig:

@@ -127,10 +127,6 @@ class RetrievalEnv:
             raise IndexError(f"environment slot {e} has no episode (the evaluation pass is over for it).")
         return s
 
-    @property
-    def max_chunks(self) -> int:
-        return max(s.episode.num_chunks for s in self.slots if s is not None)
-
     def masks(self, slots: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(selected, valid) bool masks, each (E', N_max) for the given slots (default: active)."""
         slots = self.active if slots is None else slots
