@@ -8,7 +8,7 @@ Episodes: the `babilong-cpu` preset's validation split (160 sentences, about 4K 
 Each question gets exactly |SF| greedy hops (the main job's measure); a miss is a question whose hops are not
 its supporting facts. For the first hop that took a non-supporting chunk: its hop number, the kind of fact it
 is, and, when a supporting fact not taken is about the same person, whether the taken one is earlier or later
-in the document and by how many sentences (docs/LEARNER.md, "What bounds qa2 and qa3").
+in the document and by how many sentences (docs/LEARNER.md, "What bounds qa2 and qa3 at |SF| hops now").
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ measure), and the same on as many training episodes (`fit/...`). If this reaches
 updates while soft Q(λ) does not, the network is not what limits learning; the learning signal is
 (docs/LEARNER.md).
 
-Probes of what bounds the network itself (docs/LEARNER.md, "What bounds qa2 and qa3 now"):
+Probes of what bounds the network itself (docs/LEARNER.md, "What bounds qa2 and qa3 at |SF| hops now"):
 `--chunk-head bias` adds a trainable vector to every frozen chunk vector before the rotation (a position channel
 that does not depend on the chunk's text), `--chunk-head linear` a trainable D×D map (identity at the start),
 each with its own `--head-lr`; `--rope-base` changes the rotation's frequencies, `--position-scale` stretches the
