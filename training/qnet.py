@@ -49,6 +49,7 @@ from qrag.training.towers import (
     state_token_ids,
     tensors_digest,
     token_rows,
+    token_rows_and_lengths,
 )
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "CheckpointError", "ChunkLengthWarning", "QNetwork", "Tower", "eval_mode",
@@ -89,6 +90,7 @@ class QNetwork(nn.Module):
         self._base_key: str | None = None
         self._tower_fp: tuple[Any, str] | None = None
         self._untrained_sums: list[float] | None = None  # set while both towers are the base encoder as loaded
+        self._checked_rows: tuple[tuple[str, ...], list[list[int]]] | None = None  # check_chunk_lengths → embed_chunks
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -188,11 +190,17 @@ class QNetwork(nn.Module):
     def check_chunk_lengths(self, texts: Sequence[str], *, stacklevel: int = 2) -> int:
         """Warn once (`ChunkLengthWarning`) when chunks exceed `max_chunk_tokens`: how many, and by how much.
 
+        The texts are tokenised once, cut to `max_chunk_tokens`; the next `embed_chunks` of the same texts takes
+        those rows instead of tokenising again (the model holds them until then).
+
         Returns:
             How many of `texts` are longer than `max_chunk_tokens` tokens (special tokens included).
         """
         limit = self.config.max_chunk_tokens
-        lengths = [len(ids) for ids in token_rows(self.tokenizer, texts, None)]
+        rows, lengths = token_rows_and_lengths(self.tokenizer, texts, limit)
+        # The cut rows are what embedding these texts needs next (ChunkIndex.from_texts, the embeddings adapters):
+        # kept for the next `embed_chunks` of the same texts, so the corpus is tokenised once, not twice.
+        self._checked_rows = (tuple(texts), rows)
         over = [n - limit for n in lengths if n > limit]
         if over:
             warnings.warn(
@@ -264,11 +272,16 @@ class QNetwork(nn.Module):
         """
         # One fast-tokenizer call over the whole corpus, then batches of similar token length padded from those
         # ids: no tokenizer call per batch, and the length sort sees tokens, not characters.
-        rows = token_rows(self.tokenizer, texts, self.config.max_chunk_tokens)
+        rows = self._rows_of_checked(texts) or token_rows(self.tokenizer, texts, self.config.max_chunk_tokens)
         with precision_autocast(self.device, precision):
             return self._embed(lambda inputs: self.chunk_tower(**inputs),
                                lambda idx: pad_rows([rows[i] for i in idx], self.pad_id),
                                [len(r) for r in rows], batch_size, show_progress, "chunks")
+
+    def _rows_of_checked(self, texts: Sequence[str]) -> list[list[int]] | None:
+        """The cut token rows `check_chunk_lengths` made of exactly these texts, handed over once; else None."""
+        checked, self._checked_rows = self._checked_rows, None
+        return checked[1] if checked is not None and checked[0] == tuple(texts) else None
 
     @torch.no_grad()
     def embed_states(

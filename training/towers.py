@@ -151,6 +151,19 @@ def token_rows(tokenizer: Any, texts: Sequence[str], max_tokens: int | None) -> 
     return [e.ids for e in encodings]
 
 
+def token_rows_and_lengths(tokenizer: Any, texts: Sequence[str], max_tokens: int) -> tuple[list[list[int]], list[int]]:
+    """`token_rows(tokenizer, texts, max_tokens)` and each text's whole length in tokens (special tokens included),
+    from one batch call: the backend keeps what truncation cut as overflow pieces, each with its own special
+    tokens, so the whole length is the kept ids plus the overflow pieces' ids less their special tokens."""
+    backend = _backend(tokenizer, max_tokens)
+    if backend is None:  # a slow tokenizer: two passes
+        return token_rows(tokenizer, texts, max_tokens), [len(r) for r in token_rows(tokenizer, texts, None)]
+    special = backend.post_processor.num_special_tokens_to_add(False) if backend.post_processor is not None else 0
+    encodings = backend.encode_batch_fast(list(texts), add_special_tokens=True)
+    lengths = [len(e.ids) + sum(len(o.ids) - special for o in e.overflowing) for e in encodings]
+    return [e.ids for e in encodings], lengths
+
+
 def encode_longest_first(encode: Callable[[dict[str, torch.Tensor]], torch.Tensor],
                          tokenize: Callable[[list[int]], dict[str, torch.Tensor]], lengths: list[int], batch_size: int,
                          dim: int, device: torch.device, *, desc: str, show: bool) -> torch.Tensor:

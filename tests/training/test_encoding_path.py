@@ -10,8 +10,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from qrag.training import qnet as qnet_module
 from qrag.training.qnet import QNetwork
-from qrag.training.towers import attention_kernels, eval_mode, pad_rows, token_rows
+from qrag.training.towers import attention_kernels, eval_mode, pad_rows, token_rows, token_rows_and_lengths
 
 # Real sentences of several lengths, an empty one, non-ASCII text and one far past every truncation length.
 TEXTS = [
@@ -37,6 +38,39 @@ def test_token_rows_equal_the_transformers_tokenizer(minilm_path: Path, max_toke
     tokenizer(TEXTS[:2], truncation=True, max_length=4)
     assert token_rows(tokenizer, TEXTS, max_tokens) == want
     assert tokenizer(TEXTS[4], verbose=False)["input_ids"] == token_rows(tokenizer, [TEXTS[4]], None)[0]
+
+
+@pytest.mark.parametrize("max_tokens", [4, 8, 32, 128])
+def test_one_pass_gives_the_cut_rows_and_the_whole_lengths(minilm_path: Path, max_tokens: int) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path))
+    rows, lengths = token_rows_and_lengths(tokenizer, TEXTS, max_tokens)
+    assert rows == token_rows(tokenizer, TEXTS, max_tokens)
+    assert lengths == [len(r) for r in token_rows(tokenizer, TEXTS, None)]
+    assert lengths[1] == 2 and max(lengths) > 128  # the empty text is [CLS] [SEP]; the long one is counted whole
+
+
+def test_the_length_check_hands_its_rows_to_the_next_embedding_of_the_same_texts(
+    tiny_encoder_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=16).eval()
+    want = qnet.embed_chunks(TEXTS, batch_size=2)  # (N, D) tokenised by embed_chunks itself
+    over = sum(len(r) > 16 for r in token_rows(qnet.tokenizer, TEXTS, None))  # the whole texts, counted apart
+    assert over >= 2
+    calls = []
+    original = qnet_module.token_rows
+    monkeypatch.setattr(qnet_module, "token_rows", lambda *a, **k: calls.append(1) or original(*a, **k))
+    with pytest.warns(UserWarning):
+        assert qnet.check_chunk_lengths(TEXTS) == over
+    torch.testing.assert_close(qnet.embed_chunks(list(TEXTS), batch_size=2), want, rtol=0, atol=0)
+    assert calls == []  # the check's rows were used: one tokenisation for check and embedding together
+    torch.testing.assert_close(qnet.embed_chunks(TEXTS, batch_size=2), want, rtol=0, atol=0)
+    assert calls == [1]  # handed over once: the next embedding tokenises again
+    with pytest.warns(UserWarning):
+        qnet.check_chunk_lengths(TEXTS)
+    other = TEXTS[::-1]
+    torch.testing.assert_close(qnet.embed_chunks(other, batch_size=2), want.flip(0), rtol=0, atol=0)
+    assert calls == [1, 1]  # other texts: the check's rows are not used for them
+    assert qnet._rows_of_checked(TEXTS) is None  # and were dropped
 
 
 def test_pad_rows_by_hand() -> None:
