@@ -17,7 +17,9 @@ Probes of what bounds the network itself (docs/LEARNER.md, "What bounds qa2 and 
 `--chunk-head bias` adds a trainable vector to every frozen chunk vector before the rotation (a position channel
 that does not depend on the chunk's text), `--chunk-head linear` a trainable D×D map (identity at the start),
 each with its own `--head-lr`; `--rope-base` changes the rotation's frequencies, `--position-scale` stretches the
-positions (finer angles between neighbouring chunks); `--num-train` the number of distinct training episodes.
+positions (finer angles between neighbouring chunks); `--num-train` the number of distinct training episodes;
+`--chunk-layers N` trains the chunk tower's top N layers too (METHOD.md trains both towers; the main job freezes
+the chunk tower), re-embedding each story's facts with it (the background sentences keep the base vectors).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 from qrag.training import positions, td
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import load_preset
+from qrag.training.data.babi import parse_fact
 from qrag.training.data.build import build_episodes
 from qrag.training.policy import evaluate
 from qrag.training.positions import relative_positions
@@ -51,6 +54,28 @@ class HeadStore:
     def vectors(self, model: QNetwork, texts: Any, **kwargs: Any) -> torch.Tensor:
         with torch.no_grad():
             return self.head(self.store.vectors(model, texts, **kwargs))
+
+
+def fact_vectors(qnet: QNetwork, store: ChunkVectorCache, chunks: Any) -> torch.Tensor:
+    """(N, D) chunk vectors: the cached ones, with the story's facts re-embedded by the (trained) chunk tower."""
+    vectors = store.vectors(qnet, chunks).clone()  # (N, D)
+    facts = [i for i, c in enumerate(chunks) if parse_fact(c) is not None]
+    if facts:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fresh = qnet.chunk_tower(**qnet.tokenize_chunks([chunks[i] for i in facts]))  # (F, D)
+        vectors[facts] = fresh.float()
+    return vectors
+
+
+class FactStore:
+    """Validation's chunk vectors with the facts re-embedded by the chunk tower being trained (`--chunk-layers`)."""
+
+    def __init__(self, store: ChunkVectorCache, qnet: QNetwork) -> None:
+        self.store, self.qnet, self.key = store, qnet, store.key
+
+    def vectors(self, model: QNetwork, texts: Any, **kwargs: Any) -> torch.Tensor:
+        with torch.no_grad():
+            return fact_vectors(self.qnet, self.store, texts)
 
 
 def main() -> int:
@@ -71,6 +96,9 @@ def main() -> int:
     parser.add_argument("--rope-base", type=float, default=None, help="RoPE base of the rotation (default: METHOD.md's 10000)")
     parser.add_argument("--position-scale", type=float, default=None,
                         help="multiply the relative positions' gap stride and span (default: METHOD.md's 20 and 18)")
+    parser.add_argument("--chunk-layers", type=int, default=0,
+                        help="also train the chunk tower's top N transformer layers; the story's facts are then "
+                             "re-embedded with it at every update (the background sentences keep their cached vectors)")
     parser.add_argument("--num-train", type=int, default=2000, help="training episodes (split evenly over the tasks)")
     parser.add_argument("--num-val", type=int, default=100, help="validation episodes (split evenly over the tasks)")
     parser.add_argument("--out", default="results/supervised_bound.json")
@@ -95,6 +123,11 @@ def main() -> int:
         if head.bias is not None:
             head.bias.zero_()
     head.weight.requires_grad_(args.chunk_head == "linear")
+    if args.chunk_layers:
+        layers = qnet.chunk_tower.encoder.encoder.layer
+        for layer in layers[len(layers) - args.chunk_layers:]:
+            layer.requires_grad_(True)
+        store = FactStore(store, qnet)
     params = [p for p in qnet.parameters() if p.requires_grad]
     groups = [{"params": params}]
     if args.chunk_head != "none":
@@ -130,7 +163,8 @@ def main() -> int:
             valid[b, : ep.num_chunks] = True
             selected[b, sel] = True
             gold[b, [i for i in ep.supporting if i not in sel]] = True
-            vectors[b, : ep.num_chunks] = base_store.vectors(qnet, ep.chunks)
+            vectors[b, : ep.num_chunks] = (fact_vectors(qnet, base_store, ep.chunks) if args.chunk_layers
+                                           else base_store.vectors(qnet, ep.chunks))
         if args.chunk_head != "none":
             vectors = head(vectors)  # (B, N, D)
         available = valid & ~selected  # (B, N)
