@@ -10,7 +10,7 @@ import dataclasses
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -91,6 +91,7 @@ class QNetwork(nn.Module):
         self._tower_fp: tuple[Any, str] | None = None
         self._untrained_sums: list[float] | None = None  # set while both towers are the base encoder as loaded
         self._checked_rows: tuple[tuple[str, ...], list[list[int]]] | None = None  # check_chunk_lengths → embed_chunks
+        self._adapters: dict[str, torch.Tensor] | None = None  # the LoRA tensors, once merged for serving
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -389,8 +390,30 @@ class QNetwork(nn.Module):
         return torch.stack((q1, q2))  # (2, B, N)
 
     # ------------------------------------------------------------------ parameters
+    def merge_adapters(self) -> QNetwork:
+        """Fold LoRA adapters into the towers' weights for serving: each hop's state-tower pass (and a trained
+        chunk tower's indexing) then runs plain linear layers, the same function up to float rounding.
+
+        The network becomes inference-only: it stays in eval mode, `train()` raises, and `save_pretrained` still
+        writes the adapters as they were. `load_model` does this for the checkpoints it loads; no-op without LoRA.
+        """
+        if self._adapters is None and self.config.train_mode == "lora":
+            adapters = {k: v.detach().clone() for k, v in self.trainable_state_dict().items()}
+            if any([tower.merge_adapters() for tower in (self.state_tower, self.chunk_tower)]):
+                self._adapters = adapters
+                self.requires_grad_(False).eval()
+        return self
+
+    def train(self, mode: bool = True) -> Self:
+        if mode and self._adapters is not None:
+            raise RuntimeError("this network's LoRA adapters were merged into its weights for serving "
+                               "(load_model does that); load the checkpoint with QNetwork.from_pretrained to train it.")
+        return super().train(mode)
+
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """What training changes: every parameter in 'full' mode with both towers, else the trained subset only."""
+        if self._adapters is not None:
+            return dict(self._adapters)
         if self.self_contained:
             return {k: v for k, v in self.state_dict().items()}
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}

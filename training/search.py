@@ -403,7 +403,8 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
     """A `QNetwork` from an instance, a checkpoint folder (`save_pretrained`) or an encoder name/path.
 
     A folder holding `qrag_config.json`, or the name of a checkpoint shipped with qrag ("qrag/babilong-minilm"),
-    loads as a trained checkpoint; anything else is passed to
+    loads as a trained checkpoint, ready to serve: its LoRA adapters are merged into the weights
+    (`QNetwork.merge_adapters`: faster hops, inference only); anything else is passed to
     `QNetwork.from_encoder` (an *untrained* model: both towers are the base encoder, its Q-values are not
     calibrated, so use an explicit `k` rather than the stop rule). An untrained model's chunk tower is marked
     frozen (`train_towers='state'`), so its chunk vectors are keyed by the base encoder and shared with
@@ -418,7 +419,7 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
         qnet = model
     elif isinstance(model, (str, Path)):
         p = resolve_checkpoint(model)
-        qnet = (QNetwork.from_pretrained(p) if (p / CONFIG_FILE).is_file()
+        qnet = (QNetwork.from_pretrained(p).merge_adapters() if (p / CONFIG_FILE).is_file()
                 else QNetwork.from_encoder(str(model), train_towers="state"))
     else:
         raise TypeError(

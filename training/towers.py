@@ -70,6 +70,14 @@ class Tower(nn.Module):
             pooled = F.normalize(pooled, dim=-1)  # (B, D) unit rows
         return pooled / self.scale
 
+    def merge_adapters(self) -> bool:
+        """Fold LoRA adapters into the encoder's weights (one matmul per layer instead of three); True if any."""
+        merge = getattr(self.encoder, "merge_and_unload", None)
+        if not callable(merge):
+            return False
+        self.encoder = merge()
+        return True
+
 
 @contextlib.contextmanager
 def eval_mode(module: nn.Module) -> Iterator[None]:

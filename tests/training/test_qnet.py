@@ -128,3 +128,34 @@ def test_bad_inputs_have_clear_errors(tmp_path: Path) -> None:
         QNetwork.from_pretrained(tmp_path / "missing")
     with pytest.raises(CheckpointError, match="qrag_config.json is missing"):
         QNetwork.from_pretrained(tmp_path / "junk")
+
+
+def test_served_lora_checkpoint_is_merged_same_scores_same_save(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from qrag.training.search import load_model
+
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="lora", lora_rank=4)  # both towers train
+    with torch.no_grad():  # non-zero adapters (B starts at zero), so a merge that drops or rescales them shows
+        for p in qnet.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    qnet.save_pretrained(tmp_path / "ckpt")
+    served = load_model(tmp_path / "ckpt")
+    assert not any("lora_" in n for n, _ in served.named_parameters())  # plain linear layers, adapters folded in
+    assert not served.training and not any(p.requires_grad for p in served.parameters())
+    s, sel = ["Where is the milk?", "Where was Mary?"], [[], [CHUNKS[0]]]
+    with torch.no_grad():
+        expected = qnet.eval().score(qnet.embed_states(s, sel), qnet.embed_chunks(CHUNKS))  # (2, N)
+        got = served.score(served.embed_states(s, sel), served.embed_chunks(CHUNKS))
+        base = QNetwork.from_encoder(str(tiny_encoder_path))
+        untrained = base.score(base.embed_states(s, sel), base.embed_chunks(CHUNKS))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(untrained, expected, rtol=1e-3, atol=1e-4)  # the adapters do change the scores
+    served.save_pretrained(tmp_path / "again")  # still saves the adapters, exactly as loaded
+    first, again = load_file(tmp_path / "ckpt" / "model.safetensors"), load_file(tmp_path / "again" / "model.safetensors")
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    with pytest.raises(RuntimeError, match="from_pretrained to train"):
+        served.train()
+    full = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="full")
+    assert full.merge_adapters() is full and full.train().training  # nothing to merge: still trainable
