@@ -395,9 +395,10 @@ class QNetwork(nn.Module):
         chunk tower's indexing) then runs plain linear layers, the same function up to float rounding.
 
         The network becomes inference-only: it stays in eval mode, `train()` raises, and `save_pretrained` still
-        writes the adapters as they were. `load_model` does this for the checkpoints it loads; no-op without LoRA.
+        writes the adapters as they were. `load_model` does this for the checkpoints it loads; no-op without LoRA
+        or while the adapters are untouched (`untrained`: nothing to fold, and a save still names only the base).
         """
-        if self._adapters is None and self.config.train_mode == "lora":
+        if self._adapters is None and self.config.train_mode == "lora" and not self.untrained:
             adapters = {k: v.detach().clone() for k, v in self.trainable_state_dict().items()}
             if any([tower.merge_adapters() for tower in (self.state_tower, self.chunk_tower)]):
                 self._adapters = adapters

@@ -159,3 +159,6 @@ def test_served_lora_checkpoint_is_merged_same_scores_same_save(tiny_encoder_pat
         served.train()
     full = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="full")
     assert full.merge_adapters() is full and full.train().training  # nothing to merge: still trainable
+    untouched = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="lora", lora_rank=4)
+    untouched.save_pretrained(tmp_path / "untrained")  # names its base, stores no weights
+    assert any("lora_" in n for n, _ in load_model(tmp_path / "untrained").named_parameters())  # nothing folded
