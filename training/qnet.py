@@ -391,16 +391,18 @@ class QNetwork(nn.Module):
 
     # ------------------------------------------------------------------ parameters
     def merge_adapters(self) -> QNetwork:
-        """Fold LoRA adapters into the towers' weights for serving: each hop's state-tower pass (and a trained
-        chunk tower's indexing) then runs plain linear layers, the same function up to float rounding.
+        """Fold the state tower's LoRA adapters into its weights for serving: each hop's pass then runs plain
+        linear layers, the same function up to float rounding.
 
-        The network becomes inference-only: it stays in eval mode, `train()` raises, and `save_pretrained` still
-        writes the adapters as they were. `load_model` does this for the checkpoints it loads; no-op without LoRA
-        or while the adapters are untouched (`untrained`: nothing to fold, and a save still names only the base).
+        A trained chunk tower keeps its adapters: its vectors, and the `chunk_tower_fingerprint` a saved index is
+        checked against, stay exactly those of the checkpoint however it was loaded. The network becomes
+        inference-only: it stays in eval mode, `train()` raises, and `save_pretrained` still writes the adapters
+        as they were. `load_model` does this for the checkpoints it loads; no-op without LoRA or while the
+        adapters are untouched (`untrained`: nothing to fold, and a save still names only the base).
         """
         if self._adapters is None and self.config.train_mode == "lora" and not self.untrained:
             adapters = {k: v.detach().clone() for k, v in self.trainable_state_dict().items()}
-            if any([tower.merge_adapters() for tower in (self.state_tower, self.chunk_tower)]):
+            if self.state_tower.merge_adapters():
                 self._adapters = adapters
                 self.requires_grad_(False).eval()
         return self

@@ -403,7 +403,7 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
     """A `QNetwork` from an instance, a checkpoint folder (`save_pretrained`) or an encoder name/path.
 
     A folder holding `qrag_config.json`, or the name of a checkpoint shipped with qrag ("qrag/babilong-minilm"),
-    loads as a trained checkpoint, ready to serve: its LoRA adapters are merged into the weights
+    loads as a trained checkpoint, ready to serve: its state tower's LoRA adapters are merged into its weights
     (`QNetwork.merge_adapters`: faster hops, inference only); anything else is passed to
     `QNetwork.from_encoder` (an *untrained* model: both towers are the base encoder, its Q-values are not
     calibrated, so use an explicit `k` rather than the stop rule). An untrained model's chunk tower is marked

@@ -133,7 +133,8 @@ def test_bad_inputs_have_clear_errors(tmp_path: Path) -> None:
 def test_served_lora_checkpoint_is_merged_same_scores_same_save(tiny_encoder_path: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from qrag.training.search import load_model
+    from qrag.training.index import ChunkIndex
+    from qrag.training.search import MultiHopSearcher, load_model
 
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="lora", lora_rank=4)  # both towers train
     with torch.no_grad():  # non-zero adapters (B starts at zero), so a merge that drops or rescales them shows
@@ -142,7 +143,14 @@ def test_served_lora_checkpoint_is_merged_same_scores_same_save(tiny_encoder_pat
                 p.add_(0.05 * torch.randn_like(p))
     qnet.save_pretrained(tmp_path / "ckpt")
     served = load_model(tmp_path / "ckpt")
-    assert not any("lora_" in n for n, _ in served.named_parameters())  # plain linear layers, adapters folded in
+    assert not any("lora_" in n for n, _ in served.state_tower.named_parameters())  # plain layers, adapters folded in
+    # The chunk tower is left as loaded: its vectors and fingerprint (what a saved index is checked against) are the
+    # checkpoint's, bit for bit, so a searcher built on the served model saves and loads back.
+    assert served.chunk_tower_fingerprint() == QNetwork.from_pretrained(tmp_path / "ckpt").chunk_tower_fingerprint()
+    searcher = MultiHopSearcher(served, ChunkIndex.from_texts(served, CHUNKS))
+    searcher.save(tmp_path / "searcher")
+    assert [h.chunk.text for h in MultiHopSearcher.load(tmp_path / "searcher").search_one("Where is the milk?", k=2).hits] \
+        == [h.chunk.text for h in searcher.search_one("Where is the milk?", k=2).hits]
     assert not served.training and not any(p.requires_grad for p in served.parameters())
     s, sel = ["Where is the milk?", "Where was Mary?"], [[], [CHUNKS[0]]]
     with torch.no_grad():
