@@ -33,11 +33,13 @@ from pathlib import Path
 
 import torch
 
+from qrag.eval.metrics import recall_at_k
 from qrag.training import hops
 from qrag.training.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
 from qrag.training.data import load_episodes
 from qrag.training.data.episode import Episode
 from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
 from qrag.training.search import SearchConfig, load_model, search_many
 
 KS = (2, 4, 8)
@@ -52,7 +54,7 @@ def set_episodes(spec: str, num: int) -> list[Episode]:
     raise SystemExit(f"--sets: {spec!r} is neither wiki:KIND nor jsonl:PATH.")
 
 
-def rankings(qnet: torch.nn.Module, episodes: Sequence[Episode], store: ChunkVectorCache, k: int, horizon: int,
+def rankings(qnet: QNetwork, episodes: Sequence[Episode], store: ChunkVectorCache, k: int, horizon: int,
              batch: int = 16) -> list[dict[str, list]]:
     out = []
     for start in range(0, len(episodes), batch):
@@ -91,13 +93,11 @@ def summarise(recs: list[dict[str, list]], threshold: float, horizon: int, k: in
                             "below_threshold": sum(q < threshold for q in qs) / len(qs)})
     recall: dict[str, dict[str, object]] = {}
     for at in (x for x in KS if x <= k):
-        def rec_at(ranking: list[int], gold: list[int], n: int = at) -> float:
-            return len(set(ranking[:n]) & set(gold)) / len(gold)
-        base = [rec_at(r["first_hop"], r["gold"]) for r in recs]
+        base = [recall_at_k(r["first_hop"], r["gold"], at) for r in recs]
         recall[f"@{at}"] = {
             "first_hop": statistics.mean(base),
-            "qrag": paired([rec_at(r["hits"], r["gold"]) for r in recs], base),
-            "fill": paired([rec_at(fill(r, threshold, k), r["gold"]) for r in recs], base),
+            "qrag": paired([recall_at_k(r["hits"], r["gold"], at) for r in recs], base),
+            "fill": paired([recall_at_k(fill(r, threshold, k), r["gold"], at) for r in recs], base),
         }
     return {"questions": len(recs), "q_by_hop": per_hop, "recall": recall}
 
