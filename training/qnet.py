@@ -18,6 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from qrag.training.atomic import recover
 from qrag.training.config import ConfigError, HopSettings, ModelConfig
+from qrag.training.cpu_linear import use_cpu_linears
 from qrag.training.encoders import load_encoder, resolve_encoder
 from qrag.training.persist import (
     CHECKPOINT_FORMAT,
@@ -132,6 +133,8 @@ class QNetwork(nn.Module):
     ) -> QNetwork:
         state_enc = apply_train_mode(state_enc, config)
         chunk_enc = apply_train_mode(chunk_enc, config) if config.train_towers == "both" else chunk_enc.requires_grad_(False)
+        for encoder in (state_enc, chunk_enc):
+            use_cpu_linears(encoder)  # oneDNN's GEMM for gradient-free CPU passes (training/cpu_linear.py)
         return cls(Tower(state_enc, config.scale, config.normalize), Tower(chunk_enc, config.scale, config.normalize),
                    tokenizer, config)
 
