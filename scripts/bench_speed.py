@@ -17,6 +17,9 @@ the bAbI facts in it), questions: the questions of `--queries` such haystacks. P
   hop is taken), and their ratios;
 - **where a hop's time goes**: the state's length in tokens at each hop and the time of the state-tower pass
   on it alone, against the whole hop;
+- **linear layers** (CPU only): GFLOP/s of one fp32 linear layer of the encoder's shapes (its
+  attention projections and feed-forward in and out), at a one-question state's rows and at an indexing
+  batch's, through torch's `F.linear` and through qrag's `CPULinear` (oneDNN), gradient-free;
 - **memory**: the process's peak resident set after each phase (cumulative: it only grows), and on a GPU
   the peak memory torch allocated there.
 
@@ -39,6 +42,8 @@ from typing import Any
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from qrag.training.cpu_linear import CPULinear
+from qrag.training.cpu_linear import available as onednn_available
 from qrag.training.data import load_episodes
 from qrag.training.data.text_pack import maybe_install_text_pack
 from qrag.training.encoders import resolve_encoder
@@ -96,6 +101,27 @@ def plain_encode(path: str, texts: list[str], max_tokens: int, batch_size: int, 
         return torch.cat(out)
 
     return run
+
+
+def linear_rates(width: int, ffn: int, rows: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
+    """GFLOP/s of gradient-free fp32 linear layers of the encoder's shapes: `F.linear` against `CPULinear`."""
+
+    def timed(layer: torch.nn.Module, x: torch.Tensor, calls: int) -> float:
+        with torch.no_grad():
+            return median_time(lambda: [layer(x) for _ in range(calls)], repeats)[0]
+
+    out = []
+    for m in rows:
+        for k, n in ((width, width), (width, ffn), (ffn, width)):
+            plain = torch.nn.Linear(k, n)
+            fast = CPULinear(k, n)
+            fast.load_state_dict(plain.state_dict())
+            x, calls = torch.randn(m, k), max(1, 20000 // m)  # about 20 000 rows per timing
+            plain_s, fast_s = timed(plain, x, calls), timed(fast, x, calls)
+            flops = 2 * m * k * n * calls
+            out.append({"rows": m, "in": k, "out": n, "torch_gflops": flops / plain_s / 1e9,
+                        "qrag_gflops": flops / fast_s / 1e9, "speedup": plain_s / fast_s})
+    return out
 
 
 def main() -> int:
@@ -202,6 +228,14 @@ def main() -> int:
     rows["per_hop"] = per_hop
     rows["hop_ms_marginal"] = dict(zip(["1", "2-3", "4-6"], whole, strict=True))
 
+    # ---------------------------------------------------------------- linear layers
+    if device.type == "cpu":
+        cfg = model.base_encoder(model.state_tower).config
+        ffn = getattr(cfg, "intermediate_size", 4 * cfg.hidden_size)
+        rows["linear_gflops"] = linear_rates(cfg.hidden_size, ffn, (7, args.batch_size * 24),
+                                             args.repeats)
+        rows["onednn_linear"] = onednn_available()
+
     meta = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "machine": platform.machine(),
             "device": str(device), "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
             "processor": platform.processor(), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -219,6 +253,12 @@ def main() -> int:
     print("hop  state tokens  state-tower pass (ms)")
     for row in per_hop:
         print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}")
+    if "linear_gflops" in rows:
+        print(f"fp32 linear layers, gradient-free, GFLOP/s (oneDNN path {'on' if rows['onednn_linear'] else 'off'}):")
+        print(" rows    in   out   F.linear  CPULinear  speed-up")
+        for r in rows["linear_gflops"]:
+            print(f"{r['rows']:>5} {r['in']:>5} {r['out']:>5} {r['torch_gflops']:>10.1f} {r['qrag_gflops']:>10.1f} "
+                  f"{r['speedup']:>8.2f}x")
     gpu = f"; peak GPU memory {gpu_memory()['peak_gpu_mb']:.0f} MB" if gpu_memory() else ""
     print(f"peak RSS {peak_rss_mb():.0f} MB; threads {torch.get_num_threads()}{gpu}")
     if args.out:
