@@ -62,8 +62,9 @@ class CPULinear(nn.Linear):
 
 
 def use_cpu_linears(module: nn.Module) -> int:
-    """Turn every plain `nn.Linear` inside `module` into a `CPULinear` in place, sharing its parameters and
-    hooks (subclasses of `nn.Linear`, e.g. LoRA layers, are left as they are); returns how many."""
+    """Turn every plain `nn.Linear` inside `module` (LoRA's base and adapter layers included) into a `CPULinear`
+    in place, keeping its parameters, buffers and hooks; subclasses of `nn.Linear`, which may have their own
+    forward, are left as they are. Returns how many were turned."""
     count = 0
     for sub in module.modules():
         if type(sub) is nn.Linear:
