@@ -22,7 +22,9 @@ How `k`, `max_hops` and `stop_threshold` interact:
   is the adaptive answer (exactly, for greedy search with `max_hops ≥` the adaptive hop count).
 
 Beam search (`beam_size > 1`) keeps the `beam_size` hop sequences with the largest total Q over a fixed
-horizon, then applies the stop rule along the best sequence; `beam_size=1` is greedy search.
+horizon, then applies the stop rule along the best sequence; `beam_size=1` is greedy search. Greedy is what
+training selects and calibrates for, and with both shipped models it finds more supporting-fact chains than any
+wider beam (docs/RESULTS.md, "Beam search against greedy hops").
 """
 
 from __future__ import annotations
