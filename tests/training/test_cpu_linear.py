@@ -136,3 +136,29 @@ def test_qnetwork_towers_run_onednn_and_match_the_torch_path(monkeypatch: pytest
     for a, b in zip(fast, slow, strict=True):  # a different GEMM, the same function up to float rounding
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
         assert F.cosine_similarity(a, b).min() > 1 - 1e-6
+
+
+@pytest.mark.parametrize("op", ["missing", "wrong", "raises"])
+def test_a_torch_without_a_working_op_falls_back_to_f_linear(monkeypatch: pytest.MonkeyPatch, op: str) -> None:
+    class NoOp:  # the namespace without the op
+        pass
+
+    class WrongOp:  # an op that disagrees with F.linear
+        def _linear_pointwise(self, x: torch.Tensor, w: torch.Tensor, *rest: object) -> torch.Tensor:
+            return torch.zeros(*x.shape[:-1], w.shape[0])
+
+    class RaisingOp:  # an op whose signature changed
+        def _linear_pointwise(self, *args: object) -> torch.Tensor:
+            raise RuntimeError("unknown argument")
+
+    monkeypatch.setattr(torch.ops, "mkldnn", {"missing": NoOp, "wrong": WrongOp, "raises": RaisingOp}[op]())
+    cpu_linear.available.cache_clear()
+    try:
+        assert not cpu_linear.available()
+        plain, fast = linear()
+        x = torch.randn(3, 16)
+        with torch.no_grad():
+            assert torch.equal(fast(x), plain(x))  # F.linear itself
+    finally:
+        monkeypatch.undo()
+        cpu_linear.available.cache_clear()
