@@ -2,7 +2,7 @@
 
 torch computes an fp32 `nn.Linear` on a CPU with its BLAS library. On some CPUs that call runs well below the
 hardware's rate: on the 2-core AMD EPYC (AVX-512) this project is measured on, it runs MiniLM's layer shapes at
-about 100 GFLOP/s for an indexing batch and 45–50 for a one-question state, where oneDNN (which torch also
+about 100 GFLOP/s for an indexing batch and 43–52 for a one-question state, where oneDNN (which torch also
 ships) reaches 210–245 and 56–86 (docs/RESULTS.md, "oneDNN linear layers for gradient-free CPU passes").
 
 `CPULinear` is an `nn.Linear` (same parameters, same state-dict keys, same result up to float rounding) whose
@@ -11,19 +11,21 @@ autocast. Everything else (training's backward passes, GPUs, bf16 autocast) take
 gradients are exactly `nn.Linear`'s, and no weight is copied. oneDNN's op is reached through
 `torch.ops.mkldnn._linear_pointwise`, an underscored op of torch's oneDNN bindings: `available()` checks once
 that it exists and agrees with `F.linear`, and the layers fall back to `F.linear` when it does not.
-`QRAG_CPU_LINEAR=torch` turns the oneDNN path off.
+The path is used on x86-64 CPUs only (where it was measured); `QRAG_CPU_LINEAR=torch` turns it off there.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import platform
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 ENV = "QRAG_CPU_LINEAR"
+X86_64 = ("x86_64", "amd64")
 
 
 @functools.cache
@@ -31,6 +33,8 @@ def available() -> bool:
     """Whether oneDNN's linear exists in this torch build and matches `F.linear` on a small case (checked once)."""
     if os.environ.get(ENV, "onednn").strip().lower() == "torch":
         return False
+    if platform.machine().lower() not in X86_64:  # measured on x86-64 only; elsewhere (Apple silicon's
+        return False  # Accelerate, ARM builds of oneDNN) torch's own BLAS call may well be the faster one
     op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
     if op is None or not torch.backends.mkldnn.is_available():
         return False

@@ -138,6 +138,21 @@ def test_qnetwork_towers_run_onednn_and_match_the_torch_path(monkeypatch: pytest
         assert F.cosine_similarity(a, b).min() > 1 - 1e-6
 
 
+def test_other_architectures_keep_torch_path(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[int, ...]]) -> None:
+    monkeypatch.setattr(cpu_linear.platform, "machine", lambda: "arm64")
+    cpu_linear.available.cache_clear()
+    try:
+        assert not cpu_linear.available()
+        plain, fast = linear()
+        x = torch.randn(3, 16)
+        with torch.no_grad():
+            assert torch.equal(fast(x), plain(x))
+        assert calls == []
+    finally:
+        monkeypatch.undo()
+        cpu_linear.available.cache_clear()
+
+
 @pytest.mark.parametrize("op", ["missing", "wrong", "raises"])
 def test_a_torch_without_a_working_op_falls_back_to_f_linear(monkeypatch: pytest.MonkeyPatch, op: str) -> None:
     class NoOp:  # the namespace without the op
