@@ -3,6 +3,8 @@ nn.Linear's own path wherever a gradient, a GPU or autocast is involved."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from torch import nn
@@ -31,6 +33,24 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
 
     monkeypatch.setattr(torch.ops, "mkldnn", Spy())
     return seen
+
+
+@pytest.fixture
+def recheck() -> Iterator[None]:
+    """`available()` decided afresh inside the test (under its patches) and again after it."""
+    cpu_linear.available.cache_clear()
+    yield
+    cpu_linear.available.cache_clear()
+
+
+def assert_takes_torch_path(calls: list[tuple[int, ...]]) -> None:
+    """With the oneDNN path refused, a gradient-free pass is `F.linear` itself and never calls the op."""
+    assert not cpu_linear.available()
+    plain, fast = linear()
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        assert torch.equal(fast(x), plain(x))
+    assert calls == []
 
 
 def linear(bias: bool = True) -> tuple[nn.Linear, CPULinear]:
@@ -79,18 +99,10 @@ def test_passes_that_need_a_gradient_or_autocast_take_nn_linear_path(calls: list
     assert calls == []
 
 
-def test_env_switch_turns_onednn_off(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[int, ...]]) -> None:
+def test_env_switch_turns_onednn_off(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[int, ...]],
+                                     recheck: None) -> None:
     monkeypatch.setenv(cpu_linear.ENV, "torch")
-    cpu_linear.available.cache_clear()
-    try:
-        plain, fast = linear()
-        x = torch.randn(3, 16)
-        with torch.no_grad():
-            assert torch.equal(fast(x), plain(x))
-        assert calls == []
-    finally:
-        monkeypatch.delenv(cpu_linear.ENV)
-        cpu_linear.available.cache_clear()
+    assert_takes_torch_path(calls)
 
 
 def test_swap_keeps_parameters_saves_and_lora_wrapping() -> None:
@@ -120,41 +132,29 @@ def test_every_way_to_build_a_network_swaps_its_linears() -> None:
 
 
 @needs_onednn
-def test_qnetwork_towers_run_onednn_and_match_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_qnetwork_towers_run_onednn_and_match_the_torch_path(monkeypatch: pytest.MonkeyPatch, recheck: None) -> None:
     qnet = QNetwork.from_encoder(BUNDLED_MINILM, train_mode="lora")
     texts = ["Mary went to the kitchen.", "Where is the milk? The milk is in the garden, said John."]
     with torch.no_grad():
         fast = (qnet.embed_chunks(texts), qnet.embed_states(["Where is Mary?"], [texts]))
     monkeypatch.setenv(cpu_linear.ENV, "torch")
     cpu_linear.available.cache_clear()
-    try:
-        with torch.no_grad():
-            slow = (qnet.embed_chunks(texts), qnet.embed_states(["Where is Mary?"], [texts]))
-    finally:
-        monkeypatch.delenv(cpu_linear.ENV)
-        cpu_linear.available.cache_clear()
+    with torch.no_grad():
+        slow = (qnet.embed_chunks(texts), qnet.embed_states(["Where is Mary?"], [texts]))
     for a, b in zip(fast, slow, strict=True):  # a different GEMM, the same function up to float rounding
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
         assert F.cosine_similarity(a, b).min() > 1 - 1e-6
 
 
-def test_other_architectures_keep_torch_path(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[int, ...]]) -> None:
+def test_other_architectures_keep_torch_path(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[int, ...]],
+                                             recheck: None) -> None:
     monkeypatch.setattr(cpu_linear.platform, "machine", lambda: "arm64")
-    cpu_linear.available.cache_clear()
-    try:
-        assert not cpu_linear.available()
-        plain, fast = linear()
-        x = torch.randn(3, 16)
-        with torch.no_grad():
-            assert torch.equal(fast(x), plain(x))
-        assert calls == []
-    finally:
-        monkeypatch.undo()
-        cpu_linear.available.cache_clear()
+    assert_takes_torch_path(calls)
 
 
 @pytest.mark.parametrize("op", ["missing", "wrong", "raises"])
-def test_a_torch_without_a_working_op_falls_back_to_f_linear(monkeypatch: pytest.MonkeyPatch, op: str) -> None:
+def test_a_torch_without_a_working_op_falls_back_to_f_linear(monkeypatch: pytest.MonkeyPatch, op: str,
+                                                             recheck: None) -> None:
     class NoOp:  # the namespace without the op
         pass
 
@@ -167,13 +167,4 @@ def test_a_torch_without_a_working_op_falls_back_to_f_linear(monkeypatch: pytest
             raise RuntimeError("unknown argument")
 
     monkeypatch.setattr(torch.ops, "mkldnn", {"missing": NoOp, "wrong": WrongOp, "raises": RaisingOp}[op]())
-    cpu_linear.available.cache_clear()
-    try:
-        assert not cpu_linear.available()
-        plain, fast = linear()
-        x = torch.randn(3, 16)
-        with torch.no_grad():
-            assert torch.equal(fast(x), plain(x))  # F.linear itself
-    finally:
-        monkeypatch.undo()
-        cpu_linear.available.cache_clear()
+    assert_takes_torch_path([])  # a call to the stand-in would show: zeros from "wrong", an error from "raises"
