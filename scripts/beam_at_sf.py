@@ -22,14 +22,14 @@ import torch
 from qrag.training.config import load_preset
 from qrag.training.data.build import build_episodes
 from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
 from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
 
 
-def fact_em(model: str, task: str, num: int, beams: list[int]) -> dict[str, float]:
+def fact_em(qnet: QNetwork, task: str, num: int, beams: list[int]) -> dict[str, float]:
     config = load_preset("babilong-cpu")
     config.data.task, config.data.num_train, config.data.num_val = task, 1, num
     _, episodes = build_episodes(config.data)
-    qnet = load_model(model)
     hits = dict.fromkeys(beams, 0)
     with torch.no_grad():
         for episode in episodes:
@@ -55,9 +55,10 @@ def main() -> int:
     if args.num < 1 or min(beams) < 1:
         parser.error(f"--num and every --beams width must be >= 1, got {args.num} and {beams}.")
     torch.set_num_threads(args.threads)
+    qnet = load_model(args.model)
     result = {"command": "python scripts/beam_at_sf.py " + " ".join(sys.argv[1:]),
               "machine": f"{platform.processor() or platform.machine()}, {args.threads} torch thread(s)",
-              "fact_em_at_sf_hops": {task: fact_em(args.model, task, args.num, beams) for task in args.tasks.split(",")}}
+              "fact_em_at_sf_hops": {task: fact_em(qnet, task, args.num, beams) for task in args.tasks.split(",")}}
     print(json.dumps(result["fact_em_at_sf_hops"], indent=1))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
