@@ -31,7 +31,11 @@ X86_64 = ("x86_64", "amd64")
 @functools.cache
 def available() -> bool:
     """Whether oneDNN's linear exists in this torch build and matches `F.linear` on a small case (checked once)."""
-    if os.environ.get(ENV, "onednn").strip().lower() == "torch":
+    choice = os.environ.get(ENV, "").strip().lower() or "onednn"
+    if choice not in ("onednn", "torch"):
+        raise ValueError(f"{ENV}={os.environ[ENV]!r} is not a linear-layer path: set it to 'torch' (torch's own "
+                         "BLAS call) or 'onednn' (the default), or unset it.")
+    if choice == "torch":
         return False
     if platform.machine().lower() not in X86_64:  # measured on x86-64 only; elsewhere (Apple silicon's
         return False  # Accelerate, ARM builds of oneDNN) torch's own BLAS call may well be the faster one

@@ -105,6 +105,13 @@ def test_env_switch_turns_onednn_off(monkeypatch: pytest.MonkeyPatch, calls: lis
     assert_takes_torch_path(calls)
 
 
+def test_a_mistyped_env_switch_names_the_value_and_the_choices(monkeypatch: pytest.MonkeyPatch, recheck: None) -> None:
+    monkeypatch.setenv(cpu_linear.ENV, "mkl")
+    _, fast = linear()
+    with torch.no_grad(), pytest.raises(ValueError, match=r"QRAG_CPU_LINEAR='mkl'.*'torch'.*'onednn'"):
+        fast(torch.randn(3, 16))
+
+
 def test_swap_keeps_parameters_saves_and_lora_wrapping() -> None:
     from peft import LoraConfig, get_peft_model
 
