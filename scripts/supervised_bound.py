@@ -19,7 +19,8 @@ that does not depend on the chunk's text), `--chunk-head linear` a trainable D×
 each with its own `--head-lr`; `--rope-base` changes the rotation's frequencies, `--position-scale` stretches the
 positions (finer angles between neighbouring chunks); `--num-train` the number of distinct training episodes;
 `--chunk-layers N` trains the chunk tower's top N layers too (METHOD.md trains both towers; the main job freezes
-the chunk tower), re-embedding each story's facts with it (the background sentences keep the base vectors).
+the chunk tower), re-embedding each story's facts with it (the background sentences keep the base vectors);
+`--recency-head 1,4,16` adds a position term of its own beside the rotation (`RecencyHead`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,49 @@ def fact_vectors(qnet: QNetwork, store: ChunkVectorCache, chunks: Any) -> torch.
     return vectors
 
 
+class RecencyHead(torch.nn.Module):
+    """`--recency-head`: Q += w(s)·φ(c), a state-dependent weight on position-only features of each chunk.
+
+    φ: for the chunk's gap k (clipped to `gaps − 1`) and its place f ∈ [0, 1] in the gap (read back from the
+    relative position 20k + 18f), the powers f^e and (1 − f)^e for e in `powers`, in gap k's slots; zero
+    elsewhere. f^16 is near 1 only for the last few chunks before the next retrieved one: "the latest X before
+    it" becomes a monotone term the rotation's sinusoids need many frequencies for. Zero-initialised: the
+    untrained network is unchanged.
+    """
+
+    def __init__(self, dim: int, powers: tuple[float, ...], gaps: int = 5) -> None:
+        super().__init__()
+        self.powers, self.gaps = torch.tensor(powers), gaps
+        self.weight = torch.nn.Linear(dim, gaps * 2 * len(powers))
+        torch.nn.init.zeros_(self.weight.weight)
+        torch.nn.init.zeros_(self.weight.bias)
+
+    def forward(self, states: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        gap = torch.div(pos, positions.GAP_STRIDE, rounding_mode="floor")  # (B, N)
+        frac = ((pos - positions.GAP_STRIDE * gap) / positions.GAP_SPAN).clamp(0, 1)  # (B, N)
+        gap = gap.long().clamp(max=self.gaps - 1)  # (B, N)
+        feats = torch.cat((frac.unsqueeze(-1) ** self.powers, (1 - frac).unsqueeze(-1) ** self.powers), -1)  # (B, N, 2E)
+        slots = torch.nn.functional.one_hot(gap, self.gaps).float()  # (B, N, G)
+        phi = (slots.unsqueeze(-1) * feats.unsqueeze(-2)).flatten(-2)  # (B, N, G·2E)
+        w = self.weight(states.float())  # (B, G·2E)
+        return torch.einsum("bf,bnf->bn", w, phi)  # (B, N)
+
+
+def add_recency(qnet: QNetwork, head: RecencyHead) -> None:
+    """Route every Q-value of `qnet` (update, validation) through the recency term."""
+    score = qnet.score
+
+    def with_recency(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor | None = None,
+                     heads: bool = False) -> torch.Tensor:
+        q = score(states, chunks, positions, heads)
+        if positions is None:
+            return q
+        extra = head(states, positions.expand(states.shape[0], -1))  # (B, N)
+        return q + extra / 2 if heads else q + extra
+
+    qnet.score = with_recency  # type: ignore[method-assign]
+
+
 class FactStore:
     """Validation's chunk vectors with the facts re-embedded by the chunk tower being trained (`--chunk-layers`)."""
 
@@ -101,6 +145,8 @@ def main() -> int:
                              "re-embedded with it at every update (the background sentences keep their cached vectors)")
     parser.add_argument("--num-train", type=int, default=2000, help="training episodes (split evenly over the tasks)")
     parser.add_argument("--num-val", type=int, default=100, help="validation episodes (split evenly over the tasks)")
+    parser.add_argument("--recency-head", default=None,
+                        help="powers e of the recency features f^e, (1-f)^e, e.g. '1,4,16' (RecencyHead)")
     parser.add_argument("--out", default="results/supervised_bound.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -130,9 +176,14 @@ def main() -> int:
         store = FactStore(store, qnet)
     params = [p for p in qnet.parameters() if p.requires_grad]
     groups = [{"params": params}]
+    if args.recency_head:
+        recency = RecencyHead(qnet.dim, tuple(float(e) for e in args.recency_head.split(",")))
+        add_recency(qnet, recency)
+        groups.append({"params": list(recency.parameters()), "lr": args.head_lr or args.lr})
+        params = params + groups[-1]["params"]
     if args.chunk_head != "none":
         groups.append({"params": [p for p in head.parameters() if p.requires_grad], "lr": args.head_lr or args.lr})
-        params = params + groups[1]["params"]
+        params = params + groups[-1]["params"]
         store = HeadStore(store, head)
     torch.manual_seed(args.seed)
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
