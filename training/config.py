@@ -19,7 +19,7 @@ from qrag.training.positions import PositionMode
 
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]
-StateAnchor = Literal["none", "question", "first_hop"]
+StateAnchor = Literal["none", "question", "first_hop", "passages"]
 StateOrder = Literal["document", "selection"]
 ValueTarget = Literal["mean", "min"]
 Schedule = Literal["constant", "linear", "cosine"]
@@ -73,7 +73,10 @@ class ModelConfig:
     changed in the state tower, `f_0(q) + f_θ(s) − f_0(s)`, so an untrained network is single-hop dense search
     at every hop and training learns a correction to it (needs train_towers='state': f_0 is the chunk tower).
     'first_hop': as 'question', less what training changed on the question alone, so the first hop stays exactly
-    the base encoder's single-hop search however the model is trained, and only later hops are learned."""
+    the base encoder's single-hop search however the model is trained, and only later hops are learned.
+    'passages': `f_0(q) + f_θ(p) − f_0(p)`, p the passages already taken without the question: the first hop is
+    the base encoder's search, and the learned correction cannot read the question's wording (what it learns
+    from template questions cannot key on the templates)."""
 
     def validate(self) -> None:
         _check_choice("model.position_mode", self.position_mode, PositionMode)

@@ -110,6 +110,24 @@ def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[
     return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width] * keep.to(mask.dtype)}
 
 
+def passage_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[str, torch.Tensor]:
+    """The passages of tokenised states `[CLS] q [SEP] c1 [SEP] …` without their question: `[CLS] c1 [SEP] …`,
+    left-aligned and cut to the longest row. A bare question becomes `[CLS]` alone (a row without [SEP] too).
+
+    Encoding the result gives the same vector as tokenising `[CLS] c1 [SEP] c2 [SEP] …` on its own.
+    """
+    ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
+    is_sep = (ids == sep_id) & mask.bool()  # (B, L)
+    total = mask.sum(dim=1)  # (B,)
+    cut = torch.where(is_sep.any(dim=1), is_sep.int().argmax(dim=1), total - 1)  # (B,) tokens dropped after [CLS]
+    length = total - cut  # (B,) [CLS] plus the passages
+    width = int(length.max())
+    j = torch.arange(width, device=ids.device).unsqueeze(0)  # (1, width)
+    src = torch.where(j == 0, torch.zeros_like(j), j + cut.unsqueeze(1)).clamp(max=ids.shape[1] - 1)  # (B, width)
+    keep = (j < length.unsqueeze(1)).to(mask.dtype)  # (B, width)
+    return {"input_ids": ids.gather(1, src).masked_fill(keep == 0, 0), "attention_mask": keep}
+
+
 def state_token_ids(tokenizer: Any, question: str, chunks: Sequence[str], piece_tokens: int, state_tokens: int) -> list[int]:
     """`[CLS] q [SEP] c1 [SEP] c2 [SEP]` (a tokenizer without [CLS]/[SEP] uses BOS/EOS), each piece cut to
     `piece_tokens` on its own, the whole to `state_tokens`."""

@@ -211,11 +211,11 @@ class Trainer(Resumable):
         }
 
     def rows_with_gradient(self, batch: dict[str, Any], idx: list[int]) -> list[int]:
-        """The minibatch rows whose loss can move the network. With `state_anchor='first_hop'` a bare question's
-        state vector is the frozen base's, so its TD and margin terms have no gradient: those rows are left out
+        """The minibatch rows whose loss can move the network. With `state_anchor` 'first_hop' or 'passages' a bare
+        question's state vector is the frozen base's, so its TD and margin terms have no gradient: those rows are left out
         of the update's forward and backward passes (the same gradient, less work; the logged losses then cover
         the rows kept). One row is always kept, so every process runs the same passes."""
-        if self.online.config.state_anchor != "first_hop":
+        if self.online.config.state_anchor not in ("first_hop", "passages"):
             return idx
         kept = [i for i in idx if batch["rendered"][i]]
         return kept or idx[:1]

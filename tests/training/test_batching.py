@@ -70,13 +70,14 @@ def test_an_update_in_length_groups_equals_the_one_batch_update(tiny_encoder_pat
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("anchor", ["first_hop", "passages"])
 def test_first_hop_rows_left_out_of_the_update_change_nothing(tiny_encoder_path: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the first-hop anchor a bare question's loss has no gradient, so leaving those rows out of the
-    update's passes gives the same parameters as encoding every row."""
+                                                              monkeypatch: pytest.MonkeyPatch, anchor: str) -> None:
+    """With the first-hop or passages anchor a bare question's loss has no gradient, so leaving those rows out
+    of the update's passes gives the same parameters as encoding every row."""
     def trainer(out: str) -> Trainer:
         cfg = small_config(tiny_encoder_path, tmp_path / out, minibatch_size=8)
-        cfg.model.train_towers, cfg.model.state_anchor = "state", "first_hop"  # type: ignore[assignment]
+        cfg.model.train_towers, cfg.model.state_anchor = "state", anchor  # type: ignore[assignment]
         cfg.rl.margin_weight = 1.0
         t = Trainer(cfg, make_two_hop_episodes(20, 0))
         for m in t.online.modules():

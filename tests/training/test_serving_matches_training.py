@@ -16,7 +16,7 @@ from tests.training.two_hop import make_two_hop_episodes
 
 
 @pytest.mark.parametrize("mode,order,anchor", [("relative", "document", "none"), ("none", "selection", "none"),
-                                               ("none", "selection", "first_hop")])
+                                               ("none", "selection", "first_hop"), ("none", "selection", "passages")])
 def test_trainer_evaluation_and_search_take_the_same_hops(tiny_encoder_path: Path, mode: str, order: str,
                                                           anchor: str) -> None:
     towers = "state" if anchor != "none" else "both"

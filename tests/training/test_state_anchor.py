@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrag.training import towers
 from qrag.training.config import ConfigError
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork, question_inputs
@@ -129,6 +130,67 @@ def test_first_hop_anchor_gives_no_gradient_on_the_first_hop_and_one_on_later_ho
     for taken, moves in (([], False), ([TEXTS[2]], True)):
         net.zero_grad()
         q1, q2 = net(net.tokenize_states(["Where is the milk?"], [taken]), chunk)
+        (q1 + q2).sum().backward()
+        norm = sum(float(p.grad.abs().sum()) for p in net.parameters() if p.grad is not None)
+        assert (norm > 1e-6) is moves, (taken, norm)
+
+
+def test_passage_inputs_drop_each_rows_question_and_keep_cls() -> None:
+    cls, sep, pad = 101, 102, 0
+    ids = torch.tensor([[cls, 7, 8, sep, 9, sep, pad],
+                        [cls, 5, sep, 6, 6, 6, sep],
+                        [cls, 4, 4, sep, pad, pad, pad],  # a bare question: [CLS] alone
+                        [cls, 4, 4, 4, pad, pad, pad]])  # no [SEP] at all: [CLS] alone
+    mask = (ids != pad).long()
+    got = towers.passage_inputs({"input_ids": ids, "attention_mask": mask}, sep)
+    assert got["input_ids"].tolist() == [[cls, 9, sep, 0, 0], [cls, 6, 6, 6, sep], [cls, 0, 0, 0, 0], [cls, 0, 0, 0, 0]]
+    assert got["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0]]
+
+
+def _passages_alone(net: QNetwork, tower: torch.nn.Module, taken: list[list[str]]) -> torch.Tensor:
+    """`tower` on `[CLS] c1 [SEP] c2 [SEP] …` tokenised by hand, one row at a time: (B, D)."""
+    tok = net.tokenizer
+    out = []
+    for chunks in taken:
+        ids = [tok.cls_token_id]
+        for c in chunks:
+            ids += tok(c, add_special_tokens=False, truncation=True, max_length=net.config.max_state_piece_tokens)["input_ids"]
+            ids.append(tok.sep_token_id)
+        row = torch.tensor([ids])
+        with torch.no_grad():
+            out.append(tower(input_ids=row, attention_mask=torch.ones_like(row)))
+    return torch.cat(out)
+
+
+def test_passages_anchor_is_the_question_plus_a_correction_that_cannot_read_it(tiny_encoder_path: Path) -> None:
+    """`state_anchor='passages'`: f_0(q) + f_θ(p) − f_0(p), checked against the towers run on the passages
+    tokenised alone; a bare question is f_0(q) however trained, and two questions with the same passages get
+    the same correction."""
+    net = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="passages")
+    plain = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    questions = ["Where is the milk?", "Where is the apple?", "Who went to the kitchen first?"]
+    taken = [[TEXTS[2], TEXTS[0]], [TEXTS[1]], [TEXTS[2], TEXTS[0]]]
+    f0_q = plain.embed_states(questions, [[], [], []])
+    torch.testing.assert_close(net.embed_states(questions, taken), f0_q, atol=1e-6, rtol=1e-5)  # untrained: dense
+    with torch.no_grad():
+        for p in net.state_tower.parameters():
+            p.add_(0.02 * torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
+    torch.testing.assert_close(net.embed_states(questions, [[], [], []]), f0_q, atol=1e-6, rtol=1e-5)
+    got = net.embed_states(questions, taken)
+    expected = f0_q + _passages_alone(net, net.state_tower, taken) - _passages_alone(net, net.chunk_tower, taken)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    correction = got - f0_q
+    torch.testing.assert_close(correction[0], correction[2], atol=1e-5, rtol=1e-4)  # same passages, other question
+    assert not torch.allclose(correction[0], correction[1], atol=1e-3)
+
+
+def test_passages_anchor_gives_no_gradient_on_the_first_hop_and_one_on_later_hops(tiny_encoder_path: Path) -> None:
+    net = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="passages")
+    net.train()
+    chunk = net.embed_chunks([TEXTS[6]])
+    for taken, moves in (([[], []], False), ([[], [TEXTS[2]]], True)):
+        net.zero_grad()
+        q1, q2 = net(net.tokenize_states(["Where is the milk?", "Where is the ball?"], taken), chunk.expand(2, -1))
         (q1 + q2).sum().backward()
         norm = sum(float(p.grad.abs().sum()) for p in net.parameters() if p.grad is not None)
         assert (norm > 1e-6) is moves, (taken, norm)
