@@ -251,12 +251,21 @@ class DataConfig:
     """Validation episodes (never the test split)."""
     seed: int = 0
     """Seed of the data generators."""
+    num_distractors: int | None = None
+    """`wiki` source: non-gold pages per episode (None: the source's default, 30). Larger pools are closer to
+    searching a whole corpus."""
 
     def validate(self) -> None:
         for name in ("num_train", "num_val"):
             value = getattr(self, name)
             if value < 0:
                 raise ConfigError(f"data.{name} must be >= 0 (0: all of a file), got {value}.")
+        if self.num_distractors is not None:
+            if self.source != "wiki":
+                raise ConfigError(f"data.num_distractors applies to the wiki source only, not {self.source!r}: "
+                                  "leave it unset.")
+            if self.num_distractors < 0:
+                raise ConfigError(f"data.num_distractors must be >= 0, got {self.num_distractors}.")
         if self.num_sentences is not None and self.num_sentences < 1:
             raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from qrag.training.config import ConfigError, DataConfig
 from qrag.training.data.episode import Episode
@@ -43,7 +44,10 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
     train: list[Episode] = []
     val: list[Episode] = []
     for task in tasks:
-        common = {"task": task, "num_sentences": data.num_sentences} if data.train_path is None else {"task": task}
+        common: dict[str, Any] = ({"task": task, "num_sentences": data.num_sentences} if data.train_path is None
+                                  else {"task": task})
+        if data.num_distractors is not None:
+            common["num_distractors"] = data.num_distractors
         n_train = max(1, data.num_train // len(tasks)) if data.num_train else None
         train += load_episodes(data.source, split="train", num_samples=n_train, seed=data.seed, path=data.train_path,
                                **common)
