@@ -78,6 +78,12 @@ class ModelConfig:
     the base encoder's search, and the learned correction cannot read the question's wording (what it learns
     from template questions cannot key on the templates)."""
 
+    @property
+    def fixed_first_hop(self) -> bool:
+        """Whether a bare question's state vector is the frozen base's whatever training does (anchors
+        'first_hop' and 'passages'): its loss then has no gradient."""
+        return self.state_anchor in ("first_hop", "passages")
+
     def validate(self) -> None:
         _check_choice("model.position_mode", self.position_mode, PositionMode)
         _check_choice("model.state_order", self.state_order, StateOrder)

@@ -95,6 +95,12 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
             m.training = mode
 
 
+def _question_lengths(ids: torch.Tensor, mask: torch.Tensor, sep_id: int) -> torch.Tensor:
+    """(B,) tokens of each state row's question piece: up to and including its first [SEP], the whole row without one."""
+    is_sep = (ids == sep_id) & mask.bool()  # (B, L)
+    return torch.where(is_sep.any(dim=1), is_sep.int().argmax(dim=1) + 1, mask.sum(dim=1))
+
+
 def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[str, torch.Tensor]:
     """The question piece of tokenised states `[CLS] q [SEP] c1 [SEP] …`: ids and mask up to and including each
     row's first [SEP] (the whole row where there is none), cut to the longest such prefix.
@@ -103,8 +109,7 @@ def question_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[
     comes first, so its positions do not change.
     """
     ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
-    is_sep = (ids == sep_id) & mask.bool()  # (B, L)
-    length = torch.where(is_sep.any(dim=1), is_sep.int().argmax(dim=1) + 1, mask.sum(dim=1))  # (B,)
+    length = _question_lengths(ids, mask, sep_id)  # (B,)
     width = int(length.max())
     keep = torch.arange(width, device=ids.device).unsqueeze(0) < length.unsqueeze(1)  # (B, width)
     return {"input_ids": ids[:, :width], "attention_mask": mask[:, :width] * keep.to(mask.dtype)}
@@ -117,10 +122,8 @@ def passage_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[s
     Encoding the result gives the same vector as tokenising `[CLS] c1 [SEP] c2 [SEP] …` on its own.
     """
     ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
-    is_sep = (ids == sep_id) & mask.bool()  # (B, L)
-    total = mask.sum(dim=1)  # (B,)
-    cut = torch.where(is_sep.any(dim=1), is_sep.int().argmax(dim=1), total - 1)  # (B,) tokens dropped after [CLS]
-    length = total - cut  # (B,) [CLS] plus the passages
+    cut = _question_lengths(ids, mask, sep_id) - 1  # (B,) tokens dropped after [CLS]: the question and its [SEP]
+    length = mask.sum(dim=1) - cut  # (B,) [CLS] plus the passages
     width = int(length.max())
     j = torch.arange(width, device=ids.device).unsqueeze(0)  # (1, width)
     src = torch.where(j == 0, torch.zeros_like(j), j + cut.unsqueeze(1)).clamp(max=ids.shape[1] - 1)  # (B, width)

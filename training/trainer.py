@@ -215,7 +215,7 @@ class Trainer(Resumable):
         question's state vector is the frozen base's, so its TD and margin terms have no gradient: those rows are left out
         of the update's forward and backward passes (the same gradient, less work; the logged losses then cover
         the rows kept). One row is always kept, so every process runs the same passes."""
-        if self.online.config.state_anchor not in ("first_hop", "passages"):
+        if not self.online.config.fixed_first_hop:
             return idx
         kept = [i for i in idx if batch["rendered"][i]]
         return kept or idx[:1]
