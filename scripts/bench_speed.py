@@ -16,7 +16,8 @@ the bAbI facts in it), questions: the questions of `--queries` such haystacks. P
   inner products, top-k) against greedy qrag search with 1, 3 and 6 hops (`stop_threshold` off, so every
   hop is taken), and their ratios;
 - **where a hop's time goes**: the state's length in tokens at each hop and the time of the state-tower pass
-  on it alone, against the whole hop;
+  on it alone, against the whole hop; and each part of a hop timed in place, hop by hop (`hop_parts`:
+  tokenising, the state-tower pass, positions, scores (rotation and inner products), masks and the pick);
 - **linear layers** (CPU only): GFLOP/s of one fp32 linear layer of the encoder's shapes (its
   attention projections and feed-forward in and out), at a one-question state's rows and at an indexing
   batch's, through torch's `F.linear` and through qrag's `CPULinear` (oneDNN), gradient-free;
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import resource
 import statistics
@@ -47,6 +49,7 @@ from qrag.training.cpu_linear import available as onednn_available
 from qrag.training.data import load_episodes
 from qrag.training.data.text_pack import maybe_install_text_pack
 from qrag.training.encoders import resolve_encoder
+from qrag.training.hops import check_finite_q, state_pieces
 from qrag.training.index import ChunkIndex
 from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
 from qrag.training.towers import Precision, precision_autocast
@@ -101,6 +104,58 @@ def plain_encode(path: str, texts: list[str], max_tokens: int, batch_size: int, 
         return torch.cat(out)
 
     return run
+
+
+PARTS = ("tokenise", "state_pass", "positions", "scores", "mask_and_pick")
+
+
+def hop_parts(model: Any, index: ChunkIndex, questions: list[str], hops: int, repeats: int) -> list[dict[str, Any]]:
+    """Per hop, median milliseconds of each part of a greedy hop, timed in place: one question at a time, the
+    parts run in the hop engine's order (`qrag.training.hops`), so each one finds the caches as a served hop
+    leaves them (right after the state-tower pass, the chunk vectors are no longer in cache).
+
+    Parts: render and tokenise the state; the state-tower pass; the chunks' positions; the scores (`QNetwork.score`:
+    the rotation by those positions, none in position mode 'none', and the inner products with the state); the
+    masks, the finite-value check and the pick.
+    """
+    vectors, n = index.vectors, len(index)
+    texts = index.texts
+    order = model.config.state_order
+    times: list[dict[str, list[float]]] = [{part: [] for part in PARTS} for _ in range(hops)]
+    for repeat in range(repeats + 1):  # the first round warms up and is not kept
+        for q in questions:
+            taken: list[int] = []
+            for hop in range(hops):
+                sync()
+                t = [time.perf_counter()]
+                with torch.no_grad():
+                    inputs = model.tokenize_states([q], [state_pieces([texts[i] for i in taken], taken, order)])
+                    t.append(time.perf_counter())
+                    state = model.state_vectors({k: v.to(vectors.device) for k, v in inputs.items()}).float()  # (1, D)
+                    sync()
+                    t.append(time.perf_counter())
+                    selected = torch.zeros(1, n, dtype=torch.bool, device=vectors.device)  # (1, N)
+                    selected[0, taken] = True
+                    positions = model.positions(selected)  # (1, N) | None
+                    sync()
+                    t.append(time.perf_counter())
+                    scores = model.score(state, vectors, positions)  # (1, N): rotation and inner products
+                    sync()
+                    t.append(time.perf_counter())
+                    scores = scores.masked_fill(selected, -math.inf)  # (1, N)
+                    check_finite_q(scores.masked_fill(selected, 0.0), [q])
+                    taken.append(int(scores.argmax(dim=1)))
+                    sync()
+                    t.append(time.perf_counter())
+                if repeat:
+                    for part, a, b in zip(PARTS, t[:-1], t[1:], strict=True):  # 6 clock readings, 5 parts
+                        times[hop][part].append((b - a) * 1000)
+    out = []
+    for hop, parts in enumerate(times):
+        row: dict[str, Any] = {"hop": hop + 1, **{part: statistics.median(v) for part, v in parts.items()}}
+        row["sum"] = sum(row[part] for part in PARTS)
+        out.append(row)
+    return out
 
 
 def linear_rates(width: int, ffn: int, rows: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
@@ -227,6 +282,7 @@ def main() -> int:
     whole = [hop_ms[1]] + [(hop_ms[b] - hop_ms[a]) / (b - a) for a, b in zip(HOPS, HOPS[1:], strict=False)]
     rows["per_hop"] = per_hop
     rows["hop_ms_marginal"] = dict(zip(["1", "2-3", "4-6"], whole, strict=True))
+    rows["hop_parts_ms"] = hop_parts(model, index, questions, max(HOPS), args.repeats)
 
     # ---------------------------------------------------------------- linear layers
     if device.type == "cpu":
@@ -253,6 +309,9 @@ def main() -> int:
     print("hop  state tokens  state-tower pass (ms)")
     for row in per_hop:
         print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}")
+    print("hop  " + "  ".join(f"{part:>14}" for part in PARTS) + "     sum  (ms, in place, one question at a time)")
+    for row in rows["hop_parts_ms"]:
+        print(f"{row['hop']:>3}  " + "  ".join(f"{row[part]:>14.2f}" for part in PARTS) + f"  {row['sum']:>6.2f}")
     if "linear_gflops" in rows:
         print(f"fp32 linear layers, gradient-free, GFLOP/s (oneDNN path {'on' if rows['onednn_linear'] else 'off'}):")
         print(" rows    in   out   F.linear  CPULinear  speed-up")

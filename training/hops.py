@@ -34,7 +34,7 @@ from qrag.training.qnet import QNetwork, model_lock
 Order = Literal["hop", "document"]
 FromModel = Literal["model"]
 FROM_MODEL: FromModel = "model"  # a hop setting that takes the model's saved value (`QNetwork.hops`)
-ROTATE_BUDGET = 1 << 25  # elements of rotated (rows, N, D) vectors materialised at once (128 MiB fp32)
+ROTATE_BUDGET = 1 << 25  # elements of (rows, N, D) rotary-scoring temporaries built at once (128 MiB fp32)
 
 
 class SearchError(ValueError):
@@ -190,7 +190,7 @@ def q_values(
 
     Returns:
         The masked Q-values and the (R, N) positions they were rotated by (None in position mode 'none').
-        Rotated vectors are built in slices of rows that keep `ROTATE_BUDGET` floats at once.
+        Rotary scores are computed in slices of rows that keep `ROTATE_BUDGET` floats of temporaries at once.
 
     Raises:
         SearchError: the model produced NaN or infinite values for a real chunk.

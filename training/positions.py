@@ -83,3 +83,35 @@ def rotate_halves(vectors: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # (..., N, 1, H/2) shared by both heads
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-2)  # (..., N, head, pair, H/2)
     return out.flatten(-3).to(vectors.dtype)
+
+
+def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor, heads: bool = False) -> torch.Tensor:
+    """⟨state, R(p)·chunk⟩ for every state and chunk, without building the rotated chunks.
+
+    Per head and frequency m, with (x1, x2) a chunk's pair and (s1, s2) the state's:
+    ⟨s, R(p)x⟩ = cos(p·θ_m)·(s1·x1 + s2·x2) + sin(p·θ_m)·(s2·x1 − s1·x2). The two brackets are products with
+    the unrotated chunks, so a hop reads the chunk vectors once and builds (B, N, H/2) angles instead of a
+    rotated (B, N, D) copy (1.5 ms against 2.7 ms per hop at 2 000 chunks on one CPU core, in place;
+    docs/RESULTS.md). Equal to `rotate_halves` followed by inner products up to float rounding.
+
+    Args:
+        states: (B, D) state vectors.
+        chunks: (N, D) chunk vectors shared by the batch, or (B, N, D) per state.
+        positions: (B, N) float positions.
+        heads: return the two heads' values apart.
+
+    Returns:
+        (B, N) Q-values, or (2, B, N) per head.
+    """
+    half = states.shape[-1] // 2
+    freqs = rope_frequencies(half, device=states.device)  # (H/2,)
+    angles = positions.float().unsqueeze(-1) * freqs  # (B, N, H/2)
+    s = states.unflatten(-1, (2, 2, half // 2))  # (B, head, pair, H/2)
+    turned = torch.stack((s[:, :, 1], -s[:, :, 0]), dim=2)  # (B, head, pair, H/2): (s2, −s1)
+    x = chunks.unflatten(-1, (2, 2, half // 2))  # (N | B, N, head, pair, H/2)
+    if x.dim() == 4:
+        x = x.unsqueeze(0)  # (1, N, head, pair, H/2)
+    along = (x * s.unsqueeze(1)).sum(dim=-2)  # (B, N, head, H/2): s1·x1 + s2·x2
+    across = (x * turned.unsqueeze(1)).sum(dim=-2)  # (B, N, head, H/2): s2·x1 − s1·x2
+    per_head = (along * angles.cos().unsqueeze(-2) + across * angles.sin().unsqueeze(-2)).sum(dim=-1)  # (B, N, head)
+    return per_head.movedim(-1, 0) if heads else per_head.sum(dim=-1)

@@ -35,7 +35,7 @@ from qrag.training.persist import (
     read_weights,
     write_model_folder,
 )
-from qrag.training.positions import absolute_positions, relative_positions, rotate_halves
+from qrag.training.positions import absolute_positions, relative_positions, rotary_scores, rotate_halves
 from qrag.training.shipped import ShippedNameError, resolve_checkpoint
 from qrag.training.towers import (
     Precision,
@@ -399,7 +399,7 @@ class QNetwork(nn.Module):
         self, states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor | None, heads: bool
     ) -> torch.Tensor:
         if positions is not None and self.config.position_mode != "none":
-            chunks = rotate_halves(chunks, positions)  # (B, N, D)
+            return rotary_scores(states, chunks, positions, heads)  # (B, N) | (2, B, N), nothing rotated copied
         h = states.shape[-1] // 2
         if not heads:
             if chunks.dim() == 2:

@@ -10,7 +10,7 @@ import torch
 from qrag.training.config import EnvConfig
 from qrag.training.data.episode import Episode
 from qrag.training.env import RetrievalEnv, completion_reward
-from qrag.training.positions import relative_positions, rotate_halves
+from qrag.training.positions import relative_positions, rotary_scores, rotate_halves
 
 EP = Episode("where is the milk?", ["a", "b", "c", "d", "e", "f"], (1, 4), "x", "ep")
 
@@ -150,3 +150,41 @@ def test_rope_is_a_rotation_per_half() -> None:
 def test_rope_float_positions_not_truncated() -> None:
     v = torch.ones(1, 8)
     assert not torch.allclose(rotate_halves(v, torch.tensor([2.5])), rotate_halves(v, torch.tensor([2.0])))
+
+
+def test_rotary_scores_by_hand() -> None:
+    # D = 4: two heads of one (x1, x2) pair each, θ_0 = 1, so each head scores
+    # cos(p)·(s1·x1 + s2·x2) + sin(p)·(s2·x1 − s1·x2).
+    s = torch.tensor([[1.0, 2.0, -1.0, 0.5]])
+    x = torch.tensor([[3.0, -1.0, 2.0, 4.0], [0.5, 0.5, -2.0, 1.0]])
+    p = torch.tensor([[0.7, 21.3]])
+
+    def head(s1: float, s2: float, x1: float, x2: float, pos: float) -> float:
+        return math.cos(pos) * (s1 * x1 + s2 * x2) + math.sin(pos) * (s2 * x1 - s1 * x2)
+
+    want = [[head(1, 2, 3, -1, 0.7), head(-1, 0.5, 2, 4, 0.7)], [head(1, 2, 0.5, 0.5, 21.3), head(-1, 0.5, -2, 1, 21.3)]]
+    got = rotary_scores(s, x, p, heads=True)  # (2, 1, 2)
+    for n in range(2):
+        for h in range(2):
+            assert got[h, 0, n].item() == pytest.approx(want[n][h], abs=1e-5)
+    assert torch.allclose(rotary_scores(s, x, p), got.sum(dim=0))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_rotary_scores_equal_rotating_then_inner_products_with_gradients(shared: bool) -> None:
+    gen = torch.Generator().manual_seed(1)
+    states = torch.randn(3, 32, generator=gen, requires_grad=True)
+    chunks = torch.randn(*(() if shared else (3,)), 11, 32, generator=gen).requires_grad_(True)
+    selected = torch.zeros(3, 11, dtype=torch.bool)
+    selected[0, 4], selected[1, [2, 9]] = True, True
+    positions = relative_positions(selected)  # (3, 11)
+    want = torch.einsum("bd,bnd->bn", states, rotate_halves(chunks, positions).expand(3, -1, -1))
+    got = rotary_scores(states, chunks, positions)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for a, b in zip(torch.autograd.grad(got.sum(), (states, chunks)), torch.autograd.grad(want.sum(), (states, chunks)),
+                    strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    per_head = rotary_scores(states, chunks, positions, heads=True)  # (2, 3, 11)
+    rotated = rotate_halves(chunks, positions).expand(3, -1, -1)
+    torch.testing.assert_close(per_head[0], torch.einsum("bd,bnd->bn", states[:, :16], rotated[..., :16]), atol=1e-5, rtol=1e-5)
+
