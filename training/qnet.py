@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from qrag.training.anchors import anchored_states
 from qrag.training.atomic import recover
 from qrag.training.config import ConfigError, HopSettings, ModelConfig
 from qrag.training.cpu_linear import use_cpu_linears
@@ -45,7 +46,6 @@ from qrag.training.towers import (
     eval_mode,
     model_lock,
     pad_rows,
-    passage_inputs,
     precision_autocast,
     question_inputs,
     state_token_ids,
@@ -309,59 +309,10 @@ class QNetwork(nn.Module):
         )
 
     def state_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Tokenised states (B, L) → state vectors (B, D).
-
-        - `state_anchor='none'`: `f_θ(s)`;
-        - `'question'`: `f_0(q) + f_θ(s) − f_0(s)`;
-        - `'first_hop'`: `f_0(q) + [f_θ(s) − f_0(s)] − [f_θ(q) − f_0(q)]`: what training changed on the whole
-          state less what it changed on the question alone, so a state that is the bare question (the first
-          hop) is exactly `f_0(q)`, trained or not.
-        - `'passages'`: `f_0(q) + f_θ(p) − f_0(p)`, p the state's passages without the question
-          (`[CLS] c_1 [SEP] …`): the first hop is `f_0(q)`, and the correction cannot read the question.
-
-        f_0 is the frozen base (the chunk tower, in eval mode, no gradient) and q the state's question piece (its
-        tokens up to the first [SEP], attended to alone).
-        """
-        anchor_mode = self.config.state_anchor
-        if anchor_mode == "none":
-            return self.state_tower(**state_inputs)  # (B, D)
-        question = question_inputs(state_inputs, self.tokenizer.sep_token_id)  # (B, Lq)
-        base = self.chunk_tower
-        with eval_mode(base), torch.no_grad():
-            f0_q = base(**question)  # (B, D)
-        if anchor_mode == "passages":
-            return self._passage_correction(f0_q, passage_inputs(state_inputs, self.tokenizer.sep_token_id))
-        s = self.state_tower(**state_inputs)  # (B, D)
-        if anchor_mode == "first_hop":
-            # A bare question's correction is zero exactly (not two dropout draws of it); later hops subtract
-            # the state tower's own question vector, computed for those rows only.
-            later = question["attention_mask"].sum(dim=1) < state_inputs["attention_mask"].sum(dim=1)  # (B,)
-            out = f0_q.to(s.dtype) + 0.0 * s  # (B, D) in the graph with a zero gradient (a batch of bare questions)
-            if bool(later.any()):
-                rows = {k: v[later] for k, v in state_inputs.items()}
-                with eval_mode(base), torch.no_grad():
-                    f0_s = base(**rows)  # (B', D)
-                q_theta = self.state_tower(**{k: v[later] for k, v in question.items()})  # (B', D)
-                correction = s[later] - f0_s.to(s.dtype) - (q_theta - f0_q[later].to(s.dtype))  # (B', D)
-                out = out.index_put((later.nonzero().squeeze(1),), out[later] + correction)
-            return out
-        with eval_mode(base), torch.no_grad():
-            anchor = f0_q - base(**state_inputs)  # (B, D)
-        return s + anchor.to(s.dtype)  # (B, D)
-
-    def _passage_correction(self, f0_q: torch.Tensor, passages: dict[str, torch.Tensor]) -> torch.Tensor:
-        """`state_anchor='passages'`: f_0(q) + f_θ(p) − f_0(p) on rows that took passages, f_0(q) exactly on bare
-        questions (their `[CLS]`-only rows are encoded only when nothing else is, to keep the graph). (B, D)."""
-        later = passages["attention_mask"].sum(dim=1) > 1  # (B,)
-        if not bool(later.any()):
-            return f0_q + 0.0 * self.state_tower(**passages)  # (B, D) in the graph with a zero gradient
-        rows = {k: v[later] for k, v in passages.items()}
-        p_theta = self.state_tower(**rows)  # (B', D)
-        with eval_mode(self.chunk_tower), torch.no_grad():
-            f0_p = self.chunk_tower(**rows)  # (B', D)
-        out = f0_q.to(p_theta.dtype)  # (B, D)
-        correction = p_theta - f0_p.to(p_theta.dtype)  # (B', D)
-        return out.index_put((later.nonzero().squeeze(1),), out[later] + correction)
+        """Tokenised states (B, L) → state vectors (B, D): `f_θ(s)`, or under `model.state_anchor` the frozen base's
+        question vector plus what training changed (`qrag.training.anchors`)."""
+        return anchored_states(self.config.state_anchor, self.state_tower, self.chunk_tower, state_inputs,
+                               self.tokenizer.sep_token_id)
 
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
         with eval_mode(self):
