@@ -16,7 +16,9 @@ the bAbI facts in it), questions: the questions of `--queries` such haystacks. P
   inner products, top-k) against greedy qrag search with 1, 3 and 6 hops (`stop_threshold` off, so every
   hop is taken), and their ratios;
 - **where a hop's time goes**: the state's length in tokens at each hop and the time of the state-tower pass
-  on it alone, against the whole hop; and each part of a hop timed in place, hop by hop (`hop_parts`:
+  on it alone, against the whole hop, and the state tower alone with its weights in fp32 and in
+  `--precision` (a measured lever, not a served path: the smallest cosine to the fp32 vectors beside it); and
+  each part of a hop timed in place, hop by hop (`hop_parts`:
   tokenising, the state-tower pass, positions, scores (rotation and inner products), masks and the pick);
 - **linear layers** (CPU only): GFLOP/s of one fp32 linear layer of the encoder's shapes (its
   attention projections and feed-forward in and out), at a one-question state's rows and at an indexing
@@ -30,6 +32,7 @@ Training throughput (transitions/s) has its own benchmark, `scripts/bench_train.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -55,6 +58,7 @@ from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
 from qrag.training.towers import Precision, precision_autocast
 
 HOPS = (1, 3, 6)
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def sync() -> None:
@@ -269,6 +273,7 @@ def main() -> int:
     # ---------------------------------------------------------------- where a hop's time goes
     taken = [[h.chunk.text for h in searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits] for q in questions]
     per_hop = []
+    low_tower = copy.deepcopy(model.state_tower).to(_DTYPES[low])  # the next lever, not served: weights in `low`
     for hop in range(max(HOPS)):
         selected = [sel[:hop] for sel in taken]
         tokens = statistics.mean(len(model.state_token_ids(q, sel)) for q, sel in zip(questions, selected, strict=True))
@@ -278,7 +283,20 @@ def main() -> int:
                 model.embed_states([q], [sel])
 
         encode_ms = median_time(encode, args.repeats)[0] / len(questions) * 1000
-        per_hop.append({"hop": hop + 1, "state_tokens": tokens, "state_encode_ms": encode_ms})
+        inputs = [{k: v.to(device) for k, v in model.tokenize_states([q], [sel]).items()}
+                  for q, sel in zip(questions, selected, strict=True)]
+        tower_ms, cosine = {}, 1.0
+        for name, tower in (("fp32", model.state_tower), (low, low_tower)):
+            with torch.no_grad():
+                tower_ms[name] = median_time(lambda t=tower, xs=inputs: [t(**x) for x in xs],
+                                             args.repeats)[0] / len(questions) * 1000
+        with torch.no_grad():
+            for x in inputs:
+                cos = torch.nn.functional.cosine_similarity(model.state_tower(**x), low_tower(**x).float())
+                cosine = min(cosine, float(cos.min()))
+        per_hop.append({"hop": hop + 1, "state_tokens": tokens, "state_encode_ms": encode_ms,
+                        "state_tower_fp32_ms": tower_ms["fp32"], f"state_tower_{low}_weights_ms": tower_ms[low],
+                        f"min_cosine_{low}_weights_vs_fp32": cosine})
     whole = [hop_ms[1]] + [(hop_ms[b] - hop_ms[a]) / (b - a) for a, b in zip(HOPS, HOPS[1:], strict=False)]
     rows["per_hop"] = per_hop
     rows["hop_ms_marginal"] = dict(zip(["1", "2-3", "4-6"], whole, strict=True))
@@ -306,9 +324,11 @@ def main() -> int:
     print("query (ms, one question at a time):  dense " + f"{qm['dense']:.1f}  "
           + "  ".join(f"{h} hops {qm[f'qrag_{h}_hops']:.1f} ({qm[f'qrag_{h}_hops_over_1']:.2f}x of 1 hop, "
                       f"{qm[f'qrag_{h}_hops_over_dense']:.2f}x of dense)" for h in HOPS))
-    print("hop  state tokens  state-tower pass (ms)")
+    print(f"hop  state tokens  state-tower pass (ms)  the tower alone: fp32, weights in {low} (ms)  min cosine")
     for row in per_hop:
-        print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}")
+        print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}  "
+              f"{row['state_tower_fp32_ms']:>21.2f} {row[f'state_tower_{low}_weights_ms']:>8.2f}  "
+              f"{row[f'min_cosine_{low}_weights_vs_fp32']:>24.5f}")
     print("hop  " + "  ".join(f"{part:>14}" for part in PARTS) + "     sum  (ms, in place, one question at a time)")
     for row in rows["hop_parts_ms"]:
         print(f"{row['hop']:>3}  " + "  ".join(f"{row[part]:>14.2f}" for part in PARTS) + f"  {row['sum']:>6.2f}")
