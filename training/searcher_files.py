@@ -38,7 +38,7 @@ def read_searcher(folder: Path, encoder: str | None) -> tuple[QNetwork, ChunkInd
     """The model, index and settings of a folder `write_searcher` wrote (an interrupted swap recovered first)."""
     recover(folder)
     config = _read_head(folder)
-    model = QNetwork.from_pretrained(folder / MODEL_DIR, encoder=encoder)
+    model = QNetwork.from_pretrained(folder / MODEL_DIR, encoder=encoder).merge_adapters()  # served, as load_model does
     index = ChunkIndex.load(folder / INDEX_DIR)
     if index.chunk_tower is not None and index.chunk_tower != model.chunk_tower_fingerprint():
         raise SearchError(f"{folder / INDEX_DIR} was embedded by another chunk tower than the model in "

@@ -149,8 +149,13 @@ def test_served_lora_checkpoint_is_merged_same_scores_same_save(tiny_encoder_pat
     assert served.chunk_tower_fingerprint() == QNetwork.from_pretrained(tmp_path / "ckpt").chunk_tower_fingerprint()
     searcher = MultiHopSearcher(served, ChunkIndex.from_texts(served, CHUNKS))
     searcher.save(tmp_path / "searcher")
-    assert [h.chunk.text for h in MultiHopSearcher.load(tmp_path / "searcher").search_one("Where is the milk?", k=2).hits] \
+    loaded = MultiHopSearcher.load(tmp_path / "searcher")  # a loaded searcher serves the merged network too
+    assert not any("lora_" in n for n, _ in loaded.model.state_tower.named_parameters())
+    assert [h.chunk.text for h in loaded.search_one("Where is the milk?", k=2).hits] \
         == [h.chunk.text for h in searcher.search_one("Where is the milk?", k=2).hits]
+    loaded.save(tmp_path / "searcher_again")  # and saves the adapters exactly as they were
+    assert load_file(tmp_path / "searcher" / "model" / "model.safetensors").keys() \
+        == load_file(tmp_path / "searcher_again" / "model" / "model.safetensors").keys()
     assert not served.training and not any(p.requires_grad for p in served.parameters())
     s, sel = ["Where is the milk?", "Where was Mary?"], [[], [CHUNKS[0]]]
     with torch.no_grad():
