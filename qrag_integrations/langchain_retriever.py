@@ -101,11 +101,12 @@ class QRAGRetriever(BaseRetriever):
         """Index `texts` with the chunk tower of `model` (a `QNetwork`, a `save_pretrained` folder, or
         an encoder name for an untrained model); `kwargs` are retriever fields (`k`, `max_hops`, ...).
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
-        `precision='bf16'` indexes faster on hardware with bf16 units (`ChunkIndex.from_texts`)."""
+        `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
+        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`)."""
         metas = check_metadatas(metadatas, len(check_texts(texts)))
         for i, meta in enumerate(metas):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
-        qnet = load_model(model)
+        qnet = load_model(model, precision=precision)
         index = ChunkIndex.from_texts(qnet, texts, ids, metas, backend=backend, show_progress=show_progress,
                                       ordered=ordered, precision=precision)
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)

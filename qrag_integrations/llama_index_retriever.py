@@ -107,7 +107,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         """Index `nodes` (or `documents`, split by `node_parser` if given, else one node each) with the
         chunk tower of `model`: a `QNetwork`, a `save_pretrained` folder, or an encoder name (untrained).
         `ordered=True` declares the nodes one document in reading order (position-aware models need it);
-        `precision='bf16'` indexes faster on hardware with bf16 units (`ChunkIndex.from_texts`)."""
+        `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
+        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`)."""
         if model is None:
             raise ValueError("from_defaults needs model=: a QNetwork, a checkpoint folder or an encoder name.")
         if (nodes is None) == (documents is None):
@@ -115,7 +116,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         if documents is not None:
             nodes = node_parser.get_nodes_from_documents(documents) if node_parser else list(documents)
         assert nodes is not None
-        qnet = load_model(model)
+        qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend, ordered=ordered,
                                       precision=precision)

@@ -5,7 +5,8 @@
 
 Episodes: the `babilong-cpu` preset's validation split (160 sentences, about 4K tokens), `--num` per task, each
 its own corpus (`ChunkIndex`, in reading order). Each question is searched by `MultiHopSearcher` with
-`k = max_hops = |SF|` and the stop rule off, at every `--beams` width (1 is greedy); fact EM: the hops are exactly
+`k = max_hops = |SF|` and the stop rule off, at every `--beams` width (1 is greedy), with the state passes in
+`--precision` (`QNetwork.serve_in`); fact EM: the hops are exactly
 the supporting facts. Beam search keeps the sequences with the largest total Q (`training/search.py`).
 """
 
@@ -49,13 +50,15 @@ def main() -> int:
     parser.add_argument("--num", type=int, default=100, help="validation episodes per task")
     parser.add_argument("--beams", default="1,2,3,5", help="beam widths (1: greedy)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                        help="the state passes' serving precision (QNetwork.serve_in; fp16: a GPU only)")
     parser.add_argument("--out", default="results/beam_at_sf.json")
     args = parser.parse_args()
     beams = [int(b) for b in args.beams.split(",")]
     if args.num < 1 or min(beams) < 1:
         parser.error(f"--num and every --beams width must be >= 1, got {args.num} and {beams}.")
     torch.set_num_threads(args.threads)
-    qnet = load_model(args.model)
+    qnet = load_model(args.model, precision=args.precision)
     result = {"command": "python scripts/beam_at_sf.py " + " ".join(sys.argv[1:]),
               "machine": f"{platform.processor() or platform.machine()}, {args.threads} torch thread(s)",
               "fact_em_at_sf_hops": {task: fact_em(qnet, task, args.num, beams) for task in args.tasks.split(",")}}

@@ -14,10 +14,11 @@ the bAbI facts in it), questions: the questions of `--queries` such haystacks. P
   autocast (bf16; fp16 on a GPU), with the smallest cosine between those and the fp32 vectors;
 - **queries**: milliseconds per question, one question at a time, of a single dense query (question vector,
   inner products, top-k) against greedy qrag search with 1, 3 and 6 hops (`stop_threshold` off, so every
-  hop is taken), and their ratios;
+  hop is taken), and their ratios; and the same hops served in `--precision` (`QNetwork.serve_in`), with how
+  many questions take the same 6 hops as in fp32;
 - **where a hop's time goes**: the state's length in tokens at each hop and the time of the state-tower pass
   on it alone, against the whole hop, and the state tower alone with its weights in fp32 and in
-  `--precision` (a measured lever, not a served path: the smallest cosine to the fp32 vectors beside it); and
+  `--precision` (what `QNetwork.serve_in` serves from: the smallest cosine to the fp32 vectors beside it); and
   each part of a hop timed in place, hop by hop (`hop_parts`:
   tokenising, the state-tower pass, positions, scores (rotation and inner products), masks and the pick);
 - **linear layers** (CPU only): GFLOP/s of one fp32 linear layer of the encoder's shapes (its
@@ -265,15 +266,23 @@ def main() -> int:
         return lambda q: searcher.search_one(q, k=hops, max_hops=hops)
 
     hop_ms = {h: per_query(hops_query(h)) for h in HOPS}
+    served = copy.deepcopy(model).serve_in(low)  # the state passes from a `low` copy of the state tower
+    low_searcher = MultiHopSearcher(served, index, SearchConfig(stop_threshold=None), ordered=True)
+    low_ms = {h: per_query(lambda q, h=h: low_searcher.search_one(q, k=h, max_hops=h)) for h in HOPS}
+    same = sum([x.chunk.id for x in low_searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits]
+               == [x.chunk.id for x in searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits] for q in questions)
     rows["queries_ms"] = {"dense": dense_ms, **{f"qrag_{h}_hops": ms for h, ms in hop_ms.items()},
                           **{f"qrag_{h}_hops_over_1": ms / hop_ms[1] for h, ms in hop_ms.items()},
                           **{f"qrag_{h}_hops_over_dense": ms / dense_ms for h, ms in hop_ms.items()},
+                          **{f"qrag_{h}_hops_served_{low}": ms for h, ms in low_ms.items()},
+                          **{f"qrag_{h}_hops_fp32_over_served_{low}": hop_ms[h] / ms for h, ms in low_ms.items()},
+                          f"same_{max(HOPS)}_hops_served_{low}": same,
                           "peak_rss_mb": peak_rss_mb(), **gpu_memory()}
 
     # ---------------------------------------------------------------- where a hop's time goes
     taken = [[h.chunk.text for h in searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits] for q in questions]
     per_hop = []
-    low_tower = copy.deepcopy(model.state_tower).to(_DTYPES[low])  # the next lever, not served: weights in `low`
+    low_tower = copy.deepcopy(model.state_tower).to(_DTYPES[low])  # as `QNetwork.serve_in` makes it
     for hop in range(max(HOPS)):
         selected = [sel[:hop] for sel in taken]
         tokens = statistics.mean(len(model.state_token_ids(q, sel)) for q, sel in zip(questions, selected, strict=True))
@@ -324,6 +333,10 @@ def main() -> int:
     print("query (ms, one question at a time):  dense " + f"{qm['dense']:.1f}  "
           + "  ".join(f"{h} hops {qm[f'qrag_{h}_hops']:.1f} ({qm[f'qrag_{h}_hops_over_1']:.2f}x of 1 hop, "
                       f"{qm[f'qrag_{h}_hops_over_dense']:.2f}x of dense)" for h in HOPS))
+    print(f"served in {low} (QNetwork.serve_in), ms: " + "  ".join(
+        f"{h} hops {qm[f'qrag_{h}_hops_served_{low}']:.1f} ({qm[f'qrag_{h}_hops_fp32_over_served_{low}']:.2f}x faster)"
+        for h in HOPS) + f"; the same {max(HOPS)} hops as fp32 for {qm[f'same_{max(HOPS)}_hops_served_{low}']} of "
+        f"{len(questions)} questions")
     print(f"hop  state tokens  state-tower pass (ms)  the tower alone: fp32, weights in {low} (ms)  min cosine")
     for row in per_hop:
         print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}  "

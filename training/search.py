@@ -58,6 +58,7 @@ from qrag.training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk
 from qrag.training.qnet import CONFIG_FILE, QNetwork, model_lock
 from qrag.training.searcher_files import read_searcher, write_searcher
 from qrag.training.shipped import resolve_checkpoint
+from qrag.training.towers import Precision
 from qrag.training.validate import check_device
 
 __all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "MultiHopSearcher", "SearchConfig", "SearchError",
@@ -193,8 +194,12 @@ class MultiHopSearcher:
             CheckpointError / IndexLoadError: the model or the index part is missing or corrupt.
         """
         check_device(device, SearchError)
-        model, index, config = read_searcher(Path(folder), encoder)
-        model = model.to(device) if device else model
+        model, index, config, precision = read_searcher(Path(folder), encoder)
+        if precision == "fp16" and torch.device(device or "cpu").type == "cpu":
+            warnings.warn(f"{folder} was saved serving in fp16, which needs a GPU; it serves in fp32 on this CPU "
+                          "(load it with device='cuda', or call model.serve_in('bf16')).", stacklevel=2)
+            precision = "fp32"
+        model = load_model(model, device=device, precision=precision)  # the saved serving precision, on `device`
         return cls(model, index.to(device) if device else index, config)
 
     # ------------------------------------------------------------------ public API
@@ -401,7 +406,8 @@ def _ordered(hits: list[Hit], order: Order) -> list[Hit]:
     return sorted(hits, key=lambda h: (h.chunk.position is None, h.chunk.position or 0, h.hop))
 
 
-def load_model(model: QNetwork | str | Path, *, device: str | torch.device | None = None) -> QNetwork:
+def load_model(model: QNetwork | str | Path, *, device: str | torch.device | None = None,
+               precision: Precision = "fp32") -> QNetwork:
     """A `QNetwork` from an instance, a checkpoint folder (`save_pretrained`) or an encoder name/path.
 
     A folder holding `qrag_config.json`, or the name of a checkpoint shipped with qrag ("qrag/babilong-minilm"),
@@ -412,9 +418,14 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
     frozen (`train_towers='state'`), so its chunk vectors are keyed by the base encoder and shared with
     checkpoints trained that way, in memory and in a `ChunkVectorFolder`.
 
+    `precision='bf16'` (or 'fp16' on a GPU) serves the state passes from a low-precision copy of the state tower
+    (`QNetwork.serve_in`: faster hops on hardware with bf16 units; a passed-in network is changed in place, as by
+    `.to(device)`); the default 'fp32' leaves the network's serving precision as it is.
+
     Raises:
         CheckpointError / EncoderLoadError: the path or name cannot be loaded (the message says why).
         TypeError: `model` is none of the accepted types.
+        ValueError: an unknown precision, or 'fp16' on a CPU.
     """
     check_device(device)
     if isinstance(model, QNetwork):
@@ -427,4 +438,5 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
         raise TypeError(
             f"model must be a QNetwork, a checkpoint folder or an encoder name, got {type(model).__name__}."
         )
-    return qnet.to(device) if device is not None else qnet
+    qnet = qnet.to(device) if device is not None else qnet
+    return qnet.eval().serve_in(precision) if precision != "fp32" else qnet

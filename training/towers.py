@@ -235,13 +235,23 @@ def precision_autocast(device: torch.device, precision: str) -> contextlib.Abstr
     Raises:
         ValueError: an unknown precision, or 'fp16' on a CPU (no fast fp16 there).
     """
+    dtype = low_precision_dtype(device, precision)
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+def low_precision_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The dtype `precision` names on `device` (None for 'fp32').
+
+    Raises:
+        ValueError: an unknown precision, or 'fp16' on a CPU (no fast fp16 there).
+    """
     if precision == "fp32":
-        return contextlib.nullcontext()
+        return None
     if precision not in _AUTOCAST:
         raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {precision!r}.")
     if precision == "fp16" and device.type == "cpu":
         raise ValueError("precision='fp16' needs a GPU; on a CPU use 'bf16' (fast with AVX512-BF16/AMX) or 'fp32'.")
-    return torch.autocast(device.type, dtype=_AUTOCAST[precision])
+    return _AUTOCAST[precision]
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -150,3 +150,8 @@ def test_from_documents_and_model_from_checkpoint_path(texts: list[str], questio
     fast = QRAGRetriever.from_documents(docs, model=tmp_path / "ckpt", k=2, precision="bf16")
     assert len(fast.invoke(questions[0])) == 2 and fast.searcher.index is not None
     assert fast.searcher.index.vectors.dtype == torch.float32
+    # ... and serves its hops from a bf16 copy of the state tower, which a save keeps and a load restores.
+    assert fast.searcher.model.serving_precision == "bf16"
+    loaded = QRAGRetriever.load_local(fast.save_local(tmp_path / "fast"))
+    assert loaded.searcher.model.serving_precision == "bf16"
+    assert [d.id for d in loaded.invoke(questions[0])] == [d.id for d in fast.invoke(questions[0])]

@@ -175,3 +175,42 @@ def test_served_lora_checkpoint_is_merged_same_scores_same_save(tiny_encoder_pat
     untouched = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="lora", lora_rank=4)
     untouched.save_pretrained(tmp_path / "untrained")  # names its base, stores no weights
     assert any("lora_" in n for n, _ in load_model(tmp_path / "untrained").named_parameters())  # nothing folded
+
+
+@pytest.mark.parametrize("anchor", ["none", "first_hop"])
+def test_serve_in_bf16_serves_close_to_fp32_and_leaves_training_and_saves_in_fp32(
+    tiny_encoder_path: Path, tmp_path: Path, anchor: str
+) -> None:
+    from safetensors.torch import load_file
+
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="full", train_towers="state", state_anchor=anchor)
+    with torch.no_grad():  # a trained state tower (the base's would make the first_hop anchor's vectors trivial)
+        for p in qnet.state_tower.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    qnet.eval()
+    s, sel = ["Where is the milk?", "Where was Mary?", "Who left?"], [[], [CHUNKS[0]], [CHUNKS[1], CHUNKS[3]]]
+    want = qnet.embed_states(s, sel)  # (3, D) fp32
+    before = {k: v.clone() for k, v in qnet.state_dict().items()}
+    assert qnet.serve_in("bf16") is qnet and qnet.serving_precision == "bf16"
+    got = qnet.embed_states(s, sel)
+    assert got.dtype == torch.float32 and not torch.equal(got, want)  # the bf16 copy ran
+    assert torch.nn.functional.cosine_similarity(got, want).min() > 0.999
+    after = qnet.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)  # fp32 as it was
+    qnet.save_pretrained(tmp_path / "served")
+    assert all(t.dtype == torch.float32 for t in load_file(tmp_path / "served" / "model.safetensors").values())
+    inputs = qnet.tokenize_states(s, sel)
+    out = qnet.state_vectors(inputs)  # a pass with gradients runs the fp32 tower
+    assert out.dtype == torch.float32
+    out.sum().backward()
+    assert all(p.grad is not None for p in qnet.state_tower.parameters() if p.requires_grad)
+    with pytest.raises(ValueError, match="'fp16' needs a GPU"):
+        qnet.serve_in("fp16")
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16' or 'fp16', got 'int8'"):
+        qnet.serve_in("int8")  # type: ignore[arg-type]
+    assert qnet.train().serving_precision == "fp32"  # a network that trains serves from the tower it trains
+    with pytest.raises(ValueError, match="eval mode"):
+        qnet.serve_in("bf16")
+    qnet.eval().serve_in("bf16")
+    assert qnet.serve_in("fp32").serving_precision == "fp32"
+    torch.testing.assert_close(qnet.embed_states(s, sel), want)

@@ -239,6 +239,32 @@ def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  
         MultiHopSearcher.load(tmp_path / "s")
 
 
+def test_a_saved_searcher_keeps_its_serving_precision(tiny_encoder_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    qnet = load_model(str(tiny_encoder_path), precision="bf16")
+    assert qnet.serving_precision == "bf16" and not qnet.training
+    s = MultiHopSearcher(qnet, ChunkIndex.from_texts(qnet, TEXTS))
+    folder = s.save(tmp_path / "s")
+    head = json.loads((folder / "search.json").read_text())
+    assert head["serving_precision"] == "bf16"
+    loaded = MultiHopSearcher.load(folder)
+    assert loaded.model.serving_precision == "bf16"
+    assert [[h.chunk for h in r.hits] for r in loaded.search(QUESTIONS, k=3)] == [
+        [h.chunk for h in r.hits] for r in s.search(QUESTIONS, k=3)]
+    del head["serving_precision"]  # a save from before serving precisions: fp32
+    (folder / "search.json").write_text(json.dumps(head))
+    assert MultiHopSearcher.load(folder).model.serving_precision == "fp32"
+    (folder / "search.json").write_text(json.dumps({**head, "serving_precision": "fp16"}))  # saved on a GPU
+    with pytest.warns(UserWarning, match="fp16, which needs a GPU"):
+        assert MultiHopSearcher.load(folder).model.serving_precision == "fp32"
+    (folder / "search.json").write_text(json.dumps({**head, "serving_precision": "int8"}))
+    with pytest.raises(SearchError, match="corrupt.*int8"):
+        MultiHopSearcher.load(folder)
+    with pytest.raises(ValueError, match="'fp16' needs a GPU"):
+        load_model(str(tiny_encoder_path), precision="fp16")
+
+
 @pytest.mark.parametrize("mode,order", [("relative", "document"), ("none", "selection"), ("absolute", "selection")])
 def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeypatch, mode: str, order: str) -> None:  # type: ignore[no-untyped-def]
     import qrag.training.hops
