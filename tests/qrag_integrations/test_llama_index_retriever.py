@@ -121,3 +121,13 @@ def test_documents_and_bad_input(texts: list[str], questions: list[str], adapter
         QRAGLlamaIndexRetriever.from_defaults(nodes=[], model=adapter_qnet)
     with pytest.raises(ValueError, match="non-empty string query"):
         r.retrieve("  ")
+
+
+def test_bf16_precision_indexes_and_serves_in_bf16(texts: list[str], questions: list[str], tiny_encoder_path: Path) -> None:
+    nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(texts)]
+    fp32 = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3)
+    fast = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3,
+                                                 precision="bf16")
+    assert fast.searcher.model.serving_precision == "bf16" and fp32.searcher.model.serving_precision == "fp32"
+    got = fast.retrieve(questions[0])
+    assert len(got) == 3 and {n.node.node_id for n in got} <= {n.node_id for n in nodes}
