@@ -324,11 +324,12 @@ class QNetwork(nn.Module):
 
     def serve_in(self, precision: Precision) -> QNetwork:
         """Run the gradient-free state passes (every served hop) on a copy of the state tower with its weights in
-        `precision`: 'bf16' makes each pass 1.4–1.6× faster on a CPU with bf16 units (AVX512-BF16, AMX) and
+        `precision`: 'bf16' makes each pass 1.4–1.7× faster on a CPU with bf16 units (AVX512-BF16, AMX) and
         changes the state vectors at the 1e-4 level (docs/RESULTS.md); 'fp16' is for GPUs; 'fp32' drops the copy.
 
         The fp32 tower stays as it is: passes with gradients (training), the chunk tower, the index and
-        `save_pretrained` never see the copy, and `train()` drops it. Returns self.
+        `save_pretrained` never see the copy, and `train()` drops it. The copy is taken now: call `serve_in`
+        again after loading other weights into the state tower. Returns self.
 
         Raises:
             ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.

@@ -1,5 +1,6 @@
 """A saved `MultiHopSearcher` folder: `model/` (`QNetwork.save_pretrained`), `index/` (`ChunkIndex.save`) and
-`search.json` (the search settings and the model's serving precision), written as one atomic swap and read back with every part checked."""
+`search.json` (the search settings and the model's serving precision), written as one atomic swap and read
+back with every part checked."""
 
 from __future__ import annotations
 
