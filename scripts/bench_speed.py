@@ -17,8 +17,9 @@ the bAbI facts in it), questions: the questions of `--queries` such haystacks. P
   hop is taken), and their ratios; and the same hops served in `--precision` (`QNetwork.serve_in`), with how
   many questions take the same 6 hops as in fp32;
 - **where a hop's time goes**: the state's length in tokens at each hop and the time of the state-tower pass
-  on it alone, against the whole hop, and the state tower alone with its weights in fp32 and in
-  `--precision` (what `QNetwork.serve_in` serves from: the smallest cosine to the fp32 vectors beside it); and
+  on it alone, against the whole hop, and the state pass alone (`QNetwork.state_vectors`: the state tower, with
+  the anchor's base passes if the model has one) in fp32 and served in `--precision` (`QNetwork.serve_in`: the
+  smallest cosine to the fp32 vectors beside it); and
   each part of a hop timed in place, hop by hop (`hop_parts`:
   tokenising, the state-tower pass, positions, scores (rotation and inner products), masks and the pick);
 - **linear layers** (CPU only): GFLOP/s of one fp32 linear layer of the encoder's shapes (its
@@ -59,7 +60,6 @@ from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
 from qrag.training.towers import Precision, precision_autocast
 
 HOPS = (1, 3, 6)
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def sync() -> None:
@@ -269,8 +269,9 @@ def main() -> int:
     served = copy.deepcopy(model).serve_in(low)  # the state passes from a `low` copy of the state tower
     low_searcher = MultiHopSearcher(served, index, SearchConfig(stop_threshold=None), ordered=True)
     low_ms = {h: per_query(lambda q, h=h: low_searcher.search_one(q, k=h, max_hops=h)) for h in HOPS}
+    longest = [searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits for q in questions]  # fp32, 6 hops
     same = sum([x.chunk.id for x in low_searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits]
-               == [x.chunk.id for x in searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits] for q in questions)
+               == [x.chunk.id for x in hits] for q, hits in zip(questions, longest, strict=True))
     rows["queries_ms"] = {"dense": dense_ms, **{f"qrag_{h}_hops": ms for h, ms in hop_ms.items()},
                           **{f"qrag_{h}_hops_over_1": ms / hop_ms[1] for h, ms in hop_ms.items()},
                           **{f"qrag_{h}_hops_over_dense": ms / dense_ms for h, ms in hop_ms.items()},
@@ -280,9 +281,8 @@ def main() -> int:
                           "peak_rss_mb": peak_rss_mb(), **gpu_memory()}
 
     # ---------------------------------------------------------------- where a hop's time goes
-    taken = [[h.chunk.text for h in searcher.search_one(q, k=max(HOPS), max_hops=max(HOPS)).hits] for q in questions]
+    taken = [[h.chunk.text for h in hits] for hits in longest]
     per_hop = []
-    low_tower = copy.deepcopy(model.state_tower).to(_DTYPES[low])  # as `QNetwork.serve_in` makes it
     for hop in range(max(HOPS)):
         selected = [sel[:hop] for sel in taken]
         tokens = statistics.mean(len(model.state_token_ids(q, sel)) for q, sel in zip(questions, selected, strict=True))
@@ -295,13 +295,12 @@ def main() -> int:
         inputs = [{k: v.to(device) for k, v in model.tokenize_states([q], [sel]).items()}
                   for q, sel in zip(questions, selected, strict=True)]
         tower_ms, cosine = {}, 1.0
-        for name, tower in (("fp32", model.state_tower), (low, low_tower)):
-            with torch.no_grad():
-                tower_ms[name] = median_time(lambda t=tower, xs=inputs: [t(**x) for x in xs],
+        with torch.no_grad():  # gradient-free: `served` runs its `low` copy of the state tower
+            for name, net in (("fp32", model), (low, served)):
+                tower_ms[name] = median_time(lambda n=net, xs=inputs: [n.state_vectors(x) for x in xs],
                                              args.repeats)[0] / len(questions) * 1000
-        with torch.no_grad():
             for x in inputs:
-                cos = torch.nn.functional.cosine_similarity(model.state_tower(**x), low_tower(**x).float())
+                cos = torch.nn.functional.cosine_similarity(model.state_vectors(x), served.state_vectors(x).float())
                 cosine = min(cosine, float(cos.min()))
         per_hop.append({"hop": hop + 1, "state_tokens": tokens, "state_encode_ms": encode_ms,
                         "state_tower_fp32_ms": tower_ms["fp32"], f"state_tower_{low}_weights_ms": tower_ms[low],
@@ -337,7 +336,7 @@ def main() -> int:
         f"{h} hops {qm[f'qrag_{h}_hops_served_{low}']:.1f} ({qm[f'qrag_{h}_hops_fp32_over_served_{low}']:.2f}x faster)"
         for h in HOPS) + f"; the same {max(HOPS)} hops as fp32 for {qm[f'same_{max(HOPS)}_hops_served_{low}']} of "
         f"{len(questions)} questions")
-    print(f"hop  state tokens  state-tower pass (ms)  the tower alone: fp32, weights in {low} (ms)  min cosine")
+    print(f"hop  state tokens  state-tower pass (ms)  the state pass alone: fp32, served in {low} (ms)  min cosine")
     for row in per_hop:
         print(f"{row['hop']:>3}  {row['state_tokens']:>12.1f}  {row['state_encode_ms']:>10.2f}  "
               f"{row['state_tower_fp32_ms']:>21.2f} {row[f'state_tower_{low}_weights_ms']:>8.2f}  "
