@@ -320,8 +320,12 @@ class TrainerConfig:
     progress: bool = True
     """Show a console progress bar."""
     select_on: SelectOn = "sf_em"
-    """best/ is the checkpoint with the highest 'sf_em' (per-task fact EM at exactly |SF| greedy hops,
-    averaged over tasks) or the highest mean 'return' with max_hops hops."""
+    """best/ is chosen on 'sf_em' (per-task fact EM at exactly |SF| greedy hops, averaged over tasks) or on
+    the mean 'return' with max_hops hops."""
+    select_tolerance: float | None = None
+    """best/ keeps the latest network whose score is within this much of the highest trained score so far (and
+    above the starting network's); None: one standard error of that score on the validation episodes; 0: the
+    highest only (ties to the later)."""
     calibrate_stop: bool = True
     """Calibrate the stop threshold on the validation episodes whenever best/ is saved, and save it with it."""
     task_weighting: TaskWeighting = "uniform"
@@ -337,6 +341,9 @@ class TrainerConfig:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ConfigError(f"trainer.max_minutes must be > 0, got {self.max_minutes}.")
+        if self.select_tolerance is not None and not self.select_tolerance >= 0:
+            raise ConfigError(f"trainer.select_tolerance must be >= 0 (or None: one standard error), "
+                              f"got {self.select_tolerance}.")
 
 
 @dataclass

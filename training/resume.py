@@ -28,7 +28,7 @@ from qrag.training.distributed import gather_rank_states, own_entries, rank_entr
 from qrag.training.env import RetrievalEnv
 from qrag.training.persist import read_weights
 from qrag.training.qnet import WEIGHTS_FILE, QNetwork
-from qrag.training.selection import TaskSampler
+from qrag.training.selection import Selection, TaskSampler
 
 
 class Resumable:
@@ -45,7 +45,7 @@ class Resumable:
     act_gen: torch.Generator
     transitions: int
     updates: int
-    best_metric: float
+    selection: Selection
     recent: deque[tuple[float, float, bool]]
     task_sampler: TaskSampler | None
     resumed_from: Path | None
@@ -87,7 +87,7 @@ class Resumable:
         tensors = {**opt_tensors, **target, **{f"rng.{k}": v for k, v in rng.items()}, **rank_tensors}
         if torch.cuda.is_available():
             tensors["rng.cuda"] = torch.cuda.get_rng_state()
-        state = {"transitions": self.transitions, "updates": self.updates, "best_metric": self.best_metric,
+        state = {"transitions": self.transitions, "updates": self.updates, "selection": self.selection.state_dict(),
                  "scheduler_step": self.scheduler.last_epoch, "optimizer": opt_rest,
                  "env": self.env.state_dict(), "config": self.config.to_dict(),
                  "recent": [list(r) for r in self.recent],
@@ -124,7 +124,9 @@ class Resumable:
         if "rng.cuda" in tensors and torch.cuda.is_available():
             torch.cuda.set_rng_state(tensors["rng.cuda"])
         self.transitions, self.updates = int(state["transitions"]), int(state["updates"])
-        self.best_metric = float(state["best_metric"])
+        # a run saved before the selection rule kept only its best score: it is the highest and the kept one
+        old = {"kept": state.get("best_metric"), "top": state.get("best_metric")}
+        self.selection.load_state_dict(state.get("selection") or old)
         if self.task_sampler is not None and state.get("task_weights"):
             self.task_sampler.weights = torch.tensor(state["task_weights"], dtype=torch.float64)
         self.recent.clear()

@@ -36,7 +36,13 @@ from qrag.training.env import RetrievalEnv
 from qrag.training.policy import ChunkCache, evaluate, frozen_chunk_cache, observe
 from qrag.training.qnet import QNetwork
 from qrag.training.resume import Resumable
-from qrag.training.selection import TaskSampler, calibrate_stop_rule, evaluate_at_sf
+from qrag.training.selection import (
+    Selection,
+    TaskSampler,
+    calibrate_stop_rule,
+    evaluate_at_sf,
+    standard_error,
+)
 
 BEST_EVAL_FILE = "eval.json"  # beside best/'s model: its validation result and when it was reached
 
@@ -122,7 +128,7 @@ class Trainer(Resumable):
         self.transitions = 0
         self.updates = 0
         self.resumed_from: Path | None = None
-        self.best_metric = -math.inf
+        self.selection = Selection()
         self.recent: deque[tuple[float, float, bool]] = deque(maxlen=100)  # (return, fact recall, completed)
 
     @property
@@ -379,7 +385,7 @@ class Trainer(Resumable):
         if writer is not None:
             writer.close()
         return {"transitions": self.transitions, "updates": self.updates, "eval": last_eval,
-                "best_metric": self.best_metric, "seconds": time.perf_counter() - started,
+                "best_metric": self.selection.kept, "seconds": time.perf_counter() - started,
                 "resumed_from": str(self.resumed_from) if self.resumed_from is not None else None}
 
     def _next_multiple(self, every: int) -> float:
@@ -413,10 +419,11 @@ class Trainer(Resumable):
         if self.task_sampler is not None:
             self.task_sampler.set_errors({k[len("sf_em/"):]: 1.0 - v for k, v in result.items() if k.startswith("sf_em/")})
             result.update({f"task_p/{t}": p for t, p in self.task_sampler.probabilities().items()})
+        result["select/tolerance"] = (standard_error(result, tc.select_on, self.val_episodes)
+                                      if tc.select_tolerance is None else tc.select_tolerance)
         self._log({f"eval/{k}": v for k, v in result.items()}, writer)
-        metric = result[tc.select_on]
-        if metric > self.best_metric:
-            self.best_metric = metric
+        trained = self.transitions > 0
+        if self.selection.offer(result[tc.select_on], tolerance=result["select/tolerance"], trained=trained):
             if tc.calibrate_stop:  # inside the evaluation's time, which the time budget accounts for
                 with self.accelerator.autocast():
                     result.update(calibrate_stop_rule(self.online, self.val_episodes, self.chunk_cache))

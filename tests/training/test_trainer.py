@@ -169,6 +169,33 @@ def test_the_starting_network_is_evaluated_and_kept_when_training_never_beats_it
     assert evaluate(QNetwork.from_pretrained(tmp_path / "best"), val, cfg.env) == evaluate(untrained, val, cfg.env)
 
 
+@pytest.mark.parametrize(("tolerance", "kept_at"), [(None, 16), (0.0, 8)])
+def test_best_keeps_the_latest_network_within_one_standard_error(
+    tiny_encoder_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tolerance: float | None, kept_at: int
+) -> None:
+    import qrag.training.trainer as trainer_module
+
+    scores = iter([0.5, 0.9, 0.85])  # the start, then two trained networks, the later one a little lower
+
+    def scripted(*args: object, **kwargs: object) -> dict[str, float]:
+        v = next(scores)
+        return {"sf_em/all": v, "sf_em": v}
+
+    monkeypatch.setattr(trainer_module, "evaluate_at_sf", scripted)
+    cfg = small_config(tiny_encoder_path, tmp_path, eval_every=8, select_tolerance=tolerance)
+    cfg.trainer.calibrate_stop = False
+    summary = Trainer(cfg, make_two_hop_episodes(20, 0), make_two_hop_episodes(6, 1)).train()
+    evals = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"eval/sf_em"' in line]
+    assert [e["transitions"] for e in evals] == [0, 8, 16]
+    # one standard error of 0.85 on 6 validation episodes: sqrt(0.85·0.15/6) ≈ 0.146, so 0.85 ≥ 0.9 − 0.146
+    expected = (0.85 * 0.15 / 6) ** 0.5 if tolerance is None else 0.0
+    assert evals[-1]["eval/select/tolerance"] == pytest.approx(expected)
+    assert json.loads((tmp_path / "best" / "eval.json").read_text())["transitions"] == kept_at
+    assert summary["best_metric"] == {16: 0.85, 8: 0.9}[kept_at]
+    state = json.loads((tmp_path / "last" / "trainer_state.json").read_text())
+    assert state["selection"] == {"kept": summary["best_metric"], "top": 0.9, "start": 0.5}
+
+
 def test_acting_schedule_follows_the_time_budget(tiny_encoder_path: Path, tmp_path: Path) -> None:
     import time
 
