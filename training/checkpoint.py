@@ -1,7 +1,8 @@
 """Training-state checkpoints: safetensors + JSON only (no pickle), written atomically.
 
 A run folder holds `last/` (everything needed to resume) and `best/` (the model chosen on the validation
-split, `qrag.training.selection.Selection`; a plain `QNetwork` folder). Both are written with `qrag.training.atomic.atomic_dir`.
+split by `qrag.training.selection.Selection`; a plain `QNetwork` folder). Both are written with
+`qrag.training.atomic.atomic_dir`.
 """
 
 from __future__ import annotations

@@ -155,6 +155,8 @@ def test_bad_model_and_config(qa_file: Path, tmp_path: Path, capsys: pytest.Capt
     assert "unknown config key 'lambda'" in capsys.readouterr().err
     assert main([*base, "--preset", "nonesuch"]) == 2
     assert "unknown preset 'nonesuch'" in capsys.readouterr().err
+    assert main([*base, "--trainer.select_tolerance", "-0.1"]) == 2
+    assert "trainer.select_tolerance must be >= 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*base, "--rl.lambda", "0.5"])  # an unknown flag: tyro prints the valid ones
 
