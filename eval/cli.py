@@ -33,7 +33,8 @@ from qrag.eval.reader import ReaderLoadError
 from qrag.eval.report import DRIFT_FILE, PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
 from qrag.eval.runner import RESULTS_FILE, run
 from qrag.eval.speed import SPEED_TABLE
-from qrag.eval.sweep import BENCHMARKS, PRECISIONS, RunConfig
+from qrag.eval.sweep import BENCHMARKS, RunConfig
+from qrag.training.towers import PRECISIONS
 from qrag.training.validate import one_line
 
 

@@ -10,14 +10,12 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from qrag.eval.baselines import METHODS
 from qrag.training.data import Episode, load_episodes
-from qrag.training.towers import Precision
+from qrag.training.towers import PRECISIONS
 from qrag.training.validate import check_out_path
-
-PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 @dataclass(frozen=True)

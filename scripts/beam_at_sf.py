@@ -25,6 +25,7 @@ from qrag.training.data.build import build_episodes
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
 from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
+from qrag.training.towers import PRECISIONS
 
 
 def fact_em(qnet: QNetwork, task: str, num: int, beams: list[int]) -> dict[str, float]:
@@ -50,7 +51,7 @@ def main() -> int:
     parser.add_argument("--num", type=int, default=100, help="validation episodes per task")
     parser.add_argument("--beams", default="1,2,3,5", help="beam widths (1: greedy)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="the state passes' serving precision (QNetwork.serve_in; fp16: a GPU only)")
     parser.add_argument("--out", default="results/beam_at_sf.json")
     args = parser.parse_args()

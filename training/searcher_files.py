@@ -13,7 +13,7 @@ from qrag.training.atomic import atomic_dir, recover
 from qrag.training.hops import SearchConfig, SearchError
 from qrag.training.index import INDEX_FILE, ChunkIndex
 from qrag.training.qnet import QNetwork, read_checkpoint_meta
-from qrag.training.towers import Precision
+from qrag.training.towers import PRECISIONS, Precision
 
 SEARCH_FILE = "search.json"
 SEARCH_FORMAT = "qrag-multihop-searcher"
@@ -59,7 +59,7 @@ def _read_head(d: Path) -> tuple[SearchConfig, Precision]:
         if not isinstance(head, dict) or head.get("format") != SEARCH_FORMAT:
             raise ValueError(f"format {head.get('format') if isinstance(head, dict) else type(head).__name__!r}")
         precision = head.get("serving_precision", "fp32")  # absent in saves before serving precisions
-        if precision not in ("fp32", "bf16", "fp16"):
+        if precision not in PRECISIONS:
             raise ValueError(f"serving_precision {precision!r}")
         return SearchConfig(**head["config"]).validate(), precision
     except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:

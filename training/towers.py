@@ -13,7 +13,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -226,6 +226,7 @@ def tensors_digest(tensors: Sequence[tuple[str, torch.Tensor]], algorithm: str, 
 
 
 Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
