@@ -14,6 +14,7 @@ from typing import Any
 
 from qrag.eval.baselines import METHODS
 from qrag.training.data import Episode, load_episodes
+from qrag.training.data.wiki import KINDS as WIKI_KINDS
 from qrag.training.towers import PRECISIONS
 from qrag.training.validate import check_out_path
 
@@ -44,7 +45,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "2wiki": Benchmark("2wiki", None, None, needs_path=True),
     "musique": Benchmark("musique", None, None, needs_path=True),
     "jsonl": Benchmark("jsonl", None, None, needs_path=True),
-    "wiki": Benchmark("wiki", ("mix", "bridge", "chain", "comparison", "single", "fanout", "mix_fanout"), None),
+    "wiki": Benchmark("wiki", WIKI_KINDS, None),
 }
 
 BABILONG_SENTENCES = {"0k": 10, "1k": 50, "2k": 100, "4k": 160, "8k": 320, "16k": 600, "32k": 1200,

@@ -13,9 +13,16 @@ from hyperlinks, with a link being a mention of another summary's title in a sum
 - `fanout` (3-4 hops): "Which <kind>s does the article on A name?", where A names two or three pages of that
   kind (all of A's links of that kind, none of them a hub or outside the split). Gold: [A, B1, B2(, B3)];
   answer: their titles. After A the remaining gold pages are siblings: alike, and named by a page already taken.
+- `category` (2-4 hops): "Who are the Greek philosophers?", a set named by a shared description: every page of
+  the split whose description, without its dates, reads the same ('Greek philosopher (c. 470-399 BC)'), when
+  there are two to `MAX_CATEGORY` of them. Gold: those pages, in title order; answer: their titles. Pages whose
+  description holds every word of the set's (Aristotle, 'Ancient Greek philosopher') are kept out of the
+  distractors: the question does not say whether they belong. Nothing names the later pages; they are alike,
+  and close to the question and to the pages already taken.
 - `mix`: 40% bridge, 20% chain, 15% comparison, 25% single.
 - `mix_fanout`: weights 35% bridge, 18% chain, 13% comparison, 22% single, 12% fanout (a draw that fails is drawn
   again, so the shares met differ; docs/DATA_CARD.md gives them).
+- `mix_category`: weights 30% bridge, 15% chain, 12% comparison, 18% single, 10% fanout, 15% category.
 
 A link counts only where the named entity is unambiguous: the mention is a maximal capitalised span not
 at a sentence start, its kind is unique among A's links, and the target is named by at most
@@ -50,15 +57,18 @@ from typing import Any, Literal, get_args
 from qrag.training.data.episode import Episode
 from qrag.training.data.text_sources import package_dir
 
-Kind = Literal["mix", "mix_fanout", "bridge", "chain", "comparison", "single", "fanout"]
+Kind = Literal["mix", "mix_fanout", "mix_category", "bridge", "chain", "comparison", "single", "fanout", "category"]
 WikiSplit = Literal["train", "val", "test"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 WIKI_SPLITS: tuple[WikiSplit, ...] = get_args(WikiSplit)
 MIX: tuple[tuple[Kind, float], ...] = (("bridge", 0.40), ("chain", 0.20), ("comparison", 0.15), ("single", 0.25))
 MIX_FANOUT: tuple[tuple[Kind, float], ...] = (("bridge", 0.35), ("chain", 0.18), ("comparison", 0.13), ("single", 0.22),
                                              ("fanout", 0.12))
-MIXES: dict[str, tuple[tuple[Kind, float], ...]] = {"mix": MIX, "mix_fanout": MIX_FANOUT}
+MIX_CATEGORY: tuple[tuple[Kind, float], ...] = (("bridge", 0.30), ("chain", 0.15), ("comparison", 0.12),
+                                               ("single", 0.18), ("fanout", 0.10), ("category", 0.15))
+MIXES: dict[str, tuple[tuple[Kind, float], ...]] = {"mix": MIX, "mix_fanout": MIX_FANOUT, "mix_category": MIX_CATEGORY}
 MAX_FANOUT = 3  # pages of one kind a fan-out question asks for, at most
+MAX_CATEGORY = 4  # pages a category question asks for, at most (the wiki presets' max_hops)
 SPLIT_FRACTIONS: tuple[float, float, float] = (0.8, 0.1, 0.1)
 SPLIT_SEED = "qrag-wiki-split/1"  # fixed: the entity split never depends on the generation seed
 CLUSTER_SIZE = 60
@@ -74,6 +84,21 @@ _GENERIC = {"type", "family", "group", "branch", "form", "part", "class", "kind"
             "list", "use", "process", "method", "style", "genus", "species"}
 _PARTICIPLES = {"spoken", "known", "written", "born", "made", "found", "seen", "held", "built", "given"}
 _TOPIC_KIND = {"People": "person", "Geography": "place", "History": "historical subject", "Arts": "work or art form"}
+_IRREGULAR = {"genus": "genera", "species": "species", "series": "series", "phylum": "phyla", "subphylum": "subphyla",
+              "person": "people", "man": "men", "woman": "women", "child": "children", "fish": "fish",
+              "aircraft": "aircraft", "deer": "deer", "sheep": "sheep", "criterion": "criteria",
+              "phenomenon": "phenomena", "analysis": "analyses", "thesis": "theses", "crisis": "crises",
+              "axis": "axes", "leaf": "leaves", "wolf": "wolves", "mouse": "mice", "tooth": "teeth", "foot": "feet",
+              "fungus": "fungi", "nucleus": "nuclei", "cactus": "cacti", "alumnus": "alumni", "bacterium": "bacteria",
+              "datum": "data", "medium": "media", "hero": "heroes", "superhero": "superheroes", "potato": "potatoes",
+              "tomato": "tomatoes", "volcano": "volcanoes"}
+_MAN_NOT_MEN = {"human", "german", "roman", "shaman", "talisman", "ottoman", "caiman", "dolman"}
+_DATE_TAIL = {"from", "to", "between", "in", "of", "and", "or", "since", "until", "born", "who", "the", "a", "an",
+              "for", "with", "at", "on", "by", "c", "c.", "ca.", "circa", "bc", "ad", "bce", "ce", "-", "–", "—"}
+_HEAD_END = {"by", "in", "of", "from", "with", "for", "on", "at", "that", "which", "who", "between", "to", "located",
+             "used", "near", "within", "whose", "where", "during", "under", "founded", "known"}
+_NOT_HEAD = {"one", "any", "list", "part", "use", "made", "based", "name", "term", "some", "other"}
+_FUNCTION = {"of", "in", "the", "and", "by", "from", "a", "an", "for", "with", "to", "on", "at", "or"}
 
 
 @dataclass(frozen=True)
@@ -93,15 +118,31 @@ class WikiPage:
 
 
 @dataclass(frozen=True)
+class Category:
+    """Pages that share a description once its dates are gone: what a `category` question asks for.
+
+    `name` is the plural a question uses ('Greek philosophers', 'countries in West Asia'), `members` the pages
+    (all splits, by title) and `clashes` the other pages whose description holds every word of the category's
+    ('Ancient Greek philosopher'): they may or may not belong, so they are never drawn as distractors.
+    """
+
+    name: str
+    members: tuple[str, ...]
+    clashes: frozenset[str]
+
+
+@dataclass(frozen=True)
 class WikiGraph:
-    """Pages by title, the unambiguous links of each page (in text order), each page's split, and the fan-out
-    groups of each page (all of its links of one kind, 2 to `MAX_FANOUT` of them, none a hub or outside its split)."""
+    """Pages by title, the unambiguous links of each page (in text order), each page's split, the fan-out
+    groups of each page (all of its links of one kind, 2 to `MAX_FANOUT` of them, none a hub or outside its split)
+    and the categories (`Category`, by key: pages that share a description without its dates)."""
 
     pages: dict[str, WikiPage]
     links: dict[str, tuple[str, ...]]
     split: dict[str, WikiSplit]
     description_count: Counter[str]
     groups: dict[str, tuple[tuple[str, ...], ...]]
+    categories: dict[str, Category]
 
     def titles(self, split: WikiSplit) -> list[str]:
         return sorted(t for t, s in self.split.items() if s == split)
@@ -134,6 +175,97 @@ def page_kind(description: str, topic: str) -> str:
             break
         text = rest[1]
     return _TOPIC_KIND.get(topic, "subject")
+
+
+def _description_words(description: str) -> list[str]:
+    """A description's words without its dates: parentheses dropped, a leading year-like word dropped, everything
+    from the next word with a digit cut, then trailing function words ('Leader of the Soviet Union from 1924 to
+    1953' -> Leader of the Soviet Union)."""
+    words = re.sub(r"\([^()]*\)", " ", description).split()
+    if words and any(ch.isdigit() for ch in words[0]):
+        words = words[1:]
+    cut = next((i for i, w in enumerate(words) if any(ch.isdigit() for ch in w)), len(words))
+    words = words[:cut]
+    while words and (words[-1].lower().strip(_TRAIL) in _DATE_TAIL or not words[-1].strip(_TRAIL + "-–—")):
+        words.pop()
+    if words:
+        words[-1] = words[-1].rstrip(_TRAIL + "-–—")
+    return words
+
+
+def category_key(description: str) -> str:
+    """What pages of one category share: the description without its dates, lower-cased
+    ('Greek philosopher (c. 470–399 BC)' -> 'greek philosopher'; '1968 film by Stanley Kubrick' -> 'film by stanley
+    kubrick')."""
+    return " ".join(_description_words(description)).lower()
+
+
+def category_name(description: str, common: set[str], kinds: set[str]) -> str | None:
+    """The plural a question calls a category by, or None where no head noun can be made plural.
+
+    The head is the noun phrase before the first preposition ('Country' in 'Country in West Asia'); every noun
+    of a coordinated head is made plural ('Muslim scholars, jurists, and theologians'; 'Russian and Soviet
+    writers' keeps its adjectives). `common` holds the lower-case words that the summaries write in lower case
+    more often than capitalised: a first word among them loses its capital ('countries', but 'Greek').
+    """
+    words = _description_words(description)
+    if not words:
+        return None
+    if words[0].lower() in common and (len(words) == 1 or not _cap(words[1])):
+        words[0] = words[0].lower()
+    end = next((i for i, w in enumerate(words) if i > 0 and (w.lower() in _HEAD_END or w.lower() in _PARTICIPLES
+                                                           or (len(w) > 4 and w.lower().endswith("ed")))), len(words))
+    end = min(end, next((i + 1 for i, w in enumerate(words[:end]) if w.endswith((";", ":"))), end))
+    head = words[:end]
+    last = head[-1].rstrip(",;:")
+    first = head[0].lower()
+    if (not re.fullmatch(r"[a-z][a-z-]+", last) or last in _NOT_HEAD or last.endswith(("ed", "ing", "al", "ic", "ly"))
+            or (len(head) > 1 and first.endswith("s") and not first.endswith(("ss", "us", "is")))):
+        return None  # no noun to make plural, or one already is ('Instructions a computer can execute')
+    # Earlier nouns of a coordinated head are plural too when the last is one word ('writers and novelists', but
+    # 'track and field events').
+    single_last = len(head) == 1 or head[-2].lower() in ("and", "or") or head[-2].endswith(",")
+    for i, w in enumerate(head):
+        bare = w.rstrip(",;:")
+        ends_item = i == len(head) - 1 or w.endswith(",") or head[i + 1].lower() in ("and", "or")
+        if ends_item and (i == len(head) - 1 or (single_last and bare in kinds)):
+            head[i] = plural(bare) + w[len(bare):]
+    return " ".join(head + words[end:])
+
+
+def _categories(pages: dict[str, WikiPage]) -> dict[str, Category]:
+    """Categories of two or more pages, with their plural names and clashing pages."""
+    low: Counter[str] = Counter()
+    cap: Counter[str] = Counter()
+    for page in pages.values():
+        words = page.text.split()
+        for prev, word in zip(words, words[1:], strict=False):
+            bare = word.strip(_TRAIL + _LEAD)
+            if bare.isalpha() and not prev.endswith(_SENT_END):
+                (cap if bare[0].isupper() else low)[bare.lower()] += 1
+    common = {w for w in low if low[w] > cap[w]}
+    kinds = {p.kind for p in pages.values()}
+    members: dict[str, list[str]] = defaultdict(list)
+    for t, p in pages.items():
+        if p.description:
+            members[category_key(p.description)].append(t)
+
+    def stems(key: str) -> set[str]:
+        return {w.rstrip("s") for w in key.split() if w not in _FUNCTION}
+
+    postings: dict[str, set[str]] = defaultdict(set)
+    for key, ts in members.items():
+        for stem in stems(key):
+            postings[stem].update(ts)
+    out: dict[str, Category] = {}
+    for key, ts in sorted(members.items()):
+        name = category_name(pages[ts[0]].description, common, kinds) if len(ts) >= 2 and key else None
+        if name is None:
+            continue
+        words = stems(key)
+        clash = set.intersection(*(postings[w] for w in words)) - set(ts) if words else set()
+        out[key] = Category(name, tuple(sorted(ts)), frozenset(clash))
+    return out
 
 
 def read_pages(path: str | Path | None = None) -> dict[str, WikiPage]:
@@ -240,7 +372,7 @@ def wiki_graph(path: str | None = None) -> WikiGraph:
             by_kind[pages[b].kind].append(b)
         groups[a] = tuple(tuple(g) for k, g in by_kind.items() if 2 <= len(g) <= MAX_FANOUT and k != pages[a].kind
                           and all(indeg[b] <= MAX_IN_DEGREE and split[b] == split[a] for b in g))
-    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups)
+    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups, _categories(pages))
 
 
 # --- question templates --------------------------------------------------------------------------------
@@ -255,12 +387,19 @@ _COMPARE = ("Is {a} {ak} like {b}?", "Are both {a} and {b} described as {ak}?")
 _SINGLE = ("Which {k} is described as '{d}'?", "What is the name of the {k} known as '{d}'?")
 _FANOUT = ("Which {ks} does the article on {a} name?", "What {ks} are mentioned in the article on {a}?",
            "Describe the {ks} that the {a} article refers to.")
+_CATEGORY = ("{who} are the {c}?", "Name the {c}.", "List the {c} and what each is known for.",
+             "Tell me about the {c}.", "What do the {c} have in common?", "How do the {c} differ from one another?")
 
 
 def plural(noun: str) -> str:
-    """English plural of a kind's last word ('city' → 'cities', 'historical subject' → 'historical subjects')."""
+    """English plural of a kind's last word ('city' → 'cities', 'historical subject' → 'historical subjects',
+    'genus' → 'genera')."""
     head, _, last = noun.rpartition(" ")
-    if last.endswith("y") and last[-2:-1] not in tuple("aeiou"):
+    if last in _IRREGULAR:
+        last = _IRREGULAR[last]
+    elif last.endswith("man") and last not in _MAN_NOT_MEN:
+        last = last[:-3] + "men"
+    elif last.endswith("y") and last[-2:-1] not in tuple("aeiou"):
         last = last[:-1] + "ies"
     elif last.endswith(("s", "x", "z", "ch", "sh")):
         last += "es"
@@ -325,7 +464,25 @@ def _fanout(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, l
     return q, [a, *group], ", ".join(group)
 
 
-_MAKERS = {"bridge": _bridge, "chain": _chain, "comparison": _comparison, "single": _single, "fanout": _fanout}
+def _category(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
+    pool = _category_pool(g, g.split[titles[0]])
+    if not pool:
+        return None
+    key = rng.choice(pool)
+    gold = [t for t in g.categories[key].members if g.split[t] == g.split[titles[0]]]
+    who = "Who" if g.pages[gold[0]].topic == "People" else "What"
+    q = rng.choice(_CATEGORY).format(who=who, c=g.categories[key].name)
+    return q[0].upper() + q[1:], gold, ", ".join(gold)
+
+
+def _category_pool(g: WikiGraph, split: WikiSplit) -> list[str]:
+    """Keys of the categories with 2 to `MAX_CATEGORY` pages in `split` (sorted: draws are deterministic)."""
+    return [k for k, c in sorted(g.categories.items())
+            if 2 <= sum(g.split[t] == split for t in c.members) <= MAX_CATEGORY]
+
+
+_MAKERS = {"bridge": _bridge, "chain": _chain, "comparison": _comparison, "single": _single, "fanout": _fanout,
+           "category": _category}
 
 
 class _Distractors:
@@ -363,8 +520,8 @@ def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
     """An endless deterministic stream of `kind` episodes over the pages of `split`.
 
     Args:
-        kind: 'bridge', 'chain', 'comparison', 'single', 'fanout', or the mixes 'mix' and 'mix_fanout' (see the
-            module docstring).
+        kind: 'bridge', 'chain', 'comparison', 'single', 'fanout', 'category', or the mixes 'mix', 'mix_fanout'
+            and 'mix_category' (see the module docstring).
         split: 'train', 'val' or 'test' (disjoint sets of pages).
         seed: Generation seed; the same arguments give identical episodes in any process.
         num_distractors: Non-gold pages per episode (half BM25-nearest to the gold pages and question, the
@@ -395,16 +552,18 @@ def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
         question, gold, answer = made
         if k in ("bridge", "chain", "fanout") and any(t in question for t in gold[1:]):
             continue  # a later hop's page is named by the question: it would not depend on the first hop
-        near = bm25.near([question] + [g.pages[t].chunk for t in gold], num_distractors + len(gold))
+        # Pages that may or may not answer a category question are no distractors of it.
+        avoid = set(gold) | (g.categories[category_key(g.pages[gold[0]].description)].clashes if k == "category" else set())
+        near = bm25.near([question] + [g.pages[t].chunk for t in gold], num_distractors + len(avoid))
         hard: list[str] = []
         for row in zip(*near, strict=True):  # round-robin over the queries, best first
             for t in row:
-                if t not in gold and t not in hard:
+                if t not in avoid and t not in hard:
                     hard.append(t)
         chosen = hard[: num_distractors // 2 + num_distractors % 2]
-        while len(chosen) < min(num_distractors, len(titles) - len(gold)):
+        while len(chosen) < min(num_distractors, len(titles) - len(avoid)):
             t = rng.choice(titles)
-            if t not in gold and t not in chosen:
+            if t not in avoid and t not in chosen:
                 chosen.append(t)
         order = gold + chosen
         rng.shuffle(order)

