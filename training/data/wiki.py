@@ -262,8 +262,8 @@ def _categories(pages: dict[str, WikiPage]) -> dict[str, Category]:
         name = category_name(pages[ts[0]].description, common, kinds) if len(ts) >= 2 and key else None
         if name is None:
             continue
-        words = stems(key)
-        clash = set.intersection(*(postings[w] for w in words)) - set(ts) if words else set()
+        content = stems(key)
+        clash = set.intersection(*(postings[w] for w in content)) - set(ts) if content else set()
         out[key] = Category(name, tuple(sorted(ts)), frozenset(clash))
     return out
 
