@@ -246,6 +246,10 @@ def _untrained(encoder: str | QNetwork, trained: QNetwork | None, device: str | 
     return qnet.to(device) if device is not None else qnet
 
 
+def _is_checkpoint(checkpoint: str | QNetwork) -> bool:
+    return isinstance(checkpoint, QNetwork) or (resolve_checkpoint(checkpoint) / CONFIG_FILE).is_file()
+
+
 def make_retrievers(
     methods: Sequence[str],
     *,
@@ -265,7 +269,8 @@ def make_retrievers(
         encoder: Encoder name/path for the untrained baselines (dense, multihop), or an untrained `QNetwork`;
             a name beside a checkpoint keeps the checkpoint's `max_chunk_tokens` and `scale`.
         checkpoint: A trained Q-RAG checkpoint folder (`QNetwork.save_pretrained`) or `QNetwork`, needed by
-            the qrag methods.
+            the qrag methods; given, it also sets how far the baselines read and how far multi-hop goes, whether
+            its own methods run in the same call or not.
         budget: Results per question for non-adaptive methods (None: |SF|).
         max_hops: Most hops for the multi-hop methods; None: the trained checkpoint's horizon (the untrained
             baseline gets the same, so both search equally far), else `HopSettings`' default.
@@ -295,7 +300,9 @@ def make_retrievers(
     untrained: QNetwork | None = None
     trained: QNetwork | None = None
     out: list[Retriever] = []
-    if any(m in NEEDS_CHECKPOINT for m in methods):
+    if checkpoint is not None and (any(m in NEEDS_CHECKPOINT for m in methods) or _is_checkpoint(checkpoint)):
+        # Loaded for the baselines alone too: they read passages as far as the checkpoint does, so their figures
+        # are the same whether the checkpoint's own methods run in the same sweep or not.
         trained = load_model(checkpoint if isinstance(checkpoint, QNetwork) else str(checkpoint), device=device)
         max_hops = trained.hops.max_hops if max_hops is None else max_hops
     threshold: float | FromModel = FROM_MODEL if stop_threshold is None else stop_threshold

@@ -147,3 +147,17 @@ def test_index_cache_embeds_each_distinct_text_once_and_matches_a_fresh_index(ti
     small.get(model, EP)
     small.get(model, other)  # 5 known + 1 new fits; a third corpus past the bound starts afresh
     assert len(small._stores[model.chunk_vectors_key()]) == 6
+
+
+def test_baselines_beside_a_checkpoint_read_as_far_as_it_whether_or_not_it_runs(tiny_encoder_path: Path,
+                                                                                   tmp_path: Path) -> None:
+    from qrag.training.qnet import QNetwork
+
+    ckpt = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=5).save_pretrained(tmp_path / "ckpt")
+    alone = make_retrievers(["cosine", "multihop"], encoder=str(tiny_encoder_path), checkpoint=str(ckpt), budget=5)
+    beside = make_retrievers(["cosine", "multihop", "qrag"], encoder=str(tiny_encoder_path), checkpoint=str(ckpt),
+                             budget=5)
+    for a, b in zip(alone, beside, strict=False):
+        assert a.model.config.max_chunk_tokens == b.model.config.max_chunk_tokens == 5  # type: ignore[attr-defined]
+        assert a.retrieve([EP])[0].indices == b.retrieve([EP])[0].indices
+    assert alone[1].max_hops == beside[1].max_hops  # type: ignore[attr-defined]
