@@ -11,7 +11,7 @@
 | `hotpotqa`, `2wiki` | distractor-setting JSON | `path` (or option `hub_id`) | - |
 | `musique` | MuSiQue JSON Lines | `path` (or option `hub_id`) | - |
 | `jsonl` | the custom format, per-episode or corpus form | `path` | - |
-| `wiki` | generated multi-hop questions over real Wikipedia summaries | - | mix, mix_fanout, mix_category, bridge, chain, comparison, single, fanout, category |
+| `wiki` | generated multi-hop questions over real Wikipedia summaries | - | mix, mix_fanout, mix_category, mix_sets, bridge, chain, comparison, single, fanout, category, inlink |
 
 Generators default to 100 samples; loaders return every record unless `num_samples` is given.
 

@@ -19,10 +19,15 @@ from hyperlinks, with a link being a mention of another summary's title in a sum
   description holds every word of the set's (Aristotle, 'Ancient Greek philosopher') are kept out of the
   distractors: the question does not say whether they belong. Nothing names the later pages; they are alike,
   and close to the question and to the pages already taken.
+- `inlink` (2-4 hops): "Which cities are associated with Texas?", every page of one kind in the split that
+  names a page E (Dallas, Houston, San Antonio name Texas), when there are two to `MAX_CATEGORY` of them. Gold:
+  those pages, in title order (E itself is not gold); answer: their titles. The question names E and the kind, not
+  the pages: they are found through what they say about E, and alike (siblings that share a link).
 - `mix`: 40% bridge, 20% chain, 15% comparison, 25% single.
 - `mix_fanout`: weights 35% bridge, 18% chain, 13% comparison, 22% single, 12% fanout (a draw that fails is drawn
   again, so the shares met differ; docs/DATA_CARD.md gives them).
 - `mix_category`: weights 30% bridge, 15% chain, 12% comparison, 18% single, 10% fanout, 15% category.
+- `mix_sets`: weights 22% bridge, 10% chain, 10% comparison, 18% single, 8% fanout, 10% category, 22% inlink.
 
 A link counts only where the named entity is unambiguous: the mention is a maximal capitalised span not
 at a sentence start, its kind is unique among A's links, and the target is named by at most
@@ -57,7 +62,8 @@ from typing import Any, Literal, get_args
 from qrag.training.data.episode import Episode
 from qrag.training.data.text_sources import package_dir
 
-Kind = Literal["mix", "mix_fanout", "mix_category", "bridge", "chain", "comparison", "single", "fanout", "category"]
+Kind = Literal["mix", "mix_fanout", "mix_category", "mix_sets", "bridge", "chain", "comparison", "single", "fanout",
+               "category", "inlink"]
 WikiSplit = Literal["train", "val", "test"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 WIKI_SPLITS: tuple[WikiSplit, ...] = get_args(WikiSplit)
@@ -66,7 +72,10 @@ MIX_FANOUT: tuple[tuple[Kind, float], ...] = (("bridge", 0.35), ("chain", 0.18),
                                              ("fanout", 0.12))
 MIX_CATEGORY: tuple[tuple[Kind, float], ...] = (("bridge", 0.30), ("chain", 0.15), ("comparison", 0.12),
                                                ("single", 0.18), ("fanout", 0.10), ("category", 0.15))
-MIXES: dict[str, tuple[tuple[Kind, float], ...]] = {"mix": MIX, "mix_fanout": MIX_FANOUT, "mix_category": MIX_CATEGORY}
+MIX_SETS: tuple[tuple[Kind, float], ...] = (("bridge", 0.22), ("chain", 0.10), ("comparison", 0.10), ("single", 0.18),
+                                           ("fanout", 0.08), ("category", 0.10), ("inlink", 0.22))
+MIXES: dict[str, tuple[tuple[Kind, float], ...]] = {"mix": MIX, "mix_fanout": MIX_FANOUT, "mix_category": MIX_CATEGORY,
+                                                     "mix_sets": MIX_SETS}
 MAX_FANOUT = 3  # pages of one kind a fan-out question asks for, at most
 MAX_CATEGORY = 4  # pages a category question asks for, at most (the wiki presets' max_hops)
 SPLIT_FRACTIONS: tuple[float, float, float] = (0.8, 0.1, 0.1)
@@ -134,8 +143,9 @@ class Category:
 @dataclass(frozen=True)
 class WikiGraph:
     """Pages by title, the unambiguous links of each page (in text order), each page's split, the fan-out
-    groups of each page (all of its links of one kind, 2 to `MAX_FANOUT` of them, none a hub or outside its split)
-    and the categories (`Category`, by key: pages that share a description without its dates)."""
+    groups of each page (all of its links of one kind, 2 to `MAX_FANOUT` of them, none a hub or outside its split),
+    the categories (`Category`, by key: pages that share a description without its dates) and the in-link sets of
+    each split (page E, and every page of one kind in the split that names E, 2 to `MAX_CATEGORY` of them)."""
 
     pages: dict[str, WikiPage]
     links: dict[str, tuple[str, ...]]
@@ -143,6 +153,7 @@ class WikiGraph:
     description_count: Counter[str]
     groups: dict[str, tuple[tuple[str, ...], ...]]
     categories: dict[str, Category]
+    inlinks: dict[WikiSplit, tuple[tuple[str, tuple[str, ...]], ...]]
 
     def titles(self, split: WikiSplit) -> list[str]:
         return sorted(t for t, s in self.split.items() if s == split)
@@ -372,7 +383,24 @@ def wiki_graph(path: str | None = None) -> WikiGraph:
             by_kind[pages[b].kind].append(b)
         groups[a] = tuple(tuple(g) for k, g in by_kind.items() if 2 <= len(g) <= MAX_FANOUT and k != pages[a].kind
                           and all(indeg[b] <= MAX_IN_DEGREE and split[b] == split[a] for b in g))
-    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups, _categories(pages))
+    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups, _categories(pages),
+                     _inlinks(pages, all_links, split))
+
+
+def _inlinks(pages: dict[str, WikiPage], all_links: dict[str, tuple[str, ...]],
+             split: dict[str, WikiSplit]) -> dict[WikiSplit, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Per split, (E, the pages of one kind there that name E) for every such set of 2 to `MAX_CATEGORY` pages; the
+    topics' catch-all kinds ('person', 'subject', ...) are too broad to ask for."""
+    named_by: dict[tuple[str, str, WikiSplit], list[str]] = defaultdict(list)
+    for a in sorted(all_links):
+        for e in all_links[a]:
+            named_by[(e, pages[a].kind, split[a])].append(a)
+    broad = {*_TOPIC_KIND.values(), "subject"}
+    out: dict[WikiSplit, list[tuple[str, tuple[str, ...]]]] = {s: [] for s in WIKI_SPLITS}
+    for (e, kind, sp), members in sorted(named_by.items()):
+        if 2 <= len(members) <= MAX_CATEGORY and kind not in broad:
+            out[sp].append((e, tuple(members)))
+    return {s: tuple(v) for s, v in out.items()}
 
 
 # --- question templates --------------------------------------------------------------------------------
@@ -387,6 +415,8 @@ _COMPARE = ("Is {a} {ak} like {b}?", "Are both {a} and {b} described as {ak}?")
 _SINGLE = ("Which {k} is described as '{d}'?", "What is the name of the {k} known as '{d}'?")
 _FANOUT = ("Which {ks} does the article on {a} name?", "What {ks} are mentioned in the article on {a}?",
            "Describe the {ks} that the {a} article refers to.")
+_INLINK = ("Which {ks} are associated with {e}?", "Name the {ks} connected to {e}.", "What {ks} are linked to {e}?",
+           "List the {ks} whose articles mention {e}.", "Tell me about the {ks} related to {e}.")
 _CATEGORY = ("{who} are the {c}?", "Name the {c}.", "List the {c} and what each is known for.",
              "Tell me about the {c}.", "What do the {c} have in common?", "How do the {c} differ from one another?")
 
@@ -475,6 +505,15 @@ def _category(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str,
     return q[0].upper() + q[1:], gold, ", ".join(gold)
 
 
+def _inlink(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
+    sets = g.inlinks[g.split[titles[0]]]
+    if not sets:
+        return None
+    e, members = rng.choice(sets)
+    q = rng.choice(_INLINK).format(ks=plural(g.pages[members[0]].kind), e=e)
+    return q, list(members), ", ".join(members)
+
+
 def _category_pool(g: WikiGraph, split: WikiSplit) -> list[str]:
     """Keys of the categories with 2 to `MAX_CATEGORY` pages in `split` (sorted: draws are deterministic)."""
     return [k for k, c in sorted(g.categories.items())
@@ -482,7 +521,7 @@ def _category_pool(g: WikiGraph, split: WikiSplit) -> list[str]:
 
 
 _MAKERS = {"bridge": _bridge, "chain": _chain, "comparison": _comparison, "single": _single, "fanout": _fanout,
-           "category": _category}
+           "category": _category, "inlink": _inlink}
 
 
 class _Distractors:
@@ -520,8 +559,8 @@ def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
     """An endless deterministic stream of `kind` episodes over the pages of `split`.
 
     Args:
-        kind: 'bridge', 'chain', 'comparison', 'single', 'fanout', 'category', or the mixes 'mix', 'mix_fanout'
-            and 'mix_category' (see the module docstring).
+        kind: 'bridge', 'chain', 'comparison', 'single', 'fanout', 'category', 'inlink', or the mixes 'mix',
+            'mix_fanout', 'mix_category' and 'mix_sets' (see the module docstring).
         split: 'train', 'val' or 'test' (disjoint sets of pages).
         seed: Generation seed; the same arguments give identical episodes in any process.
         num_distractors: Non-gold pages per episode (half BM25-nearest to the gold pages and question, the
@@ -550,8 +589,9 @@ def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
         if made is None:
             continue
         question, gold, answer = made
-        if k in ("bridge", "chain", "fanout") and any(t in question for t in gold[1:]):
-            continue  # a later hop's page is named by the question: it would not depend on the first hop
+        if (k in ("bridge", "chain", "fanout") and any(t in question for t in gold[1:])) or (
+                k == "inlink" and any(t in question for t in gold)):
+            continue  # a later hop's page (any page of a set) is named by the question: no hop would depend on another
         # Pages that may or may not answer a category question are no distractors of it.
         avoid = set(gold) | (g.categories[category_key(g.pages[gold[0]].description)].clashes if k == "category" else set())
         near = bm25.near([question] + [g.pages[t].chunk for t in gold], num_distractors + len(avoid))

@@ -66,7 +66,7 @@ def test_splits_are_disjoint_by_entity_and_cover_every_page() -> None:
         assert all(g.split[b] == g.split[a] for b in bs)
 
 
-@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single", "fanout", "category"])
+@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single", "fanout", "category", "inlink"])
 def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
     g = wiki_graph()
     for split in ("train", "test"):
@@ -97,6 +97,15 @@ def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
                 assert gold == [t for t in category.members if g.split[t] == split]
                 assert all(category_key(g.pages[t].description) == key for t in gold)
                 assert not set(titles) & category.clashes  # no page that may belong is a distractor
+            elif kind == "inlink":
+                every_link = find_links(g.pages)
+                e = next(t for t, members in g.inlinks[split] if list(members) == gold and t in ep.question)
+                kind_of = g.pages[gold[0]].kind
+                assert 2 <= len(gold) <= 4 and e in ep.question and plural(kind_of) in ep.question
+                assert not any(t in ep.question for t in gold) and ep.answer == ", ".join(gold)
+                # every page of that kind in the split that names E is gold, and no other page
+                assert gold == sorted(a for a in g.titles(split)  # type: ignore[arg-type]
+                                      if g.pages[a].kind == kind_of and e in every_link[a])
             elif kind == "comparison":
                 assert len(gold) == 2 and all(t in ep.question for t in gold) and ep.answer in ("yes", "no")
             else:
@@ -170,9 +179,18 @@ def test_mix_fanout_draws_every_kind() -> None:
     assert {e.metadata["kind"] for e in eps} == {"bridge", "chain", "comparison", "single", "fanout"}
 
 
-def test_mix_category_draws_every_kind() -> None:
+def test_mix_category_and_mix_sets_draw_every_kind() -> None:
     eps = load_episodes("wiki", task="mix_category", split="train", num_samples=200, seed=0)
     assert {e.metadata["kind"] for e in eps} == {"bridge", "chain", "comparison", "single", "fanout", "category"}
+    eps = load_episodes("wiki", task="mix_sets", split="train", num_samples=200, seed=0)
+    assert {e.metadata["kind"] for e in eps} == {"bridge", "chain", "comparison", "single", "fanout", "category",
+                                                 "inlink"}
+
+
+def test_inlink_sets_exist_in_every_split() -> None:
+    g = wiki_graph()
+    assert len(g.inlinks["train"]) > 500 and len(g.inlinks["val"]) > 50 and len(g.inlinks["test"]) > 50
+    assert all(2 <= len(members) <= 4 for sets in g.inlinks.values() for _, members in sets)
 
 
 def test_test_questions_share_no_page_with_training() -> None:
