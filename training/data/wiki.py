@@ -144,8 +144,9 @@ class Category:
 class WikiGraph:
     """Pages by title, the unambiguous links of each page (in text order), each page's split, the fan-out
     groups of each page (all of its links of one kind, 2 to `MAX_FANOUT` of them, none a hub or outside its split),
-    the categories (`Category`, by key: pages that share a description without its dates) and the in-link sets of
-    each split (page E, and every page of one kind in the split that names E, 2 to `MAX_CATEGORY` of them)."""
+    the categories (`Category`, by key: pages that share a description without its dates), and per split the sets
+    a question asks for: (key, the category's pages in the split) and (page E, every page of one kind in the split
+    that names E), each with 2 to `MAX_CATEGORY` pages."""
 
     pages: dict[str, WikiPage]
     links: dict[str, tuple[str, ...]]
@@ -153,6 +154,7 @@ class WikiGraph:
     description_count: Counter[str]
     groups: dict[str, tuple[tuple[str, ...], ...]]
     categories: dict[str, Category]
+    category_sets: dict[WikiSplit, tuple[tuple[str, tuple[str, ...]], ...]]
     inlinks: dict[WikiSplit, tuple[tuple[str, tuple[str, ...]], ...]]
 
     def titles(self, split: WikiSplit) -> list[str]:
@@ -383,8 +385,12 @@ def wiki_graph(path: str | None = None) -> WikiGraph:
             by_kind[pages[b].kind].append(b)
         groups[a] = tuple(tuple(g) for k, g in by_kind.items() if 2 <= len(g) <= MAX_FANOUT and k != pages[a].kind
                           and all(indeg[b] <= MAX_IN_DEGREE and split[b] == split[a] for b in g))
-    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups, _categories(pages),
-                     _inlinks(pages, all_links, split))
+    categories = _categories(pages)
+    category_sets = {sp: tuple((key, members) for key, c in categories.items()
+                               if 2 <= len(members := tuple(t for t in c.members if split[t] == sp)) <= MAX_CATEGORY)
+                     for sp in WIKI_SPLITS}
+    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups, categories,
+                     category_sets, _inlinks(pages, all_links, split))
 
 
 def _inlinks(pages: dict[str, WikiPage], all_links: dict[str, tuple[str, ...]],
@@ -495,14 +501,13 @@ def _fanout(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, l
 
 
 def _category(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
-    pool = _category_pool(g, g.split[titles[0]])
-    if not pool:
+    sets = g.category_sets[g.split[titles[0]]]
+    if not sets:
         return None
-    key = rng.choice(pool)
-    gold = [t for t in g.categories[key].members if g.split[t] == g.split[titles[0]]]
-    who = "Who" if g.pages[gold[0]].topic == "People" else "What"
+    key, members = rng.choice(sets)
+    who = "Who" if g.pages[members[0]].topic == "People" else "What"
     q = rng.choice(_CATEGORY).format(who=who, c=g.categories[key].name)
-    return q[0].upper() + q[1:], gold, ", ".join(gold)
+    return q[0].upper() + q[1:], list(members), ", ".join(members)
 
 
 def _inlink(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
@@ -512,12 +517,6 @@ def _inlink(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, l
     e, members = rng.choice(sets)
     q = rng.choice(_INLINK).format(ks=plural(g.pages[members[0]].kind), e=e)
     return q, list(members), ", ".join(members)
-
-
-def _category_pool(g: WikiGraph, split: WikiSplit) -> list[str]:
-    """Keys of the categories with 2 to `MAX_CATEGORY` pages in `split` (sorted: draws are deterministic)."""
-    return [k for k, c in sorted(g.categories.items())
-            if 2 <= sum(g.split[t] == split for t in c.members) <= MAX_CATEGORY]
 
 
 _MAKERS = {"bridge": _bridge, "chain": _chain, "comparison": _comparison, "single": _single, "fanout": _fanout,

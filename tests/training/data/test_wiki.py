@@ -169,6 +169,10 @@ def test_category_questions_come_from_shared_descriptions_in_every_split() -> No
     pools = {s: [k for k, c in g.categories.items() if 2 <= sum(g.split[t] == s for t in c.members) <= 4]
              for s in ("train", "val", "test")}
     assert len(pools["train"]) > 200 and len(pools["val"]) >= 15 and len(pools["test"]) >= 15
+    for s, keys in pools.items():  # the sets questions draw from: every such category, with its pages in the split
+        assert [k for k, _ in g.category_sets[s]] == keys  # type: ignore[index]
+        assert all(list(m) == [t for t in g.categories[k].members if g.split[t] == s]
+                   for k, m in g.category_sets[s])  # type: ignore[index]
     socrates = g.categories[category_key(g.pages["Socrates"].description)]
     assert socrates.name == "Greek philosophers" and "Socrates" in socrates.members
     assert "Aristotle" in socrates.clashes  # 'Ancient Greek philosopher' holds every word of the category
