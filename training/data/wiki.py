@@ -77,7 +77,7 @@ MIX_SETS: tuple[tuple[Kind, float], ...] = (("bridge", 0.22), ("chain", 0.10), (
 MIXES: dict[str, tuple[tuple[Kind, float], ...]] = {"mix": MIX, "mix_fanout": MIX_FANOUT, "mix_category": MIX_CATEGORY,
                                                      "mix_sets": MIX_SETS}
 MAX_FANOUT = 3  # pages of one kind a fan-out question asks for, at most
-MAX_CATEGORY = 4  # pages a category question asks for, at most (the wiki presets' max_hops)
+MAX_CATEGORY = 4  # pages a set question (category, inlink) asks for, at most (the wiki presets' max_hops)
 SPLIT_FRACTIONS: tuple[float, float, float] = (0.8, 0.1, 0.1)
 SPLIT_SEED = "qrag-wiki-split/1"  # fixed: the entity split never depends on the generation seed
 CLUSTER_SIZE = 60
