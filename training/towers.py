@@ -267,7 +267,12 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tens
 
 
 def apply_train_mode(encoder: nn.Module, config: ModelConfig) -> nn.Module:
-    """Freeze or wrap the encoder so that only what `train_mode` names is trainable."""
+    """Freeze or wrap the encoder so that only what `train_mode` names is trainable; `config.dropout`, when set,
+    becomes the probability of the encoder's own dropout layers (LoRA's adapter dropout is `lora_dropout`)."""
+    if config.dropout is not None:
+        for module in encoder.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = float(config.dropout)
     if config.train_mode == "full":
         return encoder
     if config.train_mode == "lora":

@@ -214,3 +214,28 @@ def test_serve_in_bf16_serves_close_to_fp32_and_leaves_training_and_saves_in_fp3
     qnet.eval().serve_in("bf16")
     assert qnet.serve_in("fp32").serving_precision == "fp32"
     torch.testing.assert_close(qnet.embed_states(s, sel), want)
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, True, "0.1"])
+def test_dropout_must_be_a_probability(tiny_encoder_path: Path, bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"model\.dropout must be a probability"):
+        QNetwork.from_encoder(str(tiny_encoder_path), dropout=bad)
+
+
+def test_dropout_zero_makes_training_passes_deterministic_and_leaves_eval_passes_alone(tiny_encoder_path: Path) -> None:
+    """`model.dropout: 0` turns off the training towers' dropout (two training passes agree; with the encoder's
+    own 0.1 they do not), leaves a frozen chunk tower's layers as loaded, and changes nothing in eval mode."""
+    own = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state")
+    off = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", dropout=0.0)
+    p = {m.p for m in off.state_tower.modules() if isinstance(m, torch.nn.Dropout)}
+    assert p == {0.0}
+    assert {m.p for m in off.chunk_tower.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}  # frozen: untouched
+    inputs = off.tokenize_states(["Where is the milk?", "Who took the apple?"], [["Mary took the milk."], []])
+    for net, agree in ((off, True), (own, False)):
+        net.train()
+        torch.manual_seed(0)
+        first = net.state_vectors(inputs)
+        second = net.state_vectors(inputs)
+        assert torch.equal(first, second) is agree
+    questions, pieces = ["Where is the milk?"], [["Mary took the milk."]]
+    assert torch.equal(off.embed_states(questions, pieces), own.embed_states(questions, pieces))  # eval mode
