@@ -6,6 +6,8 @@
         --rollouts 4 --repeats 3 --out results/bench_train_groups.json   # the main job's update, before and after
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --profile \
         --rollouts 4 --repeats 3 --out results/bench_train_profile.json  # where the main job's step time goes
+    .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --flops \
+        --rollouts 4 --repeats 3 --out results/bench_train_flops.json    # its arithmetic against the CPU's rate
     python scripts/bench_train.py --gpu --preset babilong --mixed-precision bf16 --num-envs 16 \
         --num-sentences 160 --modes lora,top_layers,full --rollouts 3 --repeats 1 --threads 4 \
         --out results/gpu/bench_train_gpu.json                                   # on a CUDA machine
@@ -61,6 +63,8 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     config.optim.fused = optimizer == "fused"
     if args.encoder:
         config.model.encoder = args.encoder
+    if args.dropout is not None:
+        config.model.dropout = args.dropout
     config.data.num_train, config.data.num_val = 200, 1
     if args.num_sentences:
         config.data.num_sentences = args.num_sentences
@@ -87,6 +91,7 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     seconds = time.perf_counter() - t0
     shares = time_shares(profiler, seconds) if profiler is not None else {}
     real_share = real_token_share(trainer, batch)
+    arithmetic = step_flops(trainer) if args.flops else {}
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
     return {
         "peak_gpu_mb": gpu_mb,
@@ -97,7 +102,38 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "trainable_params": sum(p.numel() for p in trainer.online.parameters() if p.requires_grad),
         **shares,
+        **arithmetic,
     }
+
+
+def step_flops(trainer: Any) -> dict[str, float]:
+    """Floating-point operations per transition of one more rollout and its update (torch's FLOP counter: the
+    matrix products), and the rate of one matrix product of the encoder's feed-forward shape in this process,
+    at the run's precision: with the timed transitions/s, the share of that rate a training step reaches."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    before = trainer.transitions
+    with FlopCounterMode(display=False) as acting:
+        batch = trainer.collect_rollout()
+    with FlopCounterMode(display=False) as update:
+        trainer.update(batch)
+    n = trainer.transitions - before
+    dim = trainer.online.state_tower.encoder.config.hidden_size
+    inner = trainer.online.state_tower.encoder.config.intermediate_size
+    device = trainer.accelerator.device
+    x, w = torch.randn(1000, dim, device=device), torch.randn(inner, dim, device=device)  # 1 000 tokens
+    with trainer.accelerator.autocast(), torch.no_grad():
+        for _ in range(5):
+            torch.nn.functional.linear(x, w)
+        start, repeats = time.perf_counter(), 50
+        for _ in range(repeats):
+            torch.nn.functional.linear(x, w)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        rate = 2 * 1000 * dim * inner * repeats / (time.perf_counter() - start)
+    return {"gflop_per_transition/acting": acting.get_total_flops() / n / 1e9,
+            "gflop_per_transition/update": update.get_total_flops() / n / 1e9, "matmul_gflops": rate / 1e9}
 
 
 # Where a training step's time goes: (label, file suffix, function) whose cumulative profiled time is reported.
@@ -152,12 +188,17 @@ def main() -> int:
     parser.add_argument("--out", default="results/bench_train.json")
     parser.add_argument("--preset", default="cpu-small", help="training preset the episodes and settings come from")
     parser.add_argument("--encoder", default=None, help="encoder folder or name (default: the preset's)")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="model.dropout for every mode (default: the preset's, the encoder's own when unset)")
     parser.add_argument("--gpu", action="store_true", help="train on the GPU (default: CPU)")
     parser.add_argument("--mixed-precision", default="no", choices=("no", "bf16", "fp16"))
     parser.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
     parser.add_argument("--num-sentences", type=int, default=None, help="haystack sentences (default: the preset's)")
     parser.add_argument("--profile", action="store_true",
                         help="also report where the timed loop's time goes (share/... keys; cProfile slows it a little)")
+    parser.add_argument("--flops", action="store_true",
+                        help="also count the arithmetic per transition (one more rollout and update, untimed) and "
+                             "the rate of one matrix product of the encoder's shape here: the share of it a step reaches")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -185,6 +226,13 @@ def main() -> int:
         for key, share in row.items():
             if key.startswith("share/"):
                 print(f"    {key[len('share/'):]:<52}{100 * share:>6.1f} %")
+        if "matmul_gflops" in row:
+            per = row["gflop_per_transition/acting"] + row["gflop_per_transition/update"]
+            achieved = per * row["transitions_per_s"]
+            print(f"    GFLOP per transition: acting {row['gflop_per_transition/acting']:.2f}, update "
+                  f"{row['gflop_per_transition/update']:.2f}; {achieved:.0f} GFLOP/s achieved against "
+                  f"{row['matmul_gflops']:.0f} for one feed-forward matrix product ({achieved / row['matmul_gflops']:.0%}); "
+                  f"at that rate alone: {row['matmul_gflops'] / per:.1f} transitions/s")
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
