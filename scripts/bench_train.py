@@ -7,7 +7,8 @@
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --profile \
         --rollouts 4 --repeats 3 --out results/bench_train_profile.json  # where the main job's step time goes
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --flops \
-        --rollouts 4 --repeats 3 --out results/bench_train_flops.json    # its arithmetic against the CPU's rate
+        --mixed-precision bf16 --rollouts 4 --repeats 1 --threads 2 \
+        --out results/bench_train_vs_7e6953e/now/new_1.json             # its arithmetic against the CPU's rate
     python scripts/bench_train.py --gpu --preset babilong --mixed-precision bf16 --num-envs 16 \
         --num-sentences 160 --modes lora,top_layers,full --rollouts 3 --repeats 1 --threads 4 \
         --out results/gpu/bench_train_gpu.json                                   # on a CUDA machine
@@ -126,6 +127,8 @@ def step_flops(trainer: Any) -> dict[str, float]:
     with trainer.accelerator.autocast(), torch.no_grad():
         for _ in range(5):
             torch.nn.functional.linear(x, w)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         start, repeats = time.perf_counter(), 50
         for _ in range(repeats):
             torch.nn.functional.linear(x, w)
