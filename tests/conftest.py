@@ -36,6 +36,16 @@ def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int
     return folder
 
 
+@pytest.fixture(autouse=True)
+def _bf16_as_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests of bf16 paths run them on any CPU: without native bf16 the library would run fp32 instead
+    (`qrag.training.precision`), so the tests treat the CPU as having it; tests/training/test_precision.py
+    checks the real choice with mocked CPU flags."""
+    from qrag.training import precision
+
+    monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (True, "treated as native in the tests"))
+
+
 @pytest.fixture(scope="session")
 def tiny_encoder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))

@@ -23,7 +23,7 @@ StateAnchor = Literal["none", "question", "first_hop", "passages"]
 StateOrder = Literal["document", "selection"]
 ValueTarget = Literal["mean", "min"]
 Schedule = Literal["constant", "linear", "cosine"]
-MixedPrecision = Literal["no", "bf16", "fp16"]
+MixedPrecision = Literal["no", "bf16", "fp16", "auto"]
 SelectOn = Literal["sf_em", "return"]
 TaskWeighting = Literal["uniform", "error"]
 MarginOver = Literal["best", "all"]
@@ -310,7 +310,8 @@ class TrainerConfig:
     seed: int = 0
     """Seed of acting, sampling and initialisation."""
     mixed_precision: MixedPrecision = "no"
-    """accelerate mixed precision: 'no', 'bf16', 'fp16'."""
+    """accelerate mixed precision: 'no', 'bf16', 'fp16', or 'auto' (bf16 where the device has native bf16, 'no'
+    otherwise; 'bf16' on a CPU without native bf16 warns and runs 'no': `qrag.training.precision`)."""
     cpu: bool = False
     """Force the CPU even when a GPU is present."""
     threads: int | None = None

@@ -39,6 +39,7 @@ from qrag.training.persist import (
 from qrag.training.positions import absolute_positions, relative_positions, rotary_scores, rotate_halves
 from qrag.training.shipped import ShippedNameError, resolve_checkpoint
 from qrag.training.towers import (
+    PRECISION_OF_DTYPE,
     Precision,
     Tower,
     apply_train_mode,
@@ -325,7 +326,8 @@ class QNetwork(nn.Module):
     def serve_in(self, precision: Precision) -> QNetwork:
         """Run the gradient-free state passes (every served hop) on a copy of the state tower with its weights in
         `precision`: 'bf16' makes each pass 1.4–1.7× faster on a CPU with bf16 units (AVX512-BF16, AMX) and
-        changes the state vectors at the 1e-4 level (docs/RESULTS.md); 'fp16' is for GPUs; 'fp32' drops the copy.
+        changes the state vectors at the 1e-4 level (docs/RESULTS.md); 'fp16' is for GPUs; 'fp32' drops the copy;
+        'auto' is bf16 where the device has native bf16, and 'bf16' on a CPU without it warns and drops the copy.
 
         The fp32 tower stays as it is: passes with gradients (training), the chunk tower, the index and
         `save_pretrained` never see the copy, and `train()` drops it. The copy is taken now: call `serve_in`
@@ -341,7 +343,7 @@ class QNetwork(nn.Module):
         if self.training:
             raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
                              "passes keep the fp32 state tower.")
-        self._serving = (precision, copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
+        self._serving = (PRECISION_OF_DTYPE[dtype], copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
         return self
 
     def _state_tower_for_pass(self) -> Tower:

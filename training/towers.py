@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from qrag.training.config import ConfigError, ModelConfig
+from qrag.training.precision import choose_precision
 
 # Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
 # calls are serialised per model; scoring and top-k run outside the lock.
@@ -225,13 +226,16 @@ def tensors_digest(tensors: Sequence[tuple[str, torch.Tensor]], algorithm: str, 
     return h.hexdigest()[:hex_chars]
 
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["fp32", "bf16", "fp16", "auto"]
+"""An encoder's arithmetic; 'auto' is bf16 where the device has native bf16 and fp32 otherwise
+(`qrag.training.precision`)."""
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISION_OF_DTYPE: dict[torch.dtype, Precision] = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def precision_autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    """Autocast to `precision` on `device` ('fp32': nothing changes).
+    """Autocast to `precision` on `device` ('fp32', or 'bf16'/'auto' without native bf16: nothing changes).
 
     Raises:
         ValueError: an unknown precision, or 'fp16' on a CPU (no fast fp16 there).
@@ -241,15 +245,17 @@ def precision_autocast(device: torch.device, precision: str) -> contextlib.Abstr
 
 
 def low_precision_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """The dtype `precision` names on `device` (None for 'fp32').
+    """The dtype `precision` runs as on `device` (None for fp32): 'auto' is bf16 where the device has native bf16,
+    and 'bf16' where it has none runs fp32 with a RuntimeWarning (`qrag.training.precision.choose_precision`).
 
     Raises:
         ValueError: an unknown precision, or 'fp16' on a CPU (no fast fp16 there).
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'fp32', 'bf16', 'fp16' or 'auto', got {precision!r}.")
+    precision, _ = choose_precision(precision, device)
     if precision == "fp32":
         return None
-    if precision not in _AUTOCAST:
-        raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {precision!r}.")
     if precision == "fp16" and device.type == "cpu":
         raise ValueError("precision='fp16' needs a GPU; on a CPU use 'bf16' (fast with AVX512-BF16/AMX) or 'fp32'.")
     return _AUTOCAST[precision]

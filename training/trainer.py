@@ -34,6 +34,7 @@ from qrag.training.data.episode import Episode
 from qrag.training.distributed import any_process, max_over_processes, shard
 from qrag.training.env import RetrievalEnv
 from qrag.training.policy import ChunkCache, evaluate, frozen_chunk_cache, observe
+from qrag.training.precision import accelerate_precision
 from qrag.training.qnet import QNetwork
 from qrag.training.resume import Resumable
 from qrag.training.selection import (
@@ -82,8 +83,10 @@ class Trainer(Resumable):
         # accelerate keeps one precision per process; a second Trainer in the same process (a sweep, a test
         # suite) may ask for another, so forget the last one's settings (the process group is kept).
         AcceleratorState._reset_state(reset_partial_state=False)
+        device = torch.device("cpu" if tc.cpu or not torch.cuda.is_available() else "cuda")
+        self.mixed_precision, self.precision_reason = accelerate_precision(tc.mixed_precision, device)
         self.accelerator = Accelerator(
-            cpu=tc.cpu, mixed_precision=tc.mixed_precision, gradient_accumulation_steps=config.optim.grad_accum_steps
+            cpu=tc.cpu, mixed_precision=self.mixed_precision, gradient_accumulation_steps=config.optim.grad_accum_steps
         )
         rank = self.accelerator.process_index
         torch.manual_seed(tc.seed + rank)
@@ -315,6 +318,10 @@ class Trainer(Resumable):
         if self.resumed_from is not None and main:
             tqdm.write(f"resumed from {self.resumed_from} at {self.transitions} transitions, {self.updates} updates",
                        file=sys.stderr)
+        if main and tc.progress:
+            arithmetic = "fp32" if self.mixed_precision == "no" else f"{self.mixed_precision} autocast"
+            tqdm.write(f"training arithmetic: {arithmetic} (mixed_precision {tc.mixed_precision!r}: "
+                       f"{self.precision_reason})", file=sys.stderr)
         writer = SummaryWriter(str(self.output_dir / "tb")) if main else None
         # The bar follows the limit that binds: the time budget when there is one, else the transitions.
         budget_s = round(60 * tc.max_minutes) if tc.max_minutes else 0
