@@ -267,7 +267,7 @@ class DataConfig:
     """Seed of the data generators."""
     num_distractors: int | None = None
     """`wiki` source: non-gold pages per episode (None: the source's default, 30). Larger pools are closer to
-    searching a whole corpus."""
+    searching a whole corpus. `hotpotqa_pool`: hard and random negatives per episode (None: the split's whole pool)."""
 
     def validate(self) -> None:
         for name in ("num_train", "num_val"):
@@ -275,9 +275,9 @@ class DataConfig:
             if value < 0:
                 raise ConfigError(f"data.{name} must be >= 0 (0: all of a file), got {value}.")
         if self.num_distractors is not None:
-            if self.source != "wiki":
-                raise ConfigError(f"data.num_distractors applies to the wiki source only, not {self.source!r}: "
-                                  "leave it unset.")
+            if self.source not in ("wiki", "hotpotqa_pool"):
+                raise ConfigError(f"data.num_distractors applies to the wiki and hotpotqa_pool sources only, not "
+                                  f"{self.source!r}: leave it unset.")
             if self.num_distractors < 0:
                 raise ConfigError(f"data.num_distractors must be >= 0, got {self.num_distractors}.")
         if self.num_sentences is not None and self.num_sentences < 1:
