@@ -30,7 +30,7 @@ test-all: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m ''
 
 lint: $(STAMP)
-	$(BIN)/ruff check qrag training qrag_integrations eval tests examples scripts
+	$(BIN)/ruff check qrag training qrag_integrations eval tests examples scripts experiments
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

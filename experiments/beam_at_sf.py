@@ -1,7 +1,7 @@
 """Greedy against beam search (`beam_size`) at exactly |SF| hops, on BabiLong-style validation episodes.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/beam_at_sf.py --model qrag/babilong-minilm-cpu --tasks qa2,qa3 \
-        --num 100 --beams 1,2,3,5 --out results/beam_at_sf.json
+    HF_HUB_OFFLINE=1 .venv/bin/python experiments/beam_at_sf.py --model qrag/babilong-minilm-cpu --tasks qa2,qa3 \
+        --num 100 --beams 1,2,3,5 --out experiments/results/beam_at_sf.json
 
 Episodes: the `babilong-cpu` preset's validation split (160 sentences, about 4K tokens), `--num` per task, each
 its own corpus (`ChunkIndex`, in reading order). Each question is searched by `MultiHopSearcher` with
@@ -53,14 +53,14 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="the state passes' serving precision (QNetwork.serve_in; fp16: a GPU only)")
-    parser.add_argument("--out", default="results/beam_at_sf.json")
+    parser.add_argument("--out", default="experiments/results/beam_at_sf.json")
     args = parser.parse_args()
     beams = [int(b) for b in args.beams.split(",")]
     if args.num < 1 or min(beams) < 1:
         parser.error(f"--num and every --beams width must be >= 1, got {args.num} and {beams}.")
     torch.set_num_threads(args.threads)
     qnet = load_model(args.model, precision=args.precision)
-    result = {"command": "python scripts/beam_at_sf.py " + " ".join(sys.argv[1:]),
+    result = {"command": "python experiments/beam_at_sf.py " + " ".join(sys.argv[1:]),
               "machine": f"{platform.processor() or platform.machine()}, {args.threads} torch thread(s)",
               "fact_em_at_sf_hops": {task: fact_em(qnet, task, args.num, beams) for task in args.tasks.split(",")}}
     print(json.dumps(result["fact_em_at_sf_hops"], indent=1))

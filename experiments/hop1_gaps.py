@@ -5,7 +5,7 @@ For each validation episode the first gold fact is the supporting fact that name
 model and task: the top-1 minus top-2 Q gap, the best-minus-gold gap, the gold's rank, and the chance that
 Boltzmann acting over the top-k picks it at a given temperature (and with ε over the top-k).
 
-    python scripts/hop1_gaps.py --model untrained --model runs/x/best --tasks qa2 qa3 --num 100 --json results/hop1_gaps.json
+    python experiments/hop1_gaps.py --model untrained --model runs/x/best --tasks qa2 qa3 --num 100 --json experiments/results/hop1_gaps.json
 """
 
 from __future__ import annotations

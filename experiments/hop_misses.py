@@ -1,8 +1,8 @@
 """Where a model's greedy hops miss on BabiLong-style validation episodes: the first wrong hop of each miss,
 what it took (a move, get or drop, of the gold fact's person or not) and how far from the gold fact.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/hop_misses.py --model qrag/babilong-minilm-cpu --tasks qa2,qa3 \
-        --num 100 --out results/hop_misses.json
+    HF_HUB_OFFLINE=1 .venv/bin/python experiments/hop_misses.py --model qrag/babilong-minilm-cpu --tasks qa2,qa3 \
+        --num 100 --out experiments/results/hop_misses.json
 
 Episodes: the `babilong-cpu` preset's validation split (160 sentences, about 4K tokens), `--num` per task.
 Each question gets exactly |SF| greedy hops (the main job's measure); a miss is a question whose hops are not
@@ -67,10 +67,10 @@ def main() -> int:
     parser.add_argument("--tasks", default="qa2,qa3")
     parser.add_argument("--num", type=int, default=100, help="validation episodes per task")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default="results/hop_misses.json")
+    parser.add_argument("--out", default="experiments/results/hop_misses.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    result = {"command": "python scripts/hop_misses.py " + " ".join(sys.argv[1:]),
+    result = {"command": "python experiments/hop_misses.py " + " ".join(sys.argv[1:]),
               "machine": f"{platform.processor() or platform.machine()}, {args.threads} torch thread(s)",
               "tasks": {task: misses(args.model, task, args.num) for task in args.tasks.split(",")}}
     print(json.dumps(result["tasks"], indent=1))

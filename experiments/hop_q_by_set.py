@@ -1,8 +1,8 @@
 """How sure a model is at each hop, by question set: can its stop rule tell text it was not trained for?
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/hop_q_by_set.py --model runs/wiki-fh/best \
+    HF_HUB_OFFLINE=1 .venv/bin/python experiments/hop_q_by_set.py --model runs/wiki-fh/best \
         --sets wiki:mix,wiki:single,jsonl:runs/fanoutqa_wiki.jsonl --num 200 --chunk-vectors runs/cv \
-        --out results/hop_q_by_set.json
+        --out experiments/results/hop_q_by_set.json
 
 For each question of each set: `--k` greedy results (the first `max_hops` of them hops, as `qrag-eval` retrieves),
 the Q-value of every hop, and the ranking of the first hop's state alone (for a model with
@@ -110,7 +110,7 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=8, help="results per question (default 8)")
     parser.add_argument("--chunk-vectors", default=None, help="a chunk-vector folder kept between runs (qrag-eval's)")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=Path("results/hop_q_by_set.json"))
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/hop_q_by_set.json"))
     args = parser.parse_args()
     if args.num < 2 or args.k < 1:
         parser.error(f"--num must be >= 2 and --k >= 1, got {args.num} and {args.k}.")
@@ -124,7 +124,7 @@ def main() -> int:
     key = qnet.chunk_vectors_key()
     store = folder.get(key) if folder is not None else ChunkVectorCache(key)
     report: dict[str, object] = {
-        "command": "python scripts/hop_q_by_set.py " + " ".join(sys.argv[1:]),
+        "command": "python experiments/hop_q_by_set.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s)",
         "model": args.model, "max_hops": horizon, "stop_threshold": threshold, "k": args.k, "sets": {},
     }

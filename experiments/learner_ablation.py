@@ -1,9 +1,9 @@
 """The learner's levers at equal transitions (or equal time): each variant of a preset trained to the same
 number of transitions on the same episodes, with several seeds, scored on the same validation episodes.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/learner_ablation.py --preset babilong-cpu --transitions 6000 \
+    HF_HUB_OFFLINE=1 .venv/bin/python experiments/learner_ablation.py --preset babilong-cpu --transitions 6000 \
         --seeds 0,1 --jobs 2 --threads 1 \
-        --variant td= --variant margin=rl.margin_weight=1 --out results/learner_ablation_margin.json
+        --variant td= --variant margin=rl.margin_weight=1 --out experiments/results/learner_ablation_margin.json
 
 A variant is `NAME=KEY=VALUE;KEY=VALUE…` over the preset (keys are `section.field` of `qrag-train`, values YAML).
 `--minutes M` also stops each run after M minutes (runs in parallel share the machine alike).
@@ -92,7 +92,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--vectors", default="runs/ablation/chunk_vectors", help="chunk-vector cache (filled once)")
-    parser.add_argument("--out", default="results/learner_ablation.json")
+    parser.add_argument("--out", default="experiments/results/learner_ablation.json")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -134,7 +134,7 @@ def main() -> int:
         last, best = row["evals"][-1], max(e["sf_em"] for e in row["evals"])
         print(f"{row['variant']:<16}{row['seed']:>5}  " + "".join(f"{last['sf_em/' + t]:>7.2f}" for t in tasks)
               + f"{last['sf_em']:>7.3f}{best:>7.3f}{row['seconds'] / 60:>6.1f}")
-    result = {"command": " ".join(["python", "scripts/learner_ablation.py", *passthrough]),
+    result = {"command": " ".join(["python", "experiments/learner_ablation.py", *passthrough]),
               "machine": f"{platform.processor() or platform.machine()}, {args.jobs} runs at a time, "
                          f"{args.threads} torch thread(s) each", "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

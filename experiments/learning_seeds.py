@@ -1,7 +1,7 @@
 """The end-to-end learning test's run (tests/training/test_learning.py) for several trainer seeds and a scale.
 
 Prints, per seed, greedy fact EM on the 200 held-out two-hop episodes before and after training, fact recall
-after, and the wall time. Usage: `python scripts/learning_seeds.py --scale 1 0 1 2 3` (docs/RESULTS.md).
+after, and the wall time. Usage: `python experiments/learning_seeds.py --scale 1 0 1 2 3` (experiments/NOTEBOOK.md, "Learning test").
 """
 
 from __future__ import annotations

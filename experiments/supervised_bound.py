@@ -1,7 +1,7 @@
 """Can the main job's network represent the hard hops? Train it with a plain supervised signal and see.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/supervised_bound.py --loss ce --updates 200 \
-        --out results/supervised_bound_ce.json
+    HF_HUB_OFFLINE=1 .venv/bin/python experiments/supervised_bound.py --loss ce --updates 200 \
+        --out experiments/results/supervised_bound_ce.json
 
 The network is the `babilong-cpu` preset's (frozen MiniLM chunk tower, relative positions, scale 5, the state
 tower trained in full) on its qa2+qa3 episodes (160 sentences). Each update draws `--batch` states on the gold
@@ -147,7 +147,7 @@ def main() -> int:
     parser.add_argument("--num-val", type=int, default=100, help="validation episodes (split evenly over the tasks)")
     parser.add_argument("--recency-head", default=None,
                         help="powers e of the recency features f^e, (1-f)^e, e.g. '1,4,16' (RecencyHead)")
-    parser.add_argument("--out", default="results/supervised_bound.json")
+    parser.add_argument("--out", default="experiments/results/supervised_bound.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_preset("babilong-cpu")
@@ -236,7 +236,7 @@ def main() -> int:
         if update % args.eval_every == 0:
             curve.append({"updates": update, "seconds": time.perf_counter() - start, **validate()})
             print(json.dumps(curve[-1]), flush=True)
-    result = {"command": "python scripts/supervised_bound.py " + " ".join(
+    result = {"command": "python experiments/supervised_bound.py " + " ".join(
                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
               "machine": f"{platform.processor() or platform.machine()}, {args.threads} torch thread(s)",
               "states_per_update": args.batch, "curve": curve}

@@ -1,8 +1,8 @@
 """Which CPU training levers keep accuracy: the main job's run against its variants, side by side.
 
-    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python scripts/train_levers.py --minutes 3.5 \
+    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python experiments/train_levers.py --minutes 3.5 \
         --variants full:state:bf16,top_layers:state:bf16,lora:both:bf16 --per-task full:state:bf16 \
-        --out results/train_levers.json
+        --out experiments/results/train_levers.json
 
 Every variant starts from the `babilong-cpu` preset (the main job's), changes only TRAIN_MODE, TOWERS
 (`model.train_towers`) and PRECISION (`trainer.mixed_precision`), trains for the same number of transitions
@@ -116,7 +116,7 @@ def main() -> int:
     parser.add_argument("--num-train", type=int, default=5000, help="training episodes (split evenly over tasks)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vectors", default="runs/levers/chunk_vectors", help="chunk-vector cache (filled once)")
-    parser.add_argument("--out", default="results/train_levers.json")
+    parser.add_argument("--out", default="experiments/results/train_levers.json")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

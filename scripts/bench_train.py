@@ -8,7 +8,7 @@
         --rollouts 4 --repeats 3 --out results/bench_train_profile.json  # where the main job's step time goes
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --flops \
         --mixed-precision bf16 --rollouts 4 --repeats 1 --threads 2 \
-        --out results/bench_train_vs_7e6953e/now/new_1.json             # its arithmetic against the CPU's rate
+        --out experiments/results/bench_train_vs_7e6953e/now/new_1.json # its arithmetic against the CPU's rate
     python scripts/bench_train.py --gpu --preset babilong --mixed-precision bf16 --num-envs 16 \
         --num-sentences 160 --modes lora,top_layers,full --rollouts 3 --repeats 1 --threads 4 \
         --out results/gpu/bench_train_gpu.json                                   # on a CUDA machine

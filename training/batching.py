@@ -1,7 +1,8 @@
 """Length groups: split a batch of token sequences so that padding costs less.
 
 A transformer batch is padded to its longest row. States in a rollout range from the bare question to the
-question plus every taken chunk, so one padded minibatch is mostly padding (63% in the main job: docs/RESULTS.md).
+question plus every taken chunk, so one padded minibatch is mostly padding (63% in the main job:
+experiments/NOTEBOOK.md, "CPU speed levers").
 Encoding the rows in a few groups of similar length, each padded only to its own longest row, computes
 the same vectors (padding is masked out of attention) with far fewer tokens. The trainer sums the groups'
 losses weighted by their sizes, which is the minibatch's loss and gradient.

@@ -91,7 +91,7 @@ def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.T
     Per head and frequency m, with (x1, x2) a chunk's pair and (s1, s2) the state's:
     ⟨s, R(p)x⟩ = cos(p·θ_m)·(s1·x1 + s2·x2) + sin(p·θ_m)·(s2·x1 − s1·x2). The two brackets are products with
     the unrotated chunks, so a hop builds (B, N, H/2) angles and no rotated (B, N, D) copy (1.5–1.7 ms against
-    2.3–2.6 ms per hop at 2 000 chunks on one CPU core, in place; docs/RESULTS.md). Equal to `rotate_halves`
+    2.3–2.6 ms per hop at 2 000 chunks on one CPU core, in place; experiments/NOTEBOOK.md). Equal to `rotate_halves`
     followed by inner products up to float rounding.
 
     Args:

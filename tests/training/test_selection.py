@@ -74,7 +74,7 @@ def test_standard_error_of_sf_em_by_hand() -> None:
 
 
 def test_selection_keeps_the_latest_network_within_the_tolerance_of_the_top() -> None:
-    # the main job's validation curve (results/main_job_margin/metrics.jsonl), one standard error about 0.0165
+    # the main job's validation curve (experiments/results/main_job_margin/metrics.jsonl), one standard error about 0.0165
     sel = Selection()
     assert sel.offer(0.432, tolerance=0.02, trained=False)  # the starting network is kept first
     kept = [sel.offer(m, tolerance=0.0165, trained=True)
