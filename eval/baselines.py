@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,16 @@ class BM25Retriever:
             raise ImportError("the bm25 baseline needs `bm25s`: pip install 'qrag[eval]'.") from e
         self._bm25s = bm25s
         self.budget = budget
+        self._corpus: tuple[str, ...] | None = None
+        self._index: object = None
+
+    def _index_of(self, chunks: tuple[str, ...]) -> object:
+        """The BM25 index of `chunks`; episodes that share one corpus (an open pool) share its index."""
+        if self._corpus is not chunks and self._corpus != chunks:
+            index = self._bm25s.BM25()
+            index.index(self._bm25s.tokenize(list(chunks), stopwords="en", show_progress=False), show_progress=False)
+            self._corpus, self._index = chunks, index
+        return self._index
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
         out = []
@@ -101,8 +111,7 @@ class BM25Retriever:
             start = time.perf_counter()
             k = _budget(ep, self.budget)
             tok = self._bm25s.tokenize
-            index = self._bm25s.BM25()
-            index.index(tok(list(ep.chunks), stopwords="en", show_progress=False), show_progress=False)
+            index: Any = self._index_of(ep.chunks)
             # Token strings (not ids) for the query: ids from a second tokenize call use another vocabulary.
             query = tok([ep.question], stopwords="en", return_ids=False, show_progress=False)
             docs, scores = index.retrieve(query, k=k, show_progress=False)  # (1, k) each

@@ -272,6 +272,46 @@ def write_recall(records: Sequence[dict[str, Any]], methods: Sequence[str], out:
     return path
 
 
+def paired_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], metric: str,
+                reference: str = "dense") -> list[dict[str, Any]]:
+    """`metric`'s mean per (task, method) and each method's paired margin against `reference` (95% interval),
+    over the samples both have (paired by task and id)."""
+    from qrag.eval.metrics import paired_margin
+
+    by: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in records:
+        if metric in r:
+            by[r["method"]][f"{r['task']}|{r['id']}"] = float(r[metric])
+    rows = []
+    for task in sorted({r["task"] for r in records}):
+        for m in methods:
+            ours, ref = by.get(m, {}), by.get(reference, {})
+            ids = sorted(i for i in ours if i in ref and i.split("|", 1)[0] == task)
+            if not ids:
+                continue
+            row: dict[str, Any] = {"task": task, "method": m, "metric": metric, "n": len(ids),
+                                   "mean": _mean([ours[i] for i in ids])}
+            if m != reference:
+                margin, half = paired_margin([ours[i] for i in ids], [ref[i] for i in ids])
+                row.update({"margin": margin, "ci95": half, "ahead": margin - half > 0})
+            rows.append(row)
+    return rows
+
+
+def write_paired(records: Sequence[dict[str, Any]], methods: Sequence[str], metric: str, out: Path, name: str,
+                 reference: str = "dense") -> Path:
+    """Write `name`.md and `name`.json into `out` (`paired_rows` of `metric` against `reference`)."""
+    rows = paired_rows(records, methods, metric, reference)
+    (out / f"{name}.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    lines = [f"| task | method | n | {metric} (vs {reference}) |", "|---|---|---|---|"]
+    for r in rows:
+        cell = f"{r['mean']:.3f}" + (f" ({r['margin']:+.3f} ± {r['ci95']:.3f})" if "margin" in r else "")
+        lines.append(f"| {r['task']} | {r['method']} | {r['n']} | {cell} |")
+    path = out / f"{name}.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def plot(summary: dict[str, Any], path: Path) -> Path:
     """Accuracy (or Fact EM without a reader) against context length, one line per method (Agg backend)."""
     import matplotlib

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from qrag.eval import metrics
 from qrag.eval.baselines import ADAPTIVE, BASELINES, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
 from qrag.eval.reader import Reader, build_prompt, load_reader
-from qrag.eval.report import summarize, write_drift, write_margins, write_recall, write_reports
+from qrag.eval.report import summarize, write_drift, write_margins, write_paired, write_recall, write_reports
 from qrag.eval.speed import speed_model, speed_phase
 from qrag.eval.sweep import BENCHMARKS, RunConfig, cell_episodes, iter_cells
 from qrag.training.chunk_vectors import ChunkVectorFolder
@@ -37,12 +37,15 @@ from qrag.training.towers import precision_autocast
 
 RESULTS_FILE = "results.jsonl"
 RECALL_KS = (2, 4, 8)
-"""recall@k recorded whenever a method returned at least k chunks (run with --budget 8 for all three)."""
+"""recall@k recorded whenever a method returned at least k chunks (run with --budget 8 for all three); a benchmark
+may name its own (`Benchmark.recall_ks`: hotpotqa_pool's 2, 5, 10, with --budget 10)."""
+FACT_EM_FILE = "fact_em_at_2"
+"""hotpotqa_pool: fact EM of each method's first two chunks (both gold passages), paired against the reference."""
 SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data",
-           "distractors", "precision")
+           "distractors", "precision", "filler_sentences")
 """RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
 resumed into the same folder must have the same values."""
-SHAPING_BEFORE = {"precision": "fp32"}
+SHAPING_BEFORE = {"precision": "fp32", "filler_sentences": None}
 """Values of SHAPING fields added later, for records written before them."""
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors", "speed_lengths", "speed_hops",
                 "speed_queries")
@@ -103,7 +106,7 @@ def _record(cfg: RunConfig, task: str | None, length: str, ep: Episode, method: 
         rec["fact_em_at_sf"] = float(set(ep.supporting) <= set(r.indices[:sf]))
         # Greedy rankings: the first k of a budget-8 retrieval are the budget-k retrieval. An adaptive method's
         # recall@k counts what it kept among its first k, however few (a user with k as the cap gets that).
-        for k in RECALL_KS:
+        for k in BENCHMARKS[cfg.benchmark].recall_ks:
             if len(r.indices) >= k or len(r.indices) == ep.num_chunks or method in ADAPTIVE:
                 rec[f"recall_at_{k}"] = metrics.recall_at_k(r.indices, ep.supporting, k)
     return rec
@@ -290,7 +293,9 @@ def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
         write_margins(records, trained, baselines, cfg.out)
     reference = next((m for m in ("dense", "cosine") if m in cfg.methods), None)  # single-hop dense search
     if reference is not None and any("recall_at_2" in r for r in records):
-        write_recall(records, cfg.methods, cfg.out, RECALL_KS, reference)
+        write_recall(records, cfg.methods, cfg.out, BENCHMARKS[cfg.benchmark].recall_ks, reference)
+    if reference is not None and cfg.benchmark == "hotpotqa_pool":  # fact EM@2: both gold passages in the top 2
+        write_paired(records, cfg.methods, "fact_em_at_sf", cfg.out, FACT_EM_FILE, reference)
     if len(cfg.lengths_resolved) > 1:
         by_length = sorted(cfg.lengths_resolved, key=lambda label_value: label_value[1] or 0)
         write_drift(records, cfg.methods, [label for label, _ in by_length], cfg.out)

@@ -33,6 +33,10 @@ class Benchmark:
     """Lengths swept when none are given."""
     needs_path: bool = False
     """Whether the data is read from --data PATH."""
+    default_tasks: tuple[str, ...] | None = None
+    """Tasks swept when none are given (None: all of `tasks`)."""
+    recall_ks: tuple[int, ...] = (2, 4, 8)
+    """The k of the recall@k columns (recorded where a method returned at least k chunks)."""
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -46,6 +50,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "musique": Benchmark("musique", None, None, needs_path=True),
     "jsonl": Benchmark("jsonl", None, None, needs_path=True),
     "wiki": Benchmark("wiki", WIKI_KINDS, None),
+    # The task names the rows searched: 'test' (9 000-9 999, evaluation only) or 'val' (held out of training).
+    "hotpotqa_pool": Benchmark("hotpotqa_pool", ("test", "val"), None, default_tasks=("test",), recall_ks=(2, 5, 10)),
 }
 
 BABILONG_SENTENCES = {"0k": 10, "1k": 50, "2k": 100, "4k": 160, "8k": 320, "16k": 600, "32k": 1200,
@@ -88,6 +94,9 @@ class RunConfig:
     distractors: int | None = None
     """`wiki` only: non-gold passages per question, from the test pages (None: the source's default, 30); 1 000
     or more makes each question search all of the test split's pages, a corpus rather than a short list."""
+    filler_sentences: int | None = None
+    """`babilong` only: every haystack's background from one pool of this many test-split sentences
+    (`qrag.training.data.babilong.filler_pool`); None: all of the text sources."""
     max_new_tokens: int = 32
     """Reader tokens per answer."""
     device: str | None = None
@@ -147,6 +156,12 @@ class RunConfig:
                 raise ValueError(f"--distractors applies to the wiki benchmark only, not {self.benchmark!r}.")
             if isinstance(self.distractors, bool) or not isinstance(self.distractors, int) or self.distractors < 0:
                 raise ValueError(f"distractors (--distractors) must be an integer >= 0, got {self.distractors!r}.")
+        if self.filler_sentences is not None:
+            if bench.source != "babilong":
+                raise ValueError(f"--filler-sentences applies to the babilong benchmark only, not {self.benchmark!r}.")
+            n = self.filler_sentences
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"filler_sentences (--filler-sentences) must be an integer >= 1, got {n!r}.")
         t = self.stop_threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
             raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
@@ -204,8 +219,12 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samp
     kw: dict[str, Any] = {"task": task, "num_samples": num_samples or cfg.num_samples, "seed": cfg.seed}
     if bench.source in ("babilong", "ruler_niah", "wiki"):
         kw["split"] = "test"
+    if bench.source == "hotpotqa_pool":  # its tasks are its splits; every question searches the split's whole pool
+        kw["split"] = kw.pop("task")
     if cfg.distractors is not None:
         kw["num_distractors"] = cfg.distractors
+    if cfg.filler_sentences is not None:
+        kw["filler_sentences"] = cfg.filler_sentences
     if bench.length_kind == "sentences":
         kw["num_sentences"] = length
     elif bench.length_kind == "tokens":
@@ -216,7 +235,8 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samp
 
 
 def iter_cells(cfg: RunConfig) -> Iterator[tuple[str | None, str, int | None]]:
-    tasks: Sequence[str | None] = cfg.tasks or BENCHMARKS[cfg.benchmark].tasks or (None,)
+    bench = BENCHMARKS[cfg.benchmark]
+    tasks: Sequence[str | None] = cfg.tasks or bench.default_tasks or bench.tasks or (None,)
     for task in tasks:
         for label, value in cfg.lengths_resolved:
             yield task, label, value
