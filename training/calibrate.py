@@ -6,7 +6,7 @@ Q-values of its own, and a fixed 0.5 can cut a three-fact chain one hop short or
 threshold is chosen where the model will be used from: greedy hops up to `max_hops` on validation episodes,
 recording each hop's best Q-value; then, among every threshold that changes where some episode stops, the
 one with the best mean fact F1 whose fact EM stays within `em_tolerance` of EM with all `max_hops` hops
-(the rule must not cost coverage: METHOD.md §4, "stopping rule").
+(the rule must not cost coverage: METHOD.md §4.3, "The stop rule").
 
 Shape legend: E episodes, H hops.
 """

@@ -1,0 +1,87 @@
+"""What the documents promise: every "METHOD.md §n" in the repository names a section of docs/METHOD.md, and every
+relative link of the README and the guides leads to a file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".toml", ".cfg", ".txt"}
+SKIP_DIRS = {".git", ".venv", ".venv-latest", "runs", "outputs", "node_modules", "__pycache__"}
+
+SECTION = re.compile(r"§\s*(\d+(?:\.\d+)*)")
+DOC_NAME = re.compile(r"[\w-]+\.md\b")
+
+
+def _project_text_files() -> list[Path]:
+    return [p for p in REPO.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES
+            and not any(part in SKIP_DIRS or part.endswith(".egg-info") for part in p.relative_to(REPO).parts)]
+
+
+def method_sections() -> set[str]:
+    """The numbers of docs/METHOD.md's numbered headings ('3', '3.4', ...)."""
+    found = set()
+    for line in (REPO / "docs" / "METHOD.md").read_text(encoding="utf-8").splitlines():
+        match = re.match(r"#{1,6}\s+(\d+(?:\.\d+)*)\.?\s", line)
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def method_citations(text: str, cites_method: bool) -> list[tuple[int, str]]:
+    """(line, section) of every METHOD.md citation in `text`: a § number whose nearest document name before it on
+    its line is METHOD.md, or, in a file that cites METHOD.md, a § number with no document name before it."""
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for match in SECTION.finditer(line):
+            names = DOC_NAME.findall(line[: match.start()])
+            if (names and names[-1] == "METHOD.md") or (not names and cites_method):
+                found.append((n, match.group(1)))
+    return found
+
+
+def test_method_citations_are_read_as_meant() -> None:
+    text = 'see METHOD.md §3.4 and §2.3; BENCHMARKS.md §2 is another file\n(§4) here\nMETHOD.md §1, §2, §4'
+    assert method_citations(text, cites_method=True) == [(1, "3.4"), (1, "2.3"), (2, "4"), (3, "1"), (3, "2"), (3, "4")]
+    assert method_citations("(§4) here", cites_method=False) == []
+
+
+def test_every_method_citation_names_a_section_of_docs_method() -> None:
+    sections = method_sections()
+    assert {"1", "2", "2.3", "3", "3.4", "3.5", "4", "4.1", "5"} <= sections, sorted(sections)
+    wrong = []
+    for path in _project_text_files():
+        if path == REPO / "docs" / "METHOD.md":
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "§" not in text:
+            continue
+        for line, number in method_citations(text, "METHOD.md" in text):
+            if number not in sections:
+                wrong.append(f"{path.relative_to(REPO)}:{line}: §{number}")
+    assert not wrong, f"these cite sections docs/METHOD.md does not have ({sorted(sections)}): {wrong}"
+
+
+INLINE_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+REFERENCE_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)", re.MULTILINE)
+
+
+def relative_links(text: str) -> list[str]:
+    """Link targets of a Markdown text that point into the repository (no scheme, no bare #anchor), anchors cut."""
+    targets = INLINE_LINK.findall(text) + REFERENCE_LINK.findall(text)
+    return [t.split("#", 1)[0] for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+def test_relative_links_are_read_as_meant() -> None:
+    text = '[a](docs/A.md) [b](https://x.org/B.md) [c](#top) [d](../e/F.md#part "title")\n[ref]: training/G.md\n'
+    assert relative_links(text) == ["docs/A.md", "../e/F.md", "training/G.md"]
+
+
+def test_every_relative_link_of_the_readme_and_the_guides_resolves() -> None:
+    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "results" / "README.md",
+                 *sorted((REPO / "experiments").glob("*.md"))]
+    broken = [f"{doc.relative_to(REPO)}: {target}" for doc in documents
+              for target in relative_links(doc.read_text(encoding="utf-8"))
+              if not (doc.parent / target).exists()]
+    assert not broken, f"links to files that do not exist: {broken}"
