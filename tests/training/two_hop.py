@@ -35,7 +35,7 @@ def make_two_hop_episodes(n: int, seed: int, people: int = 3, vocab: int = 8) ->
 
 
 def learning_config(encoder: str, output_dir: str, seed: int = 0, scale: float = 1.0) -> TrainConfig:
-    """The end-to-end learning test's training run (tests/training/test_learning.py, scripts/learning_seeds.py)."""
+    """The end-to-end learning test's training run (tests/training/test_learning.py, experiments/learning_seeds.py)."""
     return TrainConfig.from_dict({
         "model": {"encoder": encoder, "max_chunk_tokens": 16, "max_state_piece_tokens": 16, "scale": scale},
         "env": {"max_hops": 2},
