@@ -10,104 +10,37 @@ One hop, for every live state at once:
 2. encode it with the state tower f_θ (`encode_states`);
 3. place every chunk relative to what was taken (§2.3) and rotate the cached, unrotated chunk vectors g_φ(c)
    by those positions; score Q = ⟨f_θ(s), R(pos)·g_φ(c)⟩; mask the taken chunks and padding (`q_values`);
-4. act: the trainer samples from these scores (`policy.observe`), evaluation and serving take the argmax
-   (`greedy_hops`) and stop where the stop rule says (`stop_point`, §4).
+4. act: the trainer samples from these scores (`policy.observe`); evaluation and serving take the argmax
+   (`greedy_hops`) or keep the best few sequences (`beam_hops`), and stop where the stop rule says
+   (`stop_point`, §4); `fill_up` ranks the chunks left after the last hop when a caller asks for more.
 
+Steps 1–3 for some state rows are an `Expand`: `corpus_expand` scores the hop engine's `Corpora` (cached chunk
+vectors, any position mode), `store_expand` asks an external `ChunkStore` (position mode 'none').
 Training, validation, `search_many`, `MultiHopSearcher` and the eval baselines all call these functions, so
 the hops a model is served with are the hops it was trained and selected with.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Generic, TypeVar
 
 import torch
 
-from qrag.training.config import HopSettings, StateOrder
+from qrag.training.config import StateOrder
+from qrag.training.index import Chunk, ChunkStore
 from qrag.training.positions import rotate_halves
 from qrag.training.qnet import QNetwork, model_lock
+from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 
-Order = Literal["hop", "document"]
-FromModel = Literal["model"]
-FROM_MODEL: FromModel = "model"  # a hop setting that takes the model's saved value (`QNetwork.hops`)
+__all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Item", "Order", "SearchConfig",
+           "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states", "fill_up", "greedy_hops",
+           "q_values", "state_pieces", "stop_point", "stops", "store_expand", "top_up"]
+
 ROTATE_BUDGET = 1 << 25  # elements of (rows, N, D) rotary-scoring temporaries built at once (128 MiB fp32)
-
-
-class SearchError(ValueError):
-    """A search argument or a model/store pairing is invalid; the message names the value and the fix."""
-
-
-@dataclass
-class SearchConfig:
-    """Multi-hop search settings; every field can be overridden per call (see `qrag.training.search`)."""
-
-    k: int | None = None
-    """Exact number of results per question; None: adaptive (stop rule decides)."""
-    max_hops: int | None = None
-    """Most hops (state encodings that pick a chunk) per question; None: the model's trained horizon."""
-    stop_threshold: float | FromModel | None = FROM_MODEL
-    """Stop before a hop whose best Q-value is below this; 'model': the model's saved (calibrated) threshold;
-    None disables the rule."""
-    min_hops: int = 1
-    """Hops always taken before the stop rule may stop (a retriever that returns nothing helps nobody)."""
-    beam_size: int = 1
-    """Hop sequences kept per question; 1 is greedy."""
-    order: Order = "hop"
-    """Order of the returned hits: 'hop' or 'document' (position in the corpus, for long documents)."""
-    batch_size: int = 64
-    """Questions searched together (their states share encoder batches)."""
-
-    def validate(self) -> SearchConfig:
-        for name in ("k", "max_hops", "min_hops", "beam_size", "batch_size"):
-            value = getattr(self, name)
-            if name in ("k", "max_hops") and value is None:
-                continue
-            low = 0 if name == "min_hops" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise SearchError(f"{name} must be an integer >= {low}, got {value!r}.")
-        t = self.stop_threshold
-        if t is not None and t != FROM_MODEL and (isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t)):
-            raise SearchError(f"stop_threshold must be a number, 'model' or None, got {t!r}.")
-        if self.order not in ("hop", "document"):
-            raise SearchError(f"order must be 'hop' or 'document', got {self.order!r}.")
-        return self
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-
-    def resolved(self, hops: HopSettings) -> SearchConfig:
-        """A copy whose `max_hops` and `stop_threshold` left to the model take the model's saved values."""
-        return dataclasses.replace(
-            self,
-            max_hops=hops.max_hops if self.max_hops is None else self.max_hops,
-            stop_threshold=hops.stop_threshold if self.stop_threshold == FROM_MODEL else self.stop_threshold,
-        )
-
-    @property
-    def horizon(self) -> int:
-        """`max_hops` of a resolved config."""
-        if self.max_hops is None:
-            raise SearchError("max_hops is left to the model: resolve the config with SearchConfig.resolved first.")
-        return self.max_hops
-
-    @property
-    def threshold(self) -> float | None:
-        """`stop_threshold` of a resolved config (None: no stop rule)."""
-        if self.stop_threshold == FROM_MODEL:
-            raise SearchError("stop_threshold is left to the model: resolve the config with SearchConfig.resolved first.")
-        return self.stop_threshold  # type: ignore[return-value]
-
-    def with_overrides(self, overrides: Mapping[str, Any]) -> SearchConfig:
-        """A copy with per-call overrides; unknown names raise `SearchError` listing the known ones."""
-        unknown = sorted(set(overrides) - set(self.field_names()))
-        if unknown:
-            raise SearchError(f"unknown search argument(s) {unknown}; allowed: {self.field_names()}.")
-        return dataclasses.replace(self, **overrides).validate()
+Item = TypeVar("Item")  # what a hop takes: a row of the hop engine's corpora (int) or an external store's Chunk
 
 
 @dataclass(frozen=True)
@@ -244,51 +177,151 @@ def greedy_hops(
     """
     order = model.config.state_order
     taken: list[list[int]] = [[] for _ in questions]
-    qs: list[list[float]] = [[] for _ in questions]
+    hop_q: list[list[float]] = [[] for _ in questions]
     live = [h > 0 for h in horizons]
     for t in range(max(horizons, default=0)):
         rows = [b for b in range(len(questions)) if live[b] and t < horizons[b]]
         if not rows:
             break
-        scores, _ = _hop_scores(model, questions, corpora, rows, taken, order, batch_size)  # (R, N)
+        scores, _ = _hop_scores(model, questions, corpora, rows, [taken[b] for b in rows], order, batch_size)  # (R, N)
         best, idx = scores.max(dim=1)  # (R,), (R,)
         for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):
             if stops(threshold, min_hops, t, q):
                 live[b] = False
                 continue
             taken[b].append(int(i))
-            qs[b].append(float(q))
+            hop_q[b].append(float(q))
             if done is not None and done(b, taken[b]):
                 live[b] = False
-    return list(zip(taken, qs, strict=True))
+    return list(zip(taken, hop_q, strict=True))
+
+
+@dataclass(frozen=True)
+class Beam(Generic[Item]):
+    """One hop sequence of beam search: what it took, each hop's Q-value, and their sum (what beams rank by)."""
+
+    taken: tuple[Item, ...] = ()
+    q_values: tuple[float, ...] = ()
+    total: float = 0.0
+
+    def extend(self, item: Item, q: float) -> Beam[Item]:
+        return Beam((*self.taken, item), (*self.q_values, q), self.total + q)
+
+
+Expand = Callable[[Sequence[int], Sequence[Sequence[Item]], int], list[list[tuple[Item, float]]]]
+"""Steps 1–3 of a hop for R state rows: `expand(rows, taken, width)` renders, encodes and scores the state of
+question `rows[r]` after taking `taken[r]`, and returns per row its `width` best untaken items with their
+Q-values, best first (fewer where the corpus runs out)."""
+
+
+def beam_hops(
+    expand: Expand[Item], questions: int, horizons: Sequence[int], beam_size: int, *,
+    threshold: float | None = None, min_hops: int = 1, distinct: Callable[[Item], Hashable] | None = None,
+) -> list[Beam[Item]]:
+    """Beam search (§4): per question, the best of the `beam_size` hop sequences with the largest total Q.
+
+    Every hop expands the states of all live beams of all questions in one `expand` call; each question keeps its
+    `beam_size` best extensions (ties keep the ranking `expand` gave). A question stops after `horizons[b]` hops
+    or when its corpus runs out. With `beam_size=1` the stop rule is applied live (`threshold`; None: no rule):
+    that is greedy search, with no encoder call past the stop; wider beams run the whole horizon and leave the
+    stop rule to the caller (`stop_point` along the best beam). `distinct(item)` names an item for states in
+    document order, where the same set of items is the same state whatever the order it was taken in: then
+    only the best sequence of each set is kept, so the beam holds distinct states.
+    """
+    beams: list[list[Beam[Item]]] = [[Beam()] for _ in range(questions)]
+    live = [h > 0 for h in horizons]
+    for t in range(max(horizons, default=0)):
+        rows = [(b, beam) for b in range(questions) if live[b] and t < horizons[b] for beam in beams[b]]
+        if not rows:
+            break
+        candidates = expand([b for b, _ in rows], [beam.taken for _, beam in rows], beam_size)
+        grown: dict[int, list[Beam[Item]]] = {b: [] for b, _ in rows}
+        for (b, beam), row in zip(rows, candidates, strict=True):
+            grown[b].extend(beam.extend(item, q) for item, q in row)
+        for b, new in grown.items():
+            if not new or (beam_size == 1 and stops(threshold, min_hops, t, max(x.q_values[-1] for x in new))):
+                live[b] = False  # the corpus ran out, or greedy search stops before this hop
+                continue
+            beams[b] = _prune(new, beam_size, distinct)
+    return [max(kept, key=lambda x: x.total) for kept in beams]
+
+
+def _prune(beams: list[Beam[Item]], width: int, distinct: Callable[[Item], Hashable] | None) -> list[Beam[Item]]:
+    beams = sorted(beams, key=lambda x: -x.total)  # stable: ties keep the ranking of `expand`
+    if distinct is None:
+        return beams[:width]
+    seen: set[frozenset[Hashable]] = set()
+    kept: list[Beam[Item]] = []
+    for beam in beams:
+        key = frozenset(distinct(item) for item in beam.taken)
+        if key not in seen:
+            seen.add(key)
+            kept.append(beam)
+        if len(kept) == width:
+            break
+    return kept
+
+
+def fill_up(expand: Expand[Item], taken: Sequence[Sequence[Item]], k: int,
+            sizes: Sequence[int | None]) -> list[list[tuple[Item, float]]]:
+    """Per question, the (item, Q) pairs that fill its hops up to `k` results (at most its corpus, `sizes[b]`;
+    None: unknown): the best untaken items for the state after its last hop, best first (one more state
+    encoding, no more hops)."""
+    wanted = [k if size is None else min(k, size) for size in sizes]
+    need = [b for b in range(len(taken)) if len(taken[b]) < wanted[b]]
+    out: list[list[tuple[Item, float]]] = [[] for _ in taken]
+    if not need:
+        return out
+    width = max(wanted[b] - len(taken[b]) for b in need)
+    for b, row in zip(need, expand(need, [taken[b] for b in need], width), strict=True):
+        out[b] = row[: wanted[b] - len(taken[b])]
+    return out
 
 
 def top_up(
     model: QNetwork, questions: Sequence[str], corpora: Corpora, taken: Sequence[list[int]], k: int,
     batch_size: int = 128,
 ) -> list[list[tuple[int, float]]]:
-    """Per question, the (row, Q) pairs that fill its hops up to `k` results (at most its corpus): the best
-    untaken chunks for the state after its last hop, best first (one more state encoding, no more hops)."""
-    need = [b for b in range(len(questions)) if len(taken[b]) < min(k, corpora.size(b))]
-    out: list[list[tuple[int, float]]] = [[] for _ in questions]
-    if not need:
-        return out
-    scores, _ = _hop_scores(model, questions, corpora, need, taken, model.config.state_order, batch_size)  # (R, N)
-    width = max(min(k, corpora.size(b)) - len(taken[b]) for b in need)
-    top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
-    for r, b in enumerate(need):
-        missing = min(k, corpora.size(b)) - len(taken[b])
-        out[b] = [(int(i), float(q)) for q, i in zip(top[r, :missing].tolist(), idx[r, :missing].tolist(), strict=True)]
-    return out
+    """`fill_up` over the hop engine's corpora: per question, the (row, Q) pairs after its last hop up to `k`."""
+    expand = corpus_expand(model, questions, corpora, batch_size)
+    return fill_up(expand, taken, k, [corpora.size(b) for b in range(len(questions))])
 
 
-def _hop_scores(model: QNetwork, questions: Sequence[str], corpora: Corpora, rows: list[int],
-                taken: Sequence[list[int]], order: StateOrder, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Render, encode and score the states of questions `rows` (steps 1–3 of a hop)."""
-    pieces = [state_pieces([corpora.texts[b][i] for i in taken[b]], taken[b], order) for b in rows]
+def corpus_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, batch_size: int = 128) -> Expand[int]:
+    """The `Expand` of the hop engine's corpora: items are corpus rows, scored by `q_values`."""
+    order = model.config.state_order
+
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float]]]:
+        scores, _ = _hop_scores(model, questions, corpora, rows, taken, order, batch_size)  # (R, N)
+        top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
+        return [[(int(i), float(q)) for q, i in zip(q_row, i_row, strict=True) if q != -math.inf]
+                for q_row, i_row in zip(top.tolist(), idx.tolist(), strict=True)]
+
+    return expand
+
+
+def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128) -> Expand[Chunk]:
+    """The `Expand` of an external store (position mode 'none'): items are its chunks, ranked by the store's inner
+    products with the state vectors, the taken ones excluded by id."""
+    order = model.config.state_order
+
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float]]]:
+        pieces = [state_pieces([c.text for c in s], [c.position for c in s], order) for s in taken]
+        names = [questions[b] for b in rows]
+        states = encode_states(model, names, pieces, batch_size)  # (R, D)
+        check_finite_q(states, names)
+        return store.search(states, width, exclude=[{c.id for c in s} for s in taken])
+
+    return expand
+
+
+def _hop_scores(model: QNetwork, questions: Sequence[str], corpora: Corpora, rows: Sequence[int],
+                taken: Sequence[Sequence[int]], order: StateOrder, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Render, encode and score the states of question `rows[r]` after taking the rows `taken[r]` (steps 1–3)."""
+    pieces = [state_pieces([corpora.texts[b][i] for i in t], t, order) for b, t in zip(rows, taken, strict=True)]
     names = [questions[b] for b in rows]
     states = encode_states(model, names, pieces, batch_size)  # (R, D)
-    return q_values(model, states, corpora, rows, [taken[b] for b in rows], names=names)
+    return q_values(model, states, corpora, rows, taken, names=names)
 
 
 def stops(threshold: float | None, min_hops: int, hop: int, best_q: float) -> bool:
@@ -296,12 +329,12 @@ def stops(threshold: float | None, min_hops: int, hop: int, best_q: float) -> bo
     return threshold is not None and hop >= min_hops and best_q < threshold
 
 
-def stop_point(qs: Sequence[float], threshold: float | None, min_hops: int) -> int:
+def stop_point(q_values: Sequence[float], threshold: float | None, min_hops: int) -> int:
     """How many hops the stop rule keeps: stop before the first hop ≥ min_hops whose Q is below threshold."""
-    for t, q in enumerate(qs):
+    for t, q in enumerate(q_values):
         if stops(threshold, min_hops, t, q):
             return t
-    return len(qs)
+    return len(q_values)
 
 
 def check_finite_q(values: torch.Tensor, questions: Sequence[str] | None) -> None:

@@ -2,10 +2,11 @@
 
 Shape legend: B questions, R state rows (questions × live beams), N chunks, D vector dim, K beam/width.
 
-The hops themselves (rendering, encoding, positions, scoring, masking, the stop rule) are the hop engine's,
-`qrag.training.hops`, the same functions training acts and validates with. This module owns what users call:
-`MultiHopSearcher` (greedy search through the engine; beam search and external stores on its own loop;
-persistence) and `search_many` (one corpus per question, in shared batches).
+The hops themselves (rendering, encoding, positions, scoring, masking, greedy and beam hops, the top-up, the stop
+rule) are the hop engine's, `qrag.training.hops`, the same functions training acts and validates with. This module
+turns them into what users call: `MultiHopSearcher` (over a `ChunkIndex` or an external store; persistence) and
+`search_many` (one corpus per question, in shared batches). Search settings live in
+`qrag.training.search_settings`.
 
 `max_hops` and `stop_threshold` default to the model's own (`QNetwork.hops`: the horizon it was trained for
 and the stop threshold calibrated on its validation data, saved with it); a caller's explicit value wins.
@@ -29,7 +30,6 @@ wider beam (docs/RESULTS.md, "Beam search against greedy hops").
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,23 +39,21 @@ from typing import Any
 import torch
 
 from qrag.training.hops import (
-    FROM_MODEL,
     Corpora,
-    FromModel,
-    Order,
-    SearchConfig,
-    SearchError,
+    Expand,
+    Item,
+    beam_hops,
     check_finite_q,
-    encode_states,
+    corpus_expand,
+    fill_up,
     greedy_hops,
-    q_values,
-    state_pieces,
     stop_point,
-    stops,
+    store_expand,
     top_up,
 )
-from qrag.training.index import Chunk, ChunkIndex, ChunkStore, ScoredChunk
+from qrag.training.index import Chunk, ChunkIndex, ChunkStore
 from qrag.training.qnet import CONFIG_FILE, QNetwork, model_lock
+from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 from qrag.training.searcher_files import read_searcher, write_searcher
 from qrag.training.shipped import resolve_checkpoint
 from qrag.training.towers import Precision
@@ -63,7 +61,6 @@ from qrag.training.validate import check_device
 
 __all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "MultiHopSearcher", "SearchConfig", "SearchError",
            "SearchResult", "check_finite_q", "load_model", "search_corpora", "search_many", "stop_point"]
-
 
 
 class CorpusOrderWarning(UserWarning):
@@ -87,16 +84,6 @@ class SearchResult:
     question: str
     hits: list[Hit]
     hops_kept: int
-
-
-@dataclass(frozen=True)
-class _Beam:
-    chunks: tuple[Chunk, ...] = ()
-    qs: tuple[float, ...] = ()
-    total: float = 0.0
-
-    def extend(self, chunk: Chunk, q: float) -> _Beam:
-        return _Beam((*self.chunks, chunk), (*self.qs, q), self.total + q)
 
 
 class MultiHopSearcher:
@@ -229,104 +216,18 @@ class MultiHopSearcher:
             out.extend(self._search_group(qs[start : start + cfg.batch_size], cfg))
         return out
 
-    # ------------------------------------------------------------------ the hop loop
+    # ------------------------------------------------------------------ the hops
     def _search_group(self, questions: list[str], cfg: SearchConfig) -> list[SearchResult]:
-        if cfg.beam_size == 1 and isinstance(self.store, ChunkIndex):  # greedy over the index: the hop engine
+        """Hops from the hop engine: greedy or beam over the index's vectors, or over an external store's ranking."""
+        if isinstance(self.store, ChunkIndex):
             index = self.store
             corpora = Corpora.shared(index.vectors, index.texts, len(questions))
-            return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
-        n = len(self.store) if isinstance(self.store, ChunkIndex) else None
-        explicit = cfg.k is not None
-        horizon = min(cfg.k, cfg.horizon) if cfg.k is not None else cfg.horizon
-        horizon = min(horizon, n) if n is not None else horizon
-        thr = cfg.threshold
-        beams: list[list[_Beam]] = [[_Beam()] for _ in questions]
-        live = [True] * len(questions)
-        for t in range(horizon):
-            rows = [(b, beam) for b in range(len(questions)) if live[b] for beam in beams[b]]
-            if not rows:
-                break
-            states = self._encode([questions[b] for b, _ in rows], [beam.chunks for _, beam in rows])  # (R, D)
-            check_finite_q(states, [questions[b] for b, _ in rows])
-            cands = self._candidates(states, [beam.chunks for _, beam in rows], cfg.beam_size)
-            grown: dict[int, list[_Beam]] = {b: [] for b, _ in rows}
-            for (b, beam), cand in zip(rows, cands, strict=True):
-                grown[b].extend(beam.extend(c, q) for c, q in cand)
-            for b, new in grown.items():
-                if not new:  # the store ran out of chunks
-                    live[b] = False
-                    continue
-                # Greedy adaptive search stops early (no more encoder calls); beams decide at the end.
-                best_q = max(x.qs[-1] for x in new)
-                if cfg.beam_size == 1 and not explicit and stops(thr, cfg.min_hops, t, best_q):
-                    live[b] = False
-                    continue
-                beams[b] = self._prune(new, cfg.beam_size)
-        results = []
-        for bs in beams:
-            best = max(bs, key=lambda x: x.total)
-            kept = stop_point(best.qs, thr, cfg.min_hops)
-            hits = [Hit(c, t, q, t >= kept) for t, (c, q) in enumerate(zip(best.chunks, best.qs, strict=True))]
-            results.append([h for h in hits if not h.past_stop] if not explicit else hits)
-        if explicit:
-            self._fill(questions, beams, results, cfg)
-        return [
-            SearchResult(q, _ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
-            for q, hits in zip(questions, results, strict=True)
-        ]
-
-    def _fill(self, questions: list[str], beams: list[list[_Beam]], results: list[list[Hit]], cfg: SearchConfig) -> None:
-        """Top up to exactly k hits from the ranking of the state after the last hop (no further hops)."""
-        assert cfg.k is not None
-        n = len(self.store) if isinstance(self.store, ChunkIndex) else None
-        need = [b for b, hits in enumerate(results) if len(hits) < cfg.k and (n is None or len(hits) < n)]
-        if not need:
-            return
-        seqs = [max(beams[b], key=lambda x: x.total).chunks for b in need]
-        states = self._encode([questions[b] for b in need], seqs)  # (R, D)
-        check_finite_q(states, [questions[b] for b in need])
-        width = cfg.k - min(len(results[b]) for b in need)
-        for b, seq, cand in zip(need, seqs, self._candidates(states, seqs, width), strict=True):
-            missing = cfg.k - len(results[b])
-            results[b].extend(Hit(c, len(seq), q, True) for c, q in cand[:missing])
-
-    def _prune(self, beams: list[_Beam], width: int) -> list[_Beam]:
-        beams = sorted(beams, key=lambda x: -x.total)  # stable: ties keep the store's ranking
-        if self.model.config.state_order != "document":
-            return beams[:width]
-        # In document state order the same set of chunks is the same state whatever the order it was
-        # taken in: keep only its best-scoring sequence so the beam holds distinct states.
-        seen: set[frozenset[str]] = set()
-        kept: list[_Beam] = []
-        for beam in beams:
-            key = frozenset(c.id for c in beam.chunks)
-            if key not in seen:
-                seen.add(key)
-                kept.append(beam)
-            if len(kept) == width:
-                break
-        return kept
-
-    # ------------------------------------------------------------------ beam search and external stores
-    def _encode(self, questions: list[str], taken: list[tuple[Chunk, ...]]) -> torch.Tensor:
-        """State vectors (R, D) for `q [SEP] c_i1 [SEP] …` in the model's state order."""
-        order = self.model.config.state_order
-        pieces = [state_pieces([c.text for c in s], [c.position for c in s], order) for s in taken]
-        return encode_states(self.model, questions, pieces)  # (R, D)
-
-    def _candidates(self, states: torch.Tensor, taken: list[tuple[Chunk, ...]], width: int) -> list[list[ScoredChunk]]:
-        """Per state row, the `width` best untaken chunks with their Q-values, best first."""
-        if self.mode == "none" or not isinstance(self.store, ChunkIndex):
-            return self.store.search(states, width, exclude=[{c.id for c in s} for s in taken])
-        index = self.store
-        rows = [[c.position for c in s if c.position is not None] for s in taken]
-        corpora = Corpora.shared(index.vectors, index.texts, len(taken))
-        scores, _ = q_values(self.model, states, corpora, range(len(taken)), rows)  # (R, N)
-        top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
-        return [
-            [(index.chunk(i), s) for s, i in zip(srow, irow, strict=True) if s != -math.inf]
-            for srow, irow in zip(top.tolist(), idx.tolist(), strict=True)
-        ]
+            if cfg.beam_size == 1:
+                return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
+            return _beam_results(corpus_expand(self.model, questions, corpora), questions, len(index), index.chunk,
+                                 self.model.config.state_order == "document", cfg)
+        return _beam_results(store_expand(self.model, questions, self.store), questions, None, lambda c: c,
+                             self.model.config.state_order == "document", cfg)
 
 
 def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[ChunkIndex],
@@ -383,21 +284,45 @@ def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chu
                     cfg: SearchConfig) -> list[SearchResult]:
     """Greedy search results from the hop engine: hops (the stop rule live when adaptive), then, for an explicit
     `k` beyond the hops, the top-up; `chunk[b](row)` is the chunk at a row of question b's corpus."""
-    explicit, thr = cfg.k is not None, cfg.threshold
-    horizons = [min(cfg.k if cfg.k is not None else cfg.horizon, cfg.horizon, corpora.size(b))
-                for b in range(len(questions))]
-    hopped = greedy_hops(model, questions, corpora, horizons, threshold=None if explicit else thr,
+    horizons = [_horizon(cfg, corpora.size(b)) for b in range(len(questions))]
+    hopped = greedy_hops(model, questions, corpora, horizons, threshold=None if cfg.k is not None else cfg.threshold,
                          min_hops=cfg.min_hops)
     extra = (top_up(model, questions, corpora, [t for t, _ in hopped], cfg.k) if cfg.k is not None
              else [[] for _ in questions])
-    results = []
-    for b, ((taken, qs), more) in enumerate(zip(hopped, extra, strict=True)):
-        kept = stop_point(qs, thr, cfg.min_hops)
-        hits = [Hit(chunk[b](i), t, q, t >= kept) for t, (i, q) in enumerate(zip(taken, qs, strict=True))]
-        hits += [Hit(chunk[b](i), len(taken), q, True) for i, q in more]  # past the last hop
-        hits = hits if explicit else [h for h in hits if not h.past_stop]
-        results.append(SearchResult(questions[b], _ordered(hits, cfg.order), sum(not h.past_stop for h in hits)))
-    return results
+    return [_result(questions[b], [chunk[b](i) for i in taken], q_values, [(chunk[b](i), q) for i, q in more], cfg)
+            for b, ((taken, q_values), more) in enumerate(zip(hopped, extra, strict=True))]
+
+
+def _beam_results(expand: Expand[Item], questions: list[str], size: int | None, chunk: Callable[[Item], Chunk],
+                        distinct: bool, cfg: SearchConfig) -> list[SearchResult]:
+    """Beam search results from the hop engine (greedy when `beam_size=1`): the best beam of each question, then,
+    for an explicit `k` beyond its hops, the top-up; `size` is the corpus size (None: an external store's,
+    unknown), `chunk(item)` the chunk an item names, `distinct` whether beams must hold distinct sets of chunks
+    (states in document order)."""
+    beams = beam_hops(expand, len(questions), [_horizon(cfg, size)] * len(questions), cfg.beam_size,
+                      threshold=None if cfg.k is not None else cfg.threshold, min_hops=cfg.min_hops,
+                      distinct=(lambda item: chunk(item).id) if distinct else None)
+    extra = (fill_up(expand, [beam.taken for beam in beams], cfg.k, [size] * len(questions)) if cfg.k is not None
+             else [[] for _ in questions])
+    return [_result(question, [chunk(i) for i in beam.taken], beam.q_values, [(chunk(i), q) for i, q in more], cfg)
+            for question, beam, more in zip(questions, beams, extra, strict=True)]
+
+
+def _horizon(cfg: SearchConfig, size: int | None) -> int:
+    """Hops a question takes at most: `max_hops`, fewer for an explicit `k` or a smaller corpus."""
+    horizon = min(cfg.k, cfg.horizon) if cfg.k is not None else cfg.horizon
+    return horizon if size is None else min(horizon, size)
+
+
+def _result(question: str, taken: Sequence[Chunk], q_values: Sequence[float], more: Sequence[tuple[Chunk, float]],
+            cfg: SearchConfig) -> SearchResult:
+    """One question's hits: its hops (those past the stop rule flagged, or dropped when `k` is adaptive), then the
+    top-up `more` past the last hop."""
+    kept = stop_point(q_values, cfg.threshold, cfg.min_hops)
+    hits = [Hit(c, t, q, t >= kept) for t, (c, q) in enumerate(zip(taken, q_values, strict=True))]
+    hits += [Hit(c, len(taken), q, True) for c, q in more]  # past the last hop
+    hits = hits if cfg.k is not None else [h for h in hits if not h.past_stop]
+    return SearchResult(question, _ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
 
 
 def _ordered(hits: list[Hit], order: Order) -> list[Hit]:

@@ -88,6 +88,23 @@ def test_greedy_hops_follow_the_argmax_and_stop_where_told() -> None:
     assert hops.top_up(net, ["q"], corpora, [[2, 0, 1]], k=3) == [[]]  # type: ignore[arg-type]
 
 
+def test_beam_hops_keep_the_best_sequences_and_fill_up_after_the_last_hop() -> None:
+    net = TableNet({**TABLE, ("q", ("a",)): [1.0, 5.0]})  # (a) → b 5, c 6
+    corpora = hops.Corpora.shared(VECTORS, ["a", "b", "c"], 1)
+    expand = hops.corpus_expand(net, ["q"], corpora)  # type: ignore[arg-type]
+    # Greedy takes c (4) then a (2): 6. A beam of two also keeps a (3), and a then c is 3 + 6 = 9.
+    assert hops.beam_hops(expand, 1, [2], 1) == [hops.Beam((2, 0), (4.0, 2.0), 6.0)]
+    assert hops.beam_hops(expand, 1, [2], 2) == [hops.Beam((0, 2), (3.0, 6.0), 9.0)]
+    assert hops.beam_hops(expand, 1, [0], 2) == [hops.Beam()]
+    # One beam is greedy search: the stop rule acts live (hop 1's best Q, 2, is below 2.5); wider beams leave it.
+    assert hops.beam_hops(expand, 1, [2], 1, threshold=2.5) == [hops.Beam((2,), (4.0,), 4.0)]
+    assert hops.beam_hops(expand, 1, [2], 2, threshold=50.0) == [hops.Beam((0, 2), (3.0, 6.0), 9.0)]
+    # The chunks left after the last hop, best first, up to k results and at most the corpus.
+    assert hops.fill_up(expand, [(0, 2)], 3, [3]) == [[(1, 0.25)]]
+    assert hops.fill_up(expand, [(0, 2)], 2, [None]) == [[]]
+    assert hops.fill_up(expand, [(2,)], 5, [3]) == hops.top_up(net, ["q"], corpora, [[2]], k=5) == [[(0, 2.0), (1, 0.5)]]  # type: ignore[arg-type]
+
+
 def test_stop_point_counts_the_hops_the_rule_keeps() -> None:
     assert hops.stop_point([0.9, 0.8, 0.4, 0.1], 0.5, 1) == 2
     assert hops.stop_point([0.3, 0.8], 0.5, 1) == 2  # the first hop is always kept with min_hops=1
