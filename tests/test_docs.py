@@ -1,5 +1,5 @@
-"""What the documents promise: every "METHOD.md §n" in the repository names a section of docs/METHOD.md, and every
-relative link of the README and the guides leads to a file."""
+"""What the documents promise: every document a project file names exists, every "METHOD.md §n" in the repository
+names a section of docs/METHOD.md, and every relative link of the README and the guides leads to a file."""
 
 from __future__ import annotations
 
@@ -85,3 +85,12 @@ def test_every_relative_link_of_the_readme_and_the_guides_resolves() -> None:
               for target in relative_links(doc.read_text(encoding="utf-8"))
               if not (doc.parent / target).exists()]
     assert not broken, f"links to files that do not exist: {broken}"
+
+
+def test_every_document_a_project_file_names_is_in_the_repository() -> None:
+    present = {p.name for p in _project_text_files() if p.suffix == ".md"}
+    missing = sorted({f"{name} (named in {path.relative_to(REPO)})" for path in _project_text_files()
+                      if path != Path(__file__).resolve()
+                      for name in re.findall(r"\b[A-Z][A-Z_]*\.md\b", path.read_text(encoding="utf-8", errors="replace"))
+                      if name not in present})
+    assert not missing, f"documents named but not in the repository: {missing}"
