@@ -194,7 +194,7 @@ class DenseRetriever:
                 top, rows = scores[0].topk(_budget(ep, self.budget))  # (k,)
                 out.append(([int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
         each = (time.perf_counter() - start) / max(1, len(episodes))
-        return [Retrieval(rows, 0, qs, 1, each, *cost) for (rows, qs), cost in zip(out, costs, strict=True)]
+        return [Retrieval(rows, 0, q_values, 1, each, *cost) for (rows, q_values), cost in zip(out, costs, strict=True)]
 
 
 class MultiHopRetriever:

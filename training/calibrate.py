@@ -81,7 +81,7 @@ def choose_threshold(
     golds = [frozenset(g) for g in gold]
     if any(not g for g in golds):
         raise ValueError("every calibration episode needs at least one supporting chunk.")
-    values = sorted({q for qs in hop_qs for t, q in enumerate(qs) if t >= min_hops and math.isfinite(q)})
+    values = sorted({q for q_values in hop_qs for t, q in enumerate(q_values) if t >= min_hops and math.isfinite(q)})
     # One threshold per distinct behaviour: below every Q (never stops), between neighbours, above every Q.
     cuts = [values[0] - 1.0] if values else [0.0]
     cuts += [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)]
@@ -89,8 +89,8 @@ def choose_threshold(
 
     def evaluate(threshold: float | None) -> dict[str, float]:
         ems, f1s, hops = [], [], []
-        for qs, rows, g in zip(hop_qs, hop_rows, golds, strict=True):
-            kept = stop_point(qs, threshold, min_hops)
+        for q_values, rows, g in zip(hop_qs, hop_rows, golds, strict=True):
+            kept = stop_point(q_values, threshold, min_hops)
             em, f1 = _scores(rows[:kept], g)
             ems.append(em)
             f1s.append(f1)

@@ -207,13 +207,13 @@ class MultiHopSearcher:
         cfg = self.config.with_overrides(overrides).resolved(self.model.hops)
         if isinstance(questions, str):
             raise SearchError("questions must be a list of strings; for one question use search_one().")
-        qs = list(questions)
-        for i, q in enumerate(qs):
-            if not isinstance(q, str) or not q.strip():
-                raise SearchError(f"question {i} must be a non-empty string, got {q!r}.")
+        asked = list(questions)
+        for i, question in enumerate(asked):
+            if not isinstance(question, str) or not question.strip():
+                raise SearchError(f"question {i} must be a non-empty string, got {question!r}.")
         out: list[SearchResult] = []
-        for start in range(0, len(qs), cfg.batch_size):
-            out.extend(self._search_group(qs[start : start + cfg.batch_size], cfg))
+        for start in range(0, len(asked), cfg.batch_size):
+            out.extend(self._search_group(asked[start : start + cfg.batch_size], cfg))
         return out
 
     # ------------------------------------------------------------------ the hops

@@ -14,10 +14,10 @@ from tests.training.two_hop import make_two_hop_episodes
 
 def test_threshold_cuts_where_the_gold_chain_ends() -> None:
     # Two 2-fact episodes: gold found in hops 0-1, the third hop is past the chain and its Q is low.
-    qs = [[0.9, 0.8, 0.1], [0.95, 0.7, 0.2]]
+    hop_qs = [[0.9, 0.8, 0.1], [0.95, 0.7, 0.2]]
     rows = [[3, 5, 0], [1, 2, 4]]
     gold = [[3, 5], [1, 2]]
-    threshold, s = choose_threshold(qs, rows, gold)
+    threshold, s = choose_threshold(hop_qs, rows, gold)
     # Distinct Qs past hop 0: 0.1 0.2 0.7 0.8; the cut between 0.2 and 0.7 keeps exactly the chains.
     assert threshold == pytest.approx(0.45)
     assert s["fact_em"] == 1.0 and s["fact_f1"] == 1.0 and s["mean_hops"] == 2.0
@@ -26,14 +26,14 @@ def test_threshold_cuts_where_the_gold_chain_ends() -> None:
 
 def test_threshold_never_costs_coverage_beyond_the_tolerance() -> None:
     # Episode A needs its third hop, whose Q (0.3) is lower than B's and C's useless third hops (0.4, 0.5).
-    qs = [[0.9, 0.8, 0.3], [0.9, 0.8, 0.4], [0.9, 0.8, 0.5]]
+    hop_qs = [[0.9, 0.8, 0.3], [0.9, 0.8, 0.4], [0.9, 0.8, 0.5]]
     rows = [[0, 1, 2], [0, 1, 2], [0, 1, 2]]
     gold = [[0, 1, 2], [0, 1], [0, 1]]
-    threshold, s = choose_threshold(qs, rows, gold)
+    threshold, s = choose_threshold(hop_qs, rows, gold)
     assert threshold < 0.3  # any cut above 0.3 loses A's chain: EM 2/3 < 1.0 - 0.01
     assert s["fact_em"] == 1.0 and s["fact_f1"] == pytest.approx((1 + 0.8 + 0.8) / 3)
     # Allowed to give up a third of EM, the cut between 0.5 and 0.8 has the best F1: (0.8 + 1 + 1) / 3.
-    lax, s_lax = choose_threshold(qs, rows, gold, em_tolerance=0.5)
+    lax, s_lax = choose_threshold(hop_qs, rows, gold, em_tolerance=0.5)
     assert lax == pytest.approx(0.65) and s_lax["fact_em"] == pytest.approx(2 / 3)
     assert s_lax["fact_f1"] == pytest.approx(2.8 / 3)
 

@@ -277,9 +277,9 @@ def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeyp
                for i, n in enumerate([7, 12, 3, 9, 1])]  # different sizes: padding must not matter
     questions = ["Where is the milk?", "Where is Mary?", "Who has the apple?", "Where is John?", "What?"]
     indexes = [ChunkIndex.from_texts(qnet, c, show_progress=False) for c in corpora]
-    qs = [h.q_value for ix, q in zip(indexes, questions, strict=True)
+    q_values = [h.q_value for ix, q in zip(indexes, questions, strict=True)
           for h in MultiHopSearcher(qnet, ix).search_one(q, k=3, max_hops=3).hits]
-    mid = sorted(qs)[len(qs) // 2 - 1 : len(qs) // 2 + 1]
+    mid = sorted(q_values)[len(q_values) // 2 - 1 : len(q_values) // 2 + 1]
     threshold = sum(mid) / 2  # between two Q-values: the stop rule cuts some questions early, not others
     configs = [SearchConfig(k=None, max_hops=3, stop_threshold=threshold, order="document"),
                SearchConfig(k=2, max_hops=3), SearchConfig(k=5, max_hops=3, stop_threshold=threshold),

@@ -396,7 +396,7 @@ def _story(task: Task, rng: random.Random) -> Iterator[BabiSample]:
         if task == "qa1":
             if len(facts) % 2:
                 continue
-            qs = _candidate_questions(task, world, act)
+            candidates = _candidate_questions(task, world, act)
         elif task == "qa5":
             # After a give, a question about it follows 0–5 statements later.
             if pending is None and act.kind == "give" and rng.random() < _Q_PROB[task]:
@@ -405,12 +405,12 @@ def _story(task: Task, rng: random.Random) -> Iterator[BabiSample]:
                 pending = (pending[0] - 1, pending[1])
             if pending is None or pending[0] > 0:
                 continue
-            qs, pending = pending[1], None
+            candidates, pending = pending[1], None
         else:
             if len(facts) < _MIN_STORY[task] or (rng.random() >= _Q_PROB[task] and len(facts) < _MAX_STORY[task]):
                 continue
-            qs = _candidate_questions(task, world, act)
-        answered = [(q, a) for q in qs if (a := world.answer(q)) is not None]
+            candidates = _candidate_questions(task, world, act)
+        answered = [(q, a) for q in candidates if (a := world.answer(q)) is not None]
         if not answered:
             continue  # a story that never reaches a valid question ends at its cap; the next starts afresh
         q, (ans, support) = rng.choice(answered)
