@@ -2,7 +2,7 @@
 traceback, never a silently wrong answer, never a lost save.
 
 Covers persistence (corrupt checkpoints, indexes and saved retrievers; SIGKILL during a save; full disk;
-stale temporary folders), finite numbers, the adapters' edges, and the three CLIs (in-process via `main`).
+stale temporary folders), finite numbers and the adapters' edges; the three CLIs are in test_bad_cli_inputs.py.
 Everything runs on the tiny random BERT of tests/conftest.py.
 """
 
@@ -21,12 +21,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from qrag.training.atomic import previous_dir, write_text_atomic
-from qrag.training.checkpoint import ResumeError
 from qrag.training.index import ChunkIndex, IndexLoadError
 from qrag.training.qnet import CheckpointError, QNetwork
 from qrag.training.search import MultiHopSearcher, SearchError, load_model, search_many
 from tests import sigkill
-from tests.training.two_hop import make_two_hop_episodes
 
 TEXTS = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden.", "The milk is cold."]
 SURROGATE = "milk \ud800 here"
@@ -401,174 +399,6 @@ def test_unusable_devices_are_named(device: str, qnet: QNetwork, saved: dict[str
         load_model(qnet, device=device)
     with pytest.raises(ValueError, match=device):
         QRAGRetriever.load_local(saved["retriever"], device=device)
-
-
-# ------------------------------------------------------------------ the CLIs, in-process
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str], needle: str) -> str:
-    """The command's error is one line, the last, and names `needle`; no traceback anywhere."""
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    errors = [line for line in lines if ": error:" in line]
-    assert len(errors) == 1 and lines[-1] == errors[0] and needle in errors[0], lines
-    assert not any("Traceback" in line for line in lines), lines
-    return errors[0]
-
-
-@pytest.fixture()
-def files(tmp_path: Path) -> dict[str, Path]:
-    from qrag.training.data import write_jsonl
-
-    good = tmp_path / "good.jsonl"
-    write_jsonl(make_two_hop_episodes(6, 0), good)
-    latin1 = tmp_path / "latin1.jsonl"
-    latin1.write_bytes(good.read_bytes().split(b"\n")[0] + b"\n" + '{"question": "caf\u00e9?"}\n'.encode("latin-1"))
-    a_file = tmp_path / "a_file"
-    a_file.write_text("x")
-    return {"good": good, "latin1": latin1, "file": a_file, "dir": tmp_path, "missing": tmp_path / "missing.jsonl"}
-
-
-DATA_CASES: dict[str, tuple[list[str], str]] = {
-    "negative --num-samples": (["babi", "--num-samples", "-5"], "--num-samples must be >= 1"),
-    "zero --num-sentences": (["babilong", "--num-sentences", "0"], "--num-sentences"),
-    "--out is a folder": (["jsonl", "--path", "{good}", "--out", "{dir}"], "is a folder"),
-    "--out under a file": (["jsonl", "--path", "{good}", "--out", "{file}/x.jsonl"], "is a file"),
-    "non-UTF-8 --path": (["jsonl", "--path", "{latin1}"], "latin1.jsonl:2: not UTF-8"),
-    "missing --path": (["jsonl", "--path", "{missing}"], "missing.jsonl"),
-    "--path is a folder": (["jsonl", "--path", "{dir}"], "is not a file"),
-}
-
-
-@pytest.mark.parametrize("case", list(DATA_CASES))
-def test_qrag_data_bad_input(case: str, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.data.cli import main
-
-    argv, needle = DATA_CASES[case]
-    assert main([a.format(**files) for a in argv]) == 2
-    _one_line_error(capsys, needle)
-
-
-def test_qrag_data_failure_leaves_no_half_written_file(files: dict[str, Path], tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.data.cli import main
-
-    out = tmp_path / "out" / "eps.jsonl"
-    assert main(["jsonl", "--path", str(files["latin1"]), "--out", str(out)]) == 2  # fails at the second episode
-    _one_line_error(capsys, "not UTF-8")
-    assert not out.exists() and list(out.parent.iterdir()) == []
-
-
-TRAIN_CASES: dict[str, tuple[list[str], str]] = {
-    "negative num_train": (["--data.num_train", "-5"], "data.num_train must be >= 0"),
-    "negative num_val": (["--data.num_val", "-1"], "data.num_val must be >= 0"),
-    "num_distractors off the wiki source": (["--data.num_distractors", "50"], "applies to the wiki and hotpotqa_pool sources only"),
-    "negative num_distractors": (["--data.source", "wiki", "--data.task", "bridge", "--data.num_distractors", "-1"],
-                                 "data.num_distractors must be >= 0"),
-    "output_dir is a file": (["--trainer.output_dir", "{file}"], "is a file"),
-    "non-UTF-8 train_path": (["--data.source", "jsonl", "--data.train_path", "{latin1}"], "latin1.jsonl:2"),
-    "missing train_path": (["--data.source", "jsonl", "--data.train_path", "{missing}"], "missing.jsonl"),
-    "train_path is a folder": (["--data.source", "jsonl", "--data.train_path", "{dir}"], "not a file"),
-}
-
-
-@pytest.mark.parametrize("case", list(TRAIN_CASES))
-def test_qrag_train_bad_input(case: str, files: dict[str, Path], tiny_encoder_path: Path, tmp_path: Path,
-                              capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.cli import main
-
-    argv, needle = TRAIN_CASES[case]
-    base = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run")]
-    assert main([*base, *(a.format(**files) for a in argv)]) == 2
-    _one_line_error(capsys, needle)
-
-
-@pytest.mark.parametrize("damage", ["state not JSON", "state is a list", "tensors truncated", "model weights NaN"])
-def test_resume_from_a_damaged_last_is_one_line(damage: str, qnet: QNetwork, files: dict[str, Path],
-                                                tiny_encoder_path: Path, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.checkpoint import read_checkpoint
-    from qrag.training.cli import main
-
-    last = tmp_path / "run" / "last"
-    qnet.save_pretrained(last / "model")
-    (last / "trainer_state.json").write_text({"state not JSON": "{", "state is a list": "[]"}.get(damage, "{}"))
-    save_file({"rng.torch": torch.zeros(3)}, str(last / "trainer_tensors.safetensors"))
-    if damage == "tensors truncated":
-        (last / "trainer_tensors.safetensors").write_bytes(b"\x08")
-    if damage == "model weights NaN":
-        _set_tensor(_nan)(last / "model")
-    argv = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run"), "--resume",
-            "--data.source", "jsonl", "--data.train_path", str(files["good"]), "--data.num_val", "2",
-            "--trainer.no-progress"]
-    assert main(argv) == 2
-    _one_line_error(capsys, str(last))
-    if damage != "model weights NaN":
-        with pytest.raises(ResumeError, match="last"):
-            read_checkpoint(last)
-
-
-EVAL_CASES: dict[str, tuple[list[str], str]] = {
-    "--budget 0": (["--budget", "0"], "--budget) must be an integer >= 1, got 0"),
-    "--budget -3": (["--budget", "-3"], "got -3"),
-    "--lengths inf": (["--lengths", "inf"], "bad length 'inf'"),
-    "--lengths nan": (["--lengths", "nan"], "bad length 'nan'"),
-    "--num-samples -5": (["--num-samples", "-5"], "--num-samples) must be an integer >= 1"),
-    "--max-hops 0": (["--max-hops", "0"], "--max-hops"),
-    "--stop-threshold nan": (["--stop-threshold", "nan"], "--stop-threshold"),
-    "--out is a file": (["--out", "{file}"], "is a file"),
-    "--out under a file": (["--out", "{file}/sub"], "is a file, not a folder"),
-}
-
-
-@pytest.mark.parametrize("case", list(EVAL_CASES))
-def test_qrag_eval_bad_input(case: str, files: dict[str, Path], tmp_path: Path,
-                             capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.eval.cli import main
-
-    argv, needle = EVAL_CASES[case]
-    base = ["babilong", "--out", str(tmp_path / "ev"), "--no-progress", "--num-samples", "1", "--methods", "bm25"]
-    assert main([*base, *(a.format(**files) for a in argv)]) == 2
-    _one_line_error(capsys, needle)
-
-
-def test_qrag_eval_non_utf8_data(files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.eval.cli import main
-
-    assert main(["jsonl", "--data", str(files["latin1"]), "--out", str(tmp_path / "ev"), "--methods", "bm25",
-                 "--no-progress"]) == 2
-    _one_line_error(capsys, "latin1.jsonl:2: not UTF-8")
-
-
-@pytest.mark.parametrize("change", [["--budget", "3"], ["--seed", "1"], ["--encoder", "other-encoder"],
-                                    ["--max-hops", "2"]])
-def test_qrag_eval_resume_with_other_settings_is_refused(change: list[str], tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.eval.cli import main
-    from qrag.eval.runner import read_results
-
-    base = ["babilong", "--out", str(tmp_path), "--no-progress", "--num-samples", "2", "--tasks", "qa1",
-            "--lengths", "12", "--methods", "bm25", "--budget", "2"]
-    assert main(base) == 0
-    records = read_results(tmp_path / "results.jsonl")
-    assert records and all(r["settings"]["budget"] == 2 for r in records)
-    capsys.readouterr()
-    assert main([*base, *change]) == 2
-    err = capsys.readouterr().err
-    assert change[0].removeprefix("--").replace("-", "_") in err and "other settings" in err
-    assert read_results(tmp_path / "results.jsonl") == records
-
-
-def test_sweep_key_follows_the_checkpoint_not_its_path(tmp_path: Path) -> None:
-    from qrag.eval.runner import check_resumable
-
-    settings = {"model": "runs/a/best", "model_fingerprint": "f1", "budget": 2}
-    (tmp_path / "results.jsonl").write_text(json.dumps({"key": "k1", "settings": settings}) + "\n")
-    assert len(check_resumable(tmp_path / "results.jsonl", {**settings, "model": "/abs/runs/a/best"})) == 1
-    with pytest.raises(ValueError, match="model_fingerprint: 'f1' there, 'f2' now"):
-        check_resumable(tmp_path / "results.jsonl", {**settings, "model_fingerprint": "f2"})
-    (tmp_path / "results.jsonl").write_text(json.dumps({"key": "k1"}) + "\n")
-    with pytest.raises(ValueError, match="without its settings"):
-        check_resumable(tmp_path / "results.jsonl", settings)
 
 
 def test_a_failed_atomic_text_write_keeps_the_old_file(tmp_path: Path) -> None:
