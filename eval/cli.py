@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="questions the speed phase times one at a time (its batch is --batch-size)")
         if bench.needs_path:
             p.add_argument("--data", required=True, help="the data file (official format, or custom JSON Lines)")
+        if bench.source == "babilong":
+            p.add_argument("--filler-sentences", type=int, default=None, metavar="N",
+                           help="draw every haystack's background from one pool of N test-split sentences (default: "
+                                "all of the text sources); fewer distinct sentences to embed")
         if bench.source == "wiki":
             p.add_argument("--distractors", type=int, default=None,
                            help="non-gold passages per question (default 30); 1000 searches every test-split page")
@@ -129,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_hops=args.max_hops, stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
         device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
         distractors=getattr(args, "distractors", None), precision=args.precision,
+        filler_sentences=getattr(args, "filler_sentences", None),
         samples_at=getattr(args, "samples_at", {}), speed_lengths=getattr(args, "speed_lengths", ()),
         speed_hops=getattr(args, "speed_hops", None), speed_queries=getattr(args, "speed_queries", 20),
     )

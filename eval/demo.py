@@ -3,29 +3,35 @@
     make demo        # = python -m qrag.eval.demo [--minutes 15] [--output-dir runs/demo] [--samples 200]
     make demo ARGS="--model qrag/babilong-minilm-cpu --output-dir runs/shipped"   # no training: a shipped model
 
-Five phases, each resumable (interrupt it with Ctrl-C or kill, run the same command again, it continues):
+Six phases, each resumable (interrupt it with Ctrl-C or kill, run the same command again, it continues):
 
 1. data: BabiLong-style qa1–qa5 (qrag's `babilong` source): training and validation haystacks of 160
    sentences (split `train`), held-out test samples at 1K, 4K and 32K tokens (split `test`, `--samples`
-   per task and length).
-2. chunk vectors: the `babilong-cpu` preset trains the state tower only (`model.train_towers: state`), so
-   every distinct sentence of all those haystacks is embedded once, saved in OUT/chunk_vectors, and
-   shared by training, the held-out evaluation and the untrained baselines.
+   per task and length). Each split's haystacks draw their background from one pool of real sentences
+   (`data.filler_sentences` of the preset), so the whole job embeds a few ten thousand distinct sentences.
+2. chunk vectors for training: the `babilong-cpu` preset trains the state tower only (`model.train_towers:
+   state`), so every distinct sentence of the training and validation haystacks is embedded once, saved in
+   OUT/chunk_vectors and shared by training, the evaluation and the untrained baselines. The phase also
+   measures how fast this machine embeds, which plans the rest of the budget.
 3. training: soft Q(λ) until the training budget is spent, with a live progress bar and periodic
    validation; the best validated model is OUT/train/best.
-4. held-out evaluation: qrag, qrag+stop (the stop rule), BM25, single-hop dense and untrained multi-hop on
+4. chunk vectors of the held-out haystacks (not needed for training, so after it).
+5. held-out evaluation: qrag, qrag+stop (the stop rule), BM25, single-hop dense and untrained multi-hop on
    the same test samples, each retrieving the paper's budget of 6 chunks per question (qrag+stop as many as
    its rule keeps); one retrieval gives two tables, because a greedy method's first |SF| chunks are its
    |SF|-budget retrieval: fact EM at exactly |SF| chunks and at 6 chunks, with qrag's paired margin over the
    best baseline of every qa2/qa3 cell (OUT/eval/main_job.md), the plot and per-sample records (OUT/eval).
-5. one question through a LangChain chain: `QRAGRetriever` with the trained model over a 32K-token test
+6. one question through a LangChain chain: `QRAGRetriever` with the trained model over a 32K-token test
    haystack, then the bundled SmolLM2 reader; the hops with their Q-values and where the stop rule cut.
 
-The budget (`--minutes`, default 15) covers phases 1–5 on the machine it runs on; the training phase gets
-what is left after an estimate of the evaluation and the chain (`--reserve-minutes`; by default the larger of
-2.5 minutes and the chunk-vector phase's own time, which scales with the machine the same way). OUT/job.json records
-each phase's time. `--model` skips training and runs phases 4–5 on a trained checkpoint instead (a shipped
-name or a folder); an output folder holds the results of one model only.
+The budget (`--minutes`, default 15) covers phases 1–6 on the machine it runs on. After phase 2 the job
+estimates phases 4–6 from the embedding rate it measured; training gets the rest, and when that would be
+less than `MIN_TRAIN_SHARE` of the budget the evaluation is scaled down to fewer samples per cell up front
+(said on the console and in the report) rather than cutting training. Precision follows the CPU (`--precision
+auto`): bf16 autocast where the CPU has native bf16 (AVX512-BF16, AMX), fp32 elsewhere, where emulated bf16
+would be several times slower. OUT/job.json records each phase's time and the plan. `--model` skips training and
+runs phases 4–6 on a trained checkpoint instead (a shipped name or a folder); an output folder holds the
+results of one model only.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +58,9 @@ from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes
 from qrag.training.data.episode import Episode
 from qrag.training.index import IndexLoadError
+from qrag.training.precision import choose_precision
 from qrag.training.qnet import CheckpointError, QNetwork
+from qrag.training.towers import precision_autocast
 from qrag.training.trainer import Trainer
 
 PRESET = "babilong-cpu"
@@ -63,7 +71,19 @@ HARD_TASKS = ("qa2", "qa3")
 PAPER_BUDGET = 6  # chunks per question, as the reference evaluates BabiLong before its reader answers
 JOB_FILE = "job.json"
 REPORT_FILE = "main_job.md"
-DEFAULT_RESERVE_MINUTES = 2.5  # evaluation (15 000 retrievals at 6 chunks) and chain on 2 cores: 2.7 min measured
+MIN_TRAIN_SHARE = 0.6
+"""Training gets at least this share of the budget: an evaluation that would leave less is scaled down."""
+EVAL_SENTENCES_PER_SAMPLE = 32.0
+"""The held-out evaluation of one test sample (five methods, six chunks each) costs about as much encoder time
+as embedding this many sentences in phase 2 (docs/RESULTS.md, "The main job on any CPU")."""
+CHAIN_SECONDS = 45.0
+"""Phase 6 (loading the reader, one chain): an allowance, not a measurement of this machine."""
+SLACK_SECONDS = 20.0
+"""Loading and saving between phases."""
+MIN_SAMPLES = 20
+"""The fewest test samples per task and length a scaled evaluation keeps."""
+FALLBACK_SENTENCES_PER_S = 200.0
+"""Embedding rate assumed when phase 2 embedded nothing to time (every vector was cached)."""
 TRAINED_HERE = "trained by this job"
 
 
@@ -106,8 +126,25 @@ def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
 
 
 def precision_context(precision: str) -> Any:
-    """bf16 autocast on the CPU for no-grad encoding (training uses the trainer's own setting)."""
-    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    """The chosen CPU precision for no-grad encoding (training uses the trainer's own setting)."""
+    return precision_autocast(torch.device("cpu"), precision)
+
+
+def plan_samples(budget_s: float, spent_s: float, rate: float, samples: int, test_per_sample: int,
+                 test_sentences: int) -> tuple[int, float]:
+    """(test samples per cell, training seconds) so that the job fits `budget_s`.
+
+    The evaluation of `samples` per cell (`test_per_sample` test episodes for each unit of `samples`) is estimated
+    from the embedding rate (`EVAL_SENTENCES_PER_SAMPLE`), with the held-out vectors (`test_sentences` not yet
+    embedded), the chain and some slack; when the rest would leave training less than `MIN_TRAIN_SHARE` of the
+    budget, the samples are scaled down (to at least `MIN_SAMPLES`).
+    """
+    fixed = spent_s + test_sentences / rate + CHAIN_SECONDS + SLACK_SECONDS
+    per_sample = EVAL_SENTENCES_PER_SAMPLE * test_per_sample / rate  # seconds of evaluation per unit of samples
+    floor_train = MIN_TRAIN_SHARE * budget_s
+    if budget_s - fixed - per_sample * samples < floor_train:
+        samples = max(min(samples, MIN_SAMPLES), int((budget_s - fixed - floor_train) / per_sample))
+    return samples, budget_s - fixed - per_sample * samples
 
 
 def load_store(folder: Path, key: str) -> ChunkVectorCache:
@@ -121,9 +158,10 @@ def load_store(folder: Path, key: str) -> ChunkVectorCache:
         return ChunkVectorCache(key)
 
 
-def eval_config(out: Path, samples: int, lengths: Sequence[str]) -> RunConfig:
+def eval_config(out: Path, samples: int, lengths: Sequence[str], filler_sentences: int | None) -> RunConfig:
     return RunConfig(benchmark="babilong", out=out / "eval", methods=METHODS, tasks=TASKS, lengths=tuple(lengths),
-                     num_samples=samples, budget=PAPER_BUDGET, progress=True).validate()
+                     num_samples=samples, budget=PAPER_BUDGET, progress=True,
+                     filler_sentences=filler_sentences).validate()
 
 
 def _cells(cfg: RunConfig) -> list[tuple[str, str, int | None]]:
@@ -207,18 +245,18 @@ def run_chain(model: QNetwork, episode: Episode, max_hops: int, reader_name: str
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=15.0, help="time budget of the whole job (default 15)")
-    parser.add_argument("--reserve-minutes", type=float, default=None,
-                        help="part of the budget kept for the evaluation and the chain (default: the larger of 2.5 "
-                             "and what the chunk-vector phase took, which runs the same encoder over the same text)")
     parser.add_argument("--output-dir", default="runs/demo")
-    parser.add_argument("--samples", type=int, default=200, help="test samples per task and length (default 200)")
+    parser.add_argument("--samples", type=int, default=200,
+                        help="test samples per task and length (default 200; fewer, said up front, where the budget "
+                             "cannot fit them with training at its share)")
     parser.add_argument("--num-train", type=int, default=None, help="training episodes (default: the preset's)")
     parser.add_argument("--num-val", type=int, default=None, help="validation episodes (default: the preset's)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
-    parser.add_argument("--precision", choices=("bf16", "fp32"), default=None,
-                        help="CPU precision (default: the preset's bf16; fp32 on CPUs without fast bf16)")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                        help="CPU precision (default auto: bf16 where the CPU has native bf16, fp32 elsewhere; bf16 "
+                             "on a CPU without it warns and runs fp32)")
     parser.add_argument("--train-minutes", type=float, default=None,
-                        help="training time (default: what the budget leaves after --reserve-minutes)")
+                        help="training time (default: what the budget leaves after the estimated evaluation)")
     parser.add_argument("--lengths", default=",".join(LENGTHS), help="held-out lengths (default 1k,4k,32k)")
     parser.add_argument("--model", default=None,
                         help="evaluate and serve this trained checkpoint (a shipped name such as "
@@ -227,8 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="reader LLM of the chain: 'smollm2' (bundled, default), a transformers folder, or "
                              "'none' to show the hops without an LLM")
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or (args.reserve_minutes is not None and args.reserve_minutes < 0) or args.samples < 1:
-        parser.error("--minutes must be > 0, --reserve-minutes >= 0 and --samples >= 1.")
+    if args.minutes <= 0 or args.samples < 1:
+        parser.error(f"--minutes must be > 0 and --samples >= 1, got {args.minutes:g} and {args.samples}.")
     if args.train_minutes is not None and args.train_minutes <= 0:
         parser.error(f"--train-minutes must be > 0, got {args.train_minutes}.")
     args.lengths = tuple(x.strip().lower() for x in args.lengths.split(",") if x.strip())
@@ -259,11 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.data.num_train = args.num_train
     if args.num_val:
         config.data.num_val = args.num_val
-    if args.precision:
-        config.trainer.mixed_precision = "bf16" if args.precision == "bf16" else "no"
-    precision = "bf16" if config.trainer.mixed_precision == "bf16" else "fp32"
-    print(f"qrag main job: budget {args.minutes:g} min on {torch.get_num_threads()} threads ({precision}), "
-          f"output {out} (already spent: {job.spent() / 60:.1f} min)")
+    precision, why = choose_precision(args.precision, torch.device("cpu"))
+    config.trainer.mixed_precision = "bf16" if precision == "bf16" else "no"
+    print(f"qrag main job: precision {precision} ({why}); budget {args.minutes:g} min on "
+          f"{torch.get_num_threads()} threads, output {out} (already spent: {job.spent() / 60:.1f} min)")
     try:
         return _main(args, out, job, config, precision, model)
     except KeyboardInterrupt:
@@ -274,50 +311,62 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, precision: str,
           model: QNetwork | None) -> int:
     store_dir = out / "chunk_vectors"
-    with job.phase("data", "1/5 data"):
+    with job.phase("data", "1/6 data"):
         untrained = QNetwork.from_config(config.model)  # the untrained start: the multi-hop and dense baselines
         train, val = build_episodes(config.data) if model is None else ([], [])
-        cfg = eval_config(out, args.samples, args.lengths)
+        cfg = eval_config(out, args.samples, args.lengths, config.data.filler_sentences)
         test = [ep for task, _, value in _cells(cfg) for ep in cell_episodes(cfg, task, value)]
         print(f"training {len(train)} and validation {len(val)} episodes (qa1–qa5, {config.data.num_sentences} "
-              f"sentences), {len(test)} held-out test samples ({args.samples} per task at {', '.join(args.lengths)})")
-    with job.phase("vectors", "2/5 chunk vectors (frozen chunk tower: each distinct sentence once)"):
-        store = load_store(store_dir, untrained.chunk_vectors_key())
-        texts = list(dict.fromkeys(t for ep in (*train, *val, *test) for t in ep.chunks))
-        missing = [t for t in texts if t not in store]
-        print(f"{len(texts)} distinct sentences, {len(texts) - len(missing)} already cached")
-        if missing:
-            with precision_context(precision):
-                store.vectors(untrained, missing, show_progress=True)
-            store.save(store_dir)
-    with job.phase("train", "3/5 training (soft Q(λ), state tower, live progress; validation every "
+              f"sentences), {len(test)} held-out test samples ({args.samples} per task at {', '.join(args.lengths)}); "
+              f"background from {config.data.filler_sentences or 'all'} sentences per split")
+    store = load_store(store_dir, untrained.chunk_vectors_key())
+    with job.phase("vectors", "2/6 chunk vectors for training (frozen chunk tower: each distinct sentence once)"):
+        texts = list(dict.fromkeys(t for ep in (*train, *val) for t in ep.chunks))
+        embed(store, store_dir, untrained, texts, precision, job)
+    samples = job.state.get("samples", args.samples)
+    with job.phase("train", "3/6 training (soft Q(λ), state tower, live progress; validation every "
                    f"{config.trainer.eval_every} transitions)"):
         if model is not None:
             print(f"skipped: evaluating {args.model} (trained elsewhere)")
         elif not job.is_done("train"):
-            reserve = args.reserve_minutes
-            if reserve is None:  # a slower or busier machine evaluates slower too: measured, not assumed
-                reserve = max(DEFAULT_RESERVE_MINUTES, job.spent("vectors") / 60)
-            budget = args.minutes - reserve - job.spent() / 60
-            config.trainer.max_minutes = args.train_minutes or max(0.5, budget)
+            if args.train_minutes:
+                config.trainer.max_minutes = args.train_minutes
+            else:
+                rate = job.state.get("sentences_per_s", FALLBACK_SENTENCES_PER_S)
+                unseen = sum(t not in store for t in dict.fromkeys(t for ep in test for t in ep.chunks))
+                samples, train_s = plan_samples(60 * args.minutes, job.spent(), rate, args.samples,
+                                                len(test) // args.samples, unseen)
+                job.state["samples"] = samples
+                if samples < args.samples:
+                    print(f"the evaluation of {args.samples} samples per task and length would leave training less "
+                          f"than {MIN_TRAIN_SHARE:.0%} of the budget on this machine ({rate:.0f} sentences/s): it "
+                          f"is scaled to {samples} samples (said in the report); --minutes gives more")
+                config.trainer.max_minutes = max(0.5, train_s / 60)
             print(f"training budget {config.trainer.max_minutes:.1f} min (resumes from {config.trainer.output_dir}/last)")
             summary = Trainer(config, train, val, chunk_cache=store).train()
             print(f"{summary['transitions']} transitions in all; best validation: "
                   f"{json.dumps(json.loads((out / 'train' / 'best' / 'eval.json').read_text()))}")
             job.finish("train")
-    with job.phase("eval", "4/5 held-out evaluation"):
+    cfg = eval_config(out, samples, args.lengths, config.data.filler_sentences)
+    with job.phase("test_vectors", "4/6 chunk vectors of the held-out haystacks"):
+        test = [ep for task, _, value in _cells(cfg) for ep in cell_episodes(cfg, task, value)]
+        embed(store, store_dir, untrained, list(dict.fromkeys(t for ep in test for t in ep.chunks)), precision)
+    with job.phase("eval", "5/6 held-out evaluation"):
         trained = model or QNetwork.from_pretrained(out / "train" / "best")
         retrievers = make_retrievers(METHODS, encoder=untrained, checkpoint=trained, budget=cfg.budget,
                                      max_hops=config.env.max_hops,
                                      chunk_caches=[store])
         with precision_context(precision):
             run(cfg, retrievers=retrievers)
-        report = results_report(read_results(cfg.out / "results.jsonl"), args.samples, args.lengths)
+        report = results_report(read_results(cfg.out / "results.jsonl"), samples, args.lengths)
+        if samples < args.samples:
+            report = (f"The evaluation was scaled from {args.samples} to {samples} samples per task and length to fit "
+                      "the budget with training at its share.\n" + report)
         (cfg.out / REPORT_FILE).write_text(report, encoding="utf-8")
         print(report)
         print(f"both tables: {cfg.out / REPORT_FILE}; the budget-{PAPER_BUDGET} table, plot and per-sample records: "
               f"{cfg.out}/{{table.md,plot.png,margins.md,results.jsonl}}")
-    with job.phase("chain", "5/5 one question through a LangChain chain (QRAGRetriever | prompt | local LLM)"):
+    with job.phase("chain", "6/6 one question through a LangChain chain (QRAGRetriever | prompt | local LLM)"):
         episode = next(ep for ep in cell_episodes(cfg, "qa2", cfg.lengths_resolved[-1][1]))
         with precision_context(precision):
             run_chain(trained, episode, config.env.max_hops, args.reader)
@@ -325,6 +374,21 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
     print(f"\ndone in {job.spent() / 60:.1f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in job.state['seconds'].items())}); "
           f"the trained model is {where}: QRAGRetriever.from_texts(texts, model='{where}')")
     return 0
+
+
+def embed(store: ChunkVectorCache, folder: Path, model: QNetwork, texts: Sequence[str], precision: str,
+          job: Job | None = None) -> None:
+    """Embed the texts `store` lacks and save it; with `job`, record the embedding rate (sentences/s)."""
+    missing = [t for t in texts if t not in store]
+    print(f"{len(texts)} distinct sentences, {len(texts) - len(missing)} already cached")
+    if not missing:
+        return
+    start = time.perf_counter()
+    with precision_context(precision):
+        store.vectors(model, missing, show_progress=True)
+    if job is not None:
+        job.state["sentences_per_s"] = len(missing) / (time.perf_counter() - start)
+    store.save(folder)
 
 
 if __name__ == "__main__":

@@ -268,6 +268,9 @@ class DataConfig:
     num_distractors: int | None = None
     """`wiki` source: non-gold pages per episode (None: the source's default, 30). Larger pools are closer to
     searching a whole corpus. `hotpotqa_pool`: hard and random negatives per episode (None: the split's whole pool)."""
+    filler_sentences: int | None = None
+    """`babilong` source: draw every haystack's background from one pool of this many sentences per split
+    (training and validation share one, the test split has its own); None: all of the text sources."""
 
     def validate(self) -> None:
         for name in ("num_train", "num_val"):
@@ -280,6 +283,12 @@ class DataConfig:
                                   f"{self.source!r}: leave it unset.")
             if self.num_distractors < 0:
                 raise ConfigError(f"data.num_distractors must be >= 0, got {self.num_distractors}.")
+        if self.filler_sentences is not None:
+            if self.source != "babilong":
+                raise ConfigError(f"data.filler_sentences applies to the babilong source only, not {self.source!r}: "
+                                  "leave it unset.")
+            if self.filler_sentences < 1:
+                raise ConfigError(f"data.filler_sentences must be >= 1, got {self.filler_sentences}.")
         if self.num_sentences is not None and self.num_sentences < 1:
             raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
 

@@ -93,3 +93,20 @@ def test_one_budget_6_retrieval_gives_both_tables_by_hand() -> None:
     assert "| 1k | qrag | - | 0.500 | - | - | - | 0.500 |" in at_sf_table
     assert "| 1k | qrag | - | 1.000 | - | - | - | 1.000 |" in budget_table
     assert "qa2 1k: 0.500 vs" in report  # the margin is at |SF| chunks
+
+
+def test_the_plan_keeps_every_sample_when_training_keeps_its_share_and_scales_them_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo, "EVAL_SENTENCES_PER_SAMPLE", 30.0)
+    monkeypatch.setattr(demo, "CHAIN_SECONDS", 40.0)
+    monkeypatch.setattr(demo, "SLACK_SECONDS", 20.0)
+    # A 900 s budget, 60 s spent, 15 test episodes per unit of samples, 3 000 held-out sentences to embed.
+    # 600 sentences/s: fixed 60 + 5 + 40 + 20 = 125 s, evaluation 30 * 15 / 600 = 0.75 s per sample, so 200
+    # samples take 150 s and training keeps 625 s >= 0.6 * 900 = 540 s.
+    assert demo.plan_samples(900, 60, 600, 200, 15, 3000) == (200, 625)
+    # 300 sentences/s: fixed 130 s, 1.5 s per sample; 200 samples would leave 470 s, so the evaluation gets
+    # 900 - 130 - 540 = 230 s: 153 samples, and training 900 - 130 - 229.5 = 540.5 s.
+    assert demo.plan_samples(900, 60, 300, 200, 15, 3000) == (153, 540.5)
+    # 30 sentences/s: fixed 220 s, 15 s per sample: never fewer than MIN_SAMPLES (20), training gets what is left.
+    assert demo.plan_samples(900, 60, 30, 200, 15, 3000) == (20, 380)
+    assert demo.plan_samples(900, 60, 30, 5, 15, 3000) == (5, 605)  # fewer asked than the floor: as asked

@@ -68,6 +68,18 @@ def test_bf16_records_are_their_own_settings(tmp_path: Path, tiny_encoder_path: 
     assert main(base) == 2  # resuming the bf16 records at fp32 is refused
 
 
+def test_filler_pool_records_are_their_own_settings(tmp_path: Path, tiny_encoder_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    base = _args(out, tiny_encoder_path, "--methods", "dense", "--lengths", "60", "--num-samples", "2")
+    assert main([*base, "--filler-sentences", "300"]) == 0
+    assert {r["settings"]["filler_sentences"] for r in read_results(out / "results.jsonl")} == {300}
+    assert main(base) == 2  # resuming the pooled records over the whole text is refused
+    assert "filler_sentences: 300 there, None now" in capsys.readouterr().err
+    assert main([*_args(tmp_path / "b", tiny_encoder_path, "--lengths", "60"), "--filler-sentences", "0"]) == 2
+    assert "--filler-sentences) must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
 def test_records_without_precision_resume_as_fp32(tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "run"
     base = _args(out, tiny_encoder_path, "--methods", "dense", "--lengths", "12", "--num-samples", "2")

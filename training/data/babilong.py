@@ -42,6 +42,8 @@ TOKEN_TABLE: tuple[tuple[int, int], ...] = (
 _SUFFIX = {"k": 1_000, "m": 1_000_000}
 # `iter_babilong` gives up when this many samples in a row have more facts than the haystack has sentences.
 MAX_CONSECUTIVE_SKIPS = 1_000
+FILLER_RUN = 40
+"""A filler pool (`filler_pool`) is made of runs of this many consecutive sentences, each from a random place."""
 
 
 def parse_length(value: int | str) -> int:
@@ -158,6 +160,25 @@ def babilong_episode(
     return Episode(sample.question, tuple(chunks), tuple(slots[j] for j in sample.supporting), sample.answer, id, meta)
 
 
+@lru_cache(maxsize=4)
+def filler_pool(num_sentences: int, split: Split, sources: tuple[str, ...] = TEXT_SOURCES) -> tuple[str, ...]:
+    """A fixed pool of `num_sentences` background sentences for one split: runs of `FILLER_RUN` consecutive
+    sentences, each from a random book and paragraph (the same pool in any process; train and test pools are
+    drawn apart). Haystacks built over a pool (`filler_sentences`) repeat its sentences, so a corpus of many
+    haystacks holds at most `num_sentences` distinct filler sentences: fewer chunk vectors to compute.
+
+    Raises:
+        ValueError: `num_sentences` < 1.
+    """
+    if num_sentences < 1:
+        raise ValueError(f"filler_sentences must be >= 1, got {num_sentences}.")
+    rng = random.Random(f"qrag-babilong-filler/{split}")
+    pool: list[str] = []
+    while len(pool) < num_sentences:
+        pool += background_sentences(min(FILLER_RUN, num_sentences - len(pool)), random.Random(rng.random()), sources)
+    return tuple(pool)
+
+
 def iter_babilong(
     task: str,
     *,
@@ -168,8 +189,12 @@ def iter_babilong(
     sources: Sequence[str] = TEXT_SOURCES,
     token_count: TokenCount = "estimate",
     background: Sequence[str] | None = None,
+    filler_sentences: int | None = None,
 ) -> Iterator[Episode]:
     """An endless deterministic stream of BabiLong-style episodes (see `generate_babilong`).
+
+    `filler_sentences`, when given, draws every haystack's background from the split's `filler_pool` of that
+    many sentences instead of all of the text sources.
 
     Samples with more facts than the haystack has sentences are skipped (a qa5 story holds up to 126
     facts, a 1K haystack 50 sentences), so the stream is biased toward shorter stories at short lengths;
@@ -182,6 +207,10 @@ def iter_babilong(
     t = check_task(task)
     if num_sentences is not None and num_tokens is not None:
         raise ValueError("give num_sentences or num_tokens, not both.")
+    if filler_sentences is not None:
+        if background is not None:
+            raise ValueError("give background or filler_sentences, not both.")
+        background = filler_pool(filler_sentences, split, tuple(sources))
     n = num_sentences if num_sentences is not None else (
         sentences_for_tokens(parse_length(num_tokens)) if num_tokens is not None else None
     )
