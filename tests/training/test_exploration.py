@@ -36,6 +36,7 @@ def lure_first(qnet: QNetwork, episodes: list) -> float:
     return hits / len(episodes)
 
 
+@pytest.mark.slow  # training runs: run by .ci/run (`pytest -m slow`)
 def test_exploration_finds_the_chain_that_greedy_acting_misses(encoder_64: Path, tmp_path: Path) -> None:
     train, val = with_lure(make_two_hop_episodes(1000, seed=0), 0), with_lure(make_two_hop_episodes(50, seed=1), 1)
     test = with_lure(make_two_hop_episodes(200, seed=2), 2)
@@ -54,6 +55,7 @@ def test_exploration_finds_the_chain_that_greedy_acting_misses(encoder_64: Path,
     assert explore_em >= 0.2 and explore_lure <= 0.5, results
 
 
+@pytest.mark.slow  # training runs: run by .ci/run (`pytest -m slow`)
 def test_the_margin_on_the_supporting_facts_finds_the_chain_with_greedy_acting(encoder_64: Path, tmp_path: Path) -> None:
     """The same greedy run as above, plus DQfD's large-margin loss with the supporting facts as the demonstrator:
     every visited state says which chunks complete the chain, so the lure is pushed below them without any

@@ -26,6 +26,7 @@ def encoder_64(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_encoder(tmp_path_factory.mktemp("tiny-64"), hidden=64, layers=2, seed=0)
 
 
+@pytest.mark.slow  # about 2.5 minutes on 2 cores: run by .ci/run (`pytest -m slow`)
 def test_two_hop_task_is_learned_from_scratch(encoder_64: Path, tmp_path: Path) -> None:
     train = make_two_hop_episodes(2000, seed=0)
     val = make_two_hop_episodes(100, seed=1)

@@ -66,7 +66,8 @@ def test_splits_are_disjoint_by_entity_and_cover_every_page() -> None:
         assert all(g.split[b] == g.split[a] for b in bs)
 
 
-@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single", "fanout", "category", "inlink"])
+@pytest.mark.parametrize("kind", ["bridge", "chain", "comparison", "single", "fanout", "category",
+                                  pytest.param("inlink", marks=pytest.mark.slow)])  # inlink: 45 s
 def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
     g = wiki_graph()
     for split in ("train", "test"):
