@@ -205,7 +205,7 @@ class MultiHopRetriever:
         budget: Fixed result count, or None for |SF|; ignored when `adaptive`. The first `max_hops` results
             are hops; any more are the best remaining chunks for the state after the last hop.
         adaptive: Let the stop rule decide how many hops (k=None).
-        max_hops: Most hops per question; None: the model's trained horizon (`QNetwork.hops`).
+        max_hops: Most hops per question; None: the model's trained horizon (`QNetwork.hop_settings`).
         stop_threshold: The stop rule's threshold (adaptive only); 'model': the model's saved threshold.
     """
 
@@ -213,7 +213,7 @@ class MultiHopRetriever:
                  max_hops: int | None = None, stop_threshold: float | FromModel | None = FROM_MODEL,
                  cache: _IndexCache | None = None) -> None:
         self.model, self.name, self.budget, self.adaptive = model.eval(), name, budget, adaptive
-        hops = SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold).validate().resolved(model.hops)
+        hops = SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold).validate().resolved(model.hop_settings)
         self.max_hops, self.stop_threshold = hops.horizon, hops.threshold
         self._cache = cache or _IndexCache()
 
@@ -313,7 +313,7 @@ def make_retrievers(
         # Loaded for the baselines alone too: they read passages as far as the checkpoint does, so their figures
         # are the same whether the checkpoint's own methods run in the same sweep or not.
         trained = load_model(checkpoint if isinstance(checkpoint, QNetwork) else str(checkpoint), device=device)
-        max_hops = trained.hops.max_hops if max_hops is None else max_hops
+        max_hops = trained.hop_settings.max_hops if max_hops is None else max_hops
     threshold: float | FromModel = FROM_MODEL if stop_threshold is None else stop_threshold
     with torch.no_grad():
         for m in methods:

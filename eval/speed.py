@@ -227,7 +227,7 @@ def speed_phase(cfg: RunConfig, model: QNetwork, device: torch.device) -> dict[s
     # Questions from the shortest haystack the sweep names (a question does not depend on the haystack's length).
     shortest = min((value for _, value in [*lengths, *cfg.lengths_resolved]), key=lambda v: v or 0)
     questions = [ep.question for ep in cell_episodes(cfg, task, shortest, max(cfg.speed_queries, cfg.batch_size))]
-    horizon = cfg.max_hops or model.hops.max_hops
+    horizon = cfg.max_hops or model.hop_settings.max_hops
     hop_counts = list(cfg.speed_hops or range(1, horizon + 1))
     result: dict[str, Any] = {"benchmark": cfg.benchmark, "task": task, "model": cfg.model or cfg.encoder,
                               "device": str(device), "precision": cfg.precision, "torch": torch.__version__,

@@ -63,7 +63,7 @@ def main() -> int:
     print(json.dumps(report, indent=1))
     head_path = folder / CONFIG_FILE
     head = json.loads(head_path.read_text(encoding="utf-8"))
-    head["hops"] = dataclasses.asdict(dataclasses.replace(model.hops, stop_threshold=result.threshold, calibrated=True))
+    head["hops"] = dataclasses.asdict(dataclasses.replace(model.hop_settings, stop_threshold=result.threshold, calibrated=True))
     tmp = head_path.with_name(head_path.name + ".tmp")
     tmp.write_text(json.dumps(head, indent=2), encoding="utf-8")
     tmp.replace(head_path)

@@ -32,7 +32,7 @@ def rebase(trained: QNetwork) -> QNetwork:
     rebased = QNetwork.from_config(dataclasses.replace(trained.config, encoder=BUNDLED_MINILM))
     missing, unexpected = rebased.load_state_dict(trained.trainable_state_dict(), strict=False)
     assert not unexpected and not set(missing) & set(rebased.trainable_state_dict()), (missing, unexpected)
-    rebased.hops = trained.hops
+    rebased.hop_settings = trained.hop_settings
     return rebased
 
 

@@ -119,7 +119,7 @@ def calibrate_stop_threshold(
     batch_size: int = 32,
 ) -> Calibration:
     """Greedy hops on `episodes` with `model`, then `choose_threshold`. Does not change the model: store the
-    result with `model.hops = dataclasses.replace(model.hops, stop_threshold=c.threshold, calibrated=True)`.
+    result with `model.hop_settings = dataclasses.replace(model.hop_settings, stop_threshold=c.threshold, calibrated=True)`.
 
     Args:
         model: The trained network.
@@ -135,7 +135,7 @@ def calibrate_stop_threshold(
     """
     if not episodes:
         raise ValueError("calibrating the stop rule needs at least one validation episode.")
-    horizon = model.hops.max_hops if max_hops is None else max_hops
+    horizon = model.hop_settings.max_hops if max_hops is None else max_hops
     model.eval()
     indexes = [ChunkIndex(store.vectors(model, ep.chunks) if store is not None else model.embed_chunks(ep.chunks),
                           ep.chunks, encoder=model.config.encoder) for ep in episodes]

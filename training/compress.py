@@ -93,7 +93,7 @@ def low_rank_adapters(trained: QNetwork, rank: int, *, base: str | None = None) 
         rank=rank, matrices=len(energies), min_energy_kept=min(energies, default=1.0),
         dropped_fraction=(dropped_sq / total) ** 0.5 if total > 0 else 0.0, adapter_parameters=n_params,
     )
-    adapted.hops = trained.hops  # the horizon and calibrated stop rule travel with the weights
+    adapted.hop_settings = trained.hop_settings  # the horizon and calibrated stop rule travel with the weights
     return adapted.eval(), report
 
 

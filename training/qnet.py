@@ -10,42 +10,27 @@ import dataclasses
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from qrag.training.anchors import anchored_states
-from qrag.training.atomic import recover
-from qrag.training.config import ConfigError, HopSettings, ModelConfig
+from qrag.training.config import ConfigError, ModelConfig
 from qrag.training.cpu_linear import use_cpu_linears
 from qrag.training.encoders import load_encoder, resolve_encoder
-from qrag.training.persist import (
-    CHECKPOINT_FORMAT,
-    CHECKPOINT_VERSION,
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    CheckpointError,
-    load_checked,
-    read_base_encoder,
-    read_checkpoint_meta,
-    read_hops,
-    read_model_config,
-    read_tokenizer,
-    read_weights,
-    write_model_folder,
-)
+from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, read_checkpoint_meta
 from qrag.training.positions import absolute_positions, relative_positions, rotary_scores, rotate_halves
-from qrag.training.shipped import ShippedNameError, resolve_checkpoint
+from qrag.training.qnet_files import read_qnet, write_qnet
+from qrag.training.qnet_serving import ServingMixin
+from qrag.training.search_settings import HopSettings
 from qrag.training.towers import (
-    PRECISION_OF_DTYPE,
     Precision,
     Tower,
     apply_train_mode,
     encode_longest_first,
     eval_mode,
-    low_precision_dtype,
     model_lock,
     pad_rows,
     precision_autocast,
@@ -68,7 +53,7 @@ class ChunkLengthWarning(UserWarning):
     """Chunks longer than the model's `max_chunk_tokens` are cut: only their beginning is embedded."""
 
 
-class QNetwork(nn.Module):
+class QNetwork(ServingMixin):
     """State tower f_θ and chunk tower g_φ with unshared weights, initialised from one encoder.
 
     Example:
@@ -90,7 +75,7 @@ class QNetwork(nn.Module):
         self.chunk_tower = chunk_tower
         self.tokenizer = tokenizer
         self.config = config
-        self.hops = HopSettings()  # the search defaults saved with the model (the trainer sets them)
+        self.hop_settings = HopSettings()  # the search defaults saved with the model (the trainer sets them)
         self._base_key: str | None = None
         self._tower_fp: tuple[Any, str] | None = None
         self._untrained_sums: list[float] | None = None  # set while both towers are the base encoder as loaded
@@ -155,6 +140,17 @@ class QNetwork(nn.Module):
     def self_contained(self) -> bool:
         """Whether checkpoints hold every weight ('full' mode, both towers) rather than the trained part only."""
         return self.config.train_mode == "full" and self.config.train_towers == "both"
+
+    @property
+    def hops(self) -> HopSettings:
+        """Deprecated name of `hop_settings` (`qrag.training.hops` is the hop engine)."""
+        warnings.warn("QNetwork.hops is renamed QNetwork.hop_settings.", FutureWarning, stacklevel=2)
+        return self.hop_settings
+
+    @hops.setter
+    def hops(self, value: HopSettings) -> None:
+        warnings.warn("QNetwork.hops is renamed QNetwork.hop_settings.", FutureWarning, stacklevel=2)
+        self.hop_settings = value
 
     @property
     def untrained(self) -> bool:
@@ -317,45 +313,6 @@ class QNetwork(nn.Module):
         return anchored_states(self.config.state_anchor, self._state_tower_for_pass(), self.chunk_tower, state_inputs,
                                self.tokenizer.sep_token_id)
 
-    # ------------------------------------------------------------------ serving precision
-    @property
-    def serving_precision(self) -> Precision:
-        """The state tower's arithmetic in gradient-free passes ('fp32' unless `serve_in` chose another)."""
-        return self._serving[0] if self._serving is not None else "fp32"
-
-    def serve_in(self, precision: Precision) -> QNetwork:
-        """Run the gradient-free state passes (every served hop) on a copy of the state tower with its weights in
-        `precision`: 'bf16' makes each pass 1.4–1.7× faster on a CPU with bf16 units (AVX512-BF16, AMX) and
-        changes the state vectors at the 1e-4 level (docs/RESULTS.md); 'fp16' is for GPUs; 'fp32' drops the copy;
-        'auto' is bf16 where the device has native bf16, and 'bf16' on a CPU without it warns and drops the copy.
-
-        The fp32 tower stays as it is: passes with gradients (training), the chunk tower, the index and
-        `save_pretrained` never see the copy, and `train()` drops it. The copy is taken now: call `serve_in`
-        again after loading other weights into the state tower. Returns self.
-
-        Raises:
-            ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.
-        """
-        dtype = low_precision_dtype(self.device, precision)
-        if dtype is None:
-            self._serving = None
-            return self
-        if self.training:
-            raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
-                             "passes keep the fp32 state tower.")
-        self._serving = (PRECISION_OF_DTYPE[dtype], copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
-        return self
-
-    def _state_tower_for_pass(self) -> Tower:
-        """The serving copy in a gradient-free pass, moved to the network's device if the network moved; else the
-        state tower itself."""
-        if self._serving is None or torch.is_grad_enabled():
-            return self.state_tower
-        precision, tower = self._serving
-        if next(tower.parameters()).device != self.device:
-            self._serving = (precision, tower.to(self.device))
-        return self._serving[1]
-
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
         with eval_mode(self):
             return encode_longest_first(encode, tokenize, lengths, batch_size, self.dim, self.device,
@@ -405,31 +362,6 @@ class QNetwork(nn.Module):
         return torch.stack((q1, q2))  # (2, B, N)
 
     # ------------------------------------------------------------------ parameters
-    def merge_adapters(self) -> QNetwork:
-        """Fold the state tower's LoRA adapters into its weights for serving: each hop's pass then runs plain
-        linear layers, the same function up to float rounding.
-
-        A trained chunk tower keeps its adapters: its vectors, and the `chunk_tower_fingerprint` a saved index is
-        checked against, stay exactly those of the checkpoint however it was loaded. The network becomes
-        inference-only: it stays in eval mode, `train()` raises, and `save_pretrained` still writes the adapters
-        as they were. `load_model` does this for the checkpoints it loads; no-op without LoRA or while the
-        adapters are untouched (`untrained`: nothing to fold, and a save still names only the base).
-        """
-        if self._adapters is None and self.config.train_mode == "lora" and not self.untrained:
-            adapters = {k: v.detach().clone() for k, v in self.trainable_state_dict().items()}
-            if self.state_tower.merge_adapters():
-                self._adapters = adapters
-                self.requires_grad_(False).eval()
-        return self
-
-    def train(self, mode: bool = True) -> Self:
-        if mode and self._adapters is not None:
-            raise RuntimeError("this network's LoRA adapters were merged into its weights for serving "
-                               "(load_model does that); load the checkpoint with QNetwork.from_pretrained to train it.")
-        if mode:
-            self._serving = None  # a network that trains serves from the tower it trains
-        return super().train(mode)
-
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """What training changes: every parameter in 'full' mode with both towers, else the trained subset only."""
         if self._adapters is not None:
@@ -476,30 +408,17 @@ class QNetwork(nn.Module):
         indexes of unnormalised models are what they were before the option existed)."""
         return ":normalize" if self.config.normalize else ""
 
-    # ------------------------------------------------------------------ persistence
+    # ------------------------------------------------------------------ persistence (training/qnet_files.py)
     def save_pretrained(self, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
         """Write safetensors + JSON (+ tokenizer, + `extra_files`: name → text); atomic: a temp folder renamed
         into place, so the files beside the model (e.g. the trainer's eval.json) are never from another save.
 
         In 'full' mode with both towers trained the folder is self-contained; otherwise it holds only the
-        trained parameters and names its base encoder, so a trained model is a few MB beside a shared base
-        (the state tower's weights alone with `train_towers='state'`). An `untrained` network whose base
-        encoder can be found offline stores no weights at all: the folder names its base (a few hundred KB).
+        trained parameters and names its base encoder (the state tower's weights alone with
+        `train_towers='state'`). An `untrained` network whose base encoder can be found offline stores no
+        weights at all: the folder names its base.
         """
-        target = Path(directory)
-        saved = "none" if self.untrained else "all" if self.self_contained else "trainable"
-        weights = {} if saved == "none" else self.trainable_state_dict()
-        meta = {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "model": dataclasses.asdict(self.config),
-            "saved_params": saved,
-            "base_fingerprint": self.base_fingerprint(),
-            "hops": dataclasses.asdict(self.hops),
-        }
-        encoder_config = self.base_encoder(self.state_tower).config if saved == "all" else None
-        write_model_folder(target, weights, meta, self.tokenizer, encoder_config, extra_files)
-        return target
+        return write_qnet(self, Path(directory), extra_files)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, *, encoder: str | None = None) -> QNetwork:
@@ -514,25 +433,4 @@ class QNetwork(nn.Module):
         Raises:
             CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
         """
-        try:
-            d = resolve_checkpoint(directory)
-        except ShippedNameError as e:
-            raise CheckpointError(str(e)) from None
-        recover(d)
-        meta = read_checkpoint_meta(d)
-        config = read_model_config(d, meta, encoder)
-        tensors = read_weights(d / WEIGHTS_FILE)
-        base = read_base_encoder(d, meta, config)
-        qnet = cls._assemble(base, copy.deepcopy(base), read_tokenizer(d / "tokenizer"), config)
-        if meta["saved_params"] != "all" and qnet.base_fingerprint() != meta.get("base_fingerprint"):
-            raise CheckpointError(
-                f"checkpoint {str(d)!r} was trained on a different base encoder than {config.encoder!r} "
-                f"(resolved to {resolve_encoder(config.encoder)!r}); pass `encoder=` with the right one."
-            )
-        expected = {"none": set(), "trainable": set(qnet.trainable_state_dict())}.get(meta["saved_params"],
-                                                                                     set(qnet.state_dict()))
-        load_checked(qnet, tensors, expected, d)
-        qnet.hops = read_hops(meta, d)
-        if meta["saved_params"] == "none":
-            qnet._untrained_sums = qnet._weight_sums()
-        return qnet.eval()
+        return read_qnet(cls, directory, encoder)

@@ -8,7 +8,7 @@ turns them into what users call: `MultiHopSearcher` (over a `ChunkIndex` or an e
 `search_many` (one corpus per question, in shared batches). Search settings live in
 `qrag.training.search_settings`.
 
-`max_hops` and `stop_threshold` default to the model's own (`QNetwork.hops`: the horizon it was trained for
+`max_hops` and `stop_threshold` default to the model's own (`QNetwork.hop_settings`: the horizon it was trained for
 and the stop threshold calibrated on its validation data, saved with it); a caller's explicit value wins.
 
 How `k`, `max_hops` and `stop_threshold` interact:
@@ -204,7 +204,7 @@ class MultiHopSearcher:
         Raises:
             SearchError: an empty or non-string question, or an invalid/unknown argument.
         """
-        cfg = self.config.with_overrides(overrides).resolved(self.model.hops)
+        cfg = self.config.with_overrides(overrides).resolved(self.model.hop_settings)
         if isinstance(questions, str):
             raise SearchError("questions must be a list of strings; for one question use search_one().")
         asked = list(questions)
@@ -244,7 +244,7 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
     Raises:
         SearchError: `beam_size > 1`, mismatched lengths, or an index whose dim differs from the model's.
     """
-    cfg = (config or SearchConfig()).validate().resolved(model.hops)
+    cfg = (config or SearchConfig()).validate().resolved(model.hop_settings)
     if cfg.beam_size != 1:
         raise SearchError(f"search_many is greedy: beam_size must be 1, got {cfg.beam_size}; use MultiHopSearcher.")
     if len(questions) != len(indexes):
@@ -271,7 +271,7 @@ def search_corpora(model: QNetwork, questions: Sequence[str], corpora: Corpora,
     Raises:
         SearchError: `beam_size > 1`, or `chunk` does not give one namer per question.
     """
-    cfg = (config or SearchConfig()).validate().resolved(model.hops)
+    cfg = (config or SearchConfig()).validate().resolved(model.hop_settings)
     if cfg.beam_size != 1:
         raise SearchError(f"greedy search only: beam_size must be 1, got {cfg.beam_size}; use MultiHopSearcher.")
     if len(chunk) != len(questions):

@@ -155,7 +155,7 @@ class TaskSampler:
 
 
 def calibrate_stop_rule(model: Any, episodes: Sequence[Episode], store: ChunkVectorCache | None = None) -> dict[str, Any]:
-    """Calibrate `model`'s stop rule on validation `episodes` and set it in `model.hops` (saved with the model).
+    """Calibrate `model`'s stop rule on validation `episodes` and set it in `model.hop_settings` (saved with the model).
 
     The threshold is `qrag.training.calibrate.calibrate_stop_threshold`'s (best mean fact F1 whose fact EM
     stays within 0.01 of taking every hop); `hops.calibrated` becomes True. Returns the report as `stop/*`.
@@ -163,5 +163,5 @@ def calibrate_stop_rule(model: Any, episodes: Sequence[Episode], store: ChunkVec
     from qrag.training.calibrate import calibrate_stop_threshold
 
     result = calibrate_stop_threshold(model, [ep for ep in episodes if ep.supporting], store=store)
-    model.hops = replace(model.hops, stop_threshold=float(result.threshold), calibrated=True)
+    model.hop_settings = replace(model.hop_settings, stop_threshold=float(result.threshold), calibrated=True)
     return {f"stop/{k}": v for k, v in asdict(result).items()}

@@ -94,7 +94,7 @@ class Trainer(Resumable):
         self.val_episodes = list(val_episodes)
 
         online = qnet if qnet is not None else QNetwork.from_config(config.model)
-        online.hops = dataclasses.replace(online.hops, max_hops=config.env.max_hops)  # saved with every checkpoint
+        online.hop_settings = dataclasses.replace(online.hop_settings, max_hops=config.env.max_hops)  # saved with it
         self.target = copy.deepcopy(online).eval().requires_grad_(False)
         self.params = [p for p in online.parameters() if p.requires_grad]
         oc = config.optim

@@ -49,14 +49,14 @@ def test_min_hops_are_never_cut_and_bad_input_is_named() -> None:
 
 def test_calibrating_a_model_on_its_validation_episodes(tiny_qnet: QNetwork) -> None:
     episodes = make_two_hop_episodes(12, 3)
-    tiny_qnet.hops = dataclasses.replace(tiny_qnet.hops, max_hops=3)
+    tiny_qnet.hop_settings = dataclasses.replace(tiny_qnet.hop_settings, max_hops=3)
     c = calibrate_stop_threshold(tiny_qnet, episodes)
     assert c.episodes == 12 and c.max_hops == 3
     assert c.fact_em >= c.em_all_hops - 0.01
     assert c.fact_f1 >= c.f1_all_hops  # the chosen cut is never worse than taking every hop
     assert 1.0 <= c.mean_hops <= 3.0
     # Stored with the model, the threshold survives a save and is what adaptive search uses.
-    tiny_qnet.hops = dataclasses.replace(tiny_qnet.hops, stop_threshold=c.threshold, calibrated=True)
+    tiny_qnet.hop_settings = dataclasses.replace(tiny_qnet.hop_settings, stop_threshold=c.threshold, calibrated=True)
     with pytest.raises(ValueError, match="at least one validation episode"):
         calibrate_stop_threshold(tiny_qnet, [])
 
@@ -66,9 +66,9 @@ def test_calibrated_threshold_reproduces_its_scores_through_search(tiny_qnet: QN
     from qrag.training.search import SearchConfig, search_many
 
     episodes = make_two_hop_episodes(10, 4)
-    tiny_qnet.hops = dataclasses.replace(tiny_qnet.hops, max_hops=3)
+    tiny_qnet.hop_settings = dataclasses.replace(tiny_qnet.hop_settings, max_hops=3)
     c = calibrate_stop_threshold(tiny_qnet, episodes)
-    tiny_qnet.hops = dataclasses.replace(tiny_qnet.hops, stop_threshold=c.threshold, calibrated=True)
+    tiny_qnet.hop_settings = dataclasses.replace(tiny_qnet.hop_settings, stop_threshold=c.threshold, calibrated=True)
     loaded = QNetwork.from_pretrained(tiny_qnet.save_pretrained(tmp_path / "m"))
     indexes = [ChunkIndex.from_texts(loaded, ep.chunks) for ep in episodes]
     results = search_many(loaded, [ep.question for ep in episodes], indexes, SearchConfig(k=None))

@@ -46,7 +46,7 @@ def fine_tuned(encoder: Path, towers: str = "state") -> QNetwork:
 def test_a_low_rank_change_is_kept_exactly_and_survives_a_checkpoint(tiny_encoder_path: Path, tmp_path: Path,
                                                                      towers: str) -> None:
     trained = fine_tuned(tiny_encoder_path, towers)
-    trained.hops = HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)  # as the trainer leaves it
+    trained.hop_settings = HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)  # as the trainer leaves it
     base = QNetwork.from_encoder(str(tiny_encoder_path))
     changed = (vectors(trained) - vectors(base)).norm(dim=1) / vectors(base).norm(dim=1)
     assert changed[0] > 0.05 and (changed[1:] > 0.05).tolist() == [towers == "both"] * 3  # so the test can fail
@@ -60,7 +60,7 @@ def test_a_low_rank_change_is_kept_exactly_and_survives_a_checkpoint(tiny_encode
     small.save_pretrained(tmp_path / "adapters")
     loaded = QNetwork.from_pretrained(tmp_path / "adapters")
     torch.testing.assert_close(vectors(loaded), vectors(trained), atol=1e-5, rtol=1e-4)
-    assert small.hops == loaded.hops == trained.hops  # the calibrated stop rule travels with the weights
+    assert small.hop_settings == loaded.hop_settings == trained.hop_settings  # the calibrated stop rule travels with the weights
 
 
 def test_truncation_keeps_the_top_singular_direction_and_reports_what_it_lost(tiny_encoder_path: Path) -> None:

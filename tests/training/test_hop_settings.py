@@ -22,9 +22,17 @@ TEXTS = ["Mary went to the kitchen.", "Mary took the milk there.", "John went to
 
 
 def test_hops_round_trip_through_a_checkpoint(tiny_qnet: QNetwork, tmp_path: Path) -> None:
-    tiny_qnet.hops = HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)
+    tiny_qnet.hop_settings = HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)
     loaded = QNetwork.from_pretrained(tiny_qnet.save_pretrained(tmp_path / "m"))
-    assert loaded.hops == HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)
+    assert loaded.hop_settings == HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)
+
+
+def test_the_old_attribute_name_still_reads_and_writes_the_hop_settings(tiny_qnet: QNetwork) -> None:
+    with pytest.warns(FutureWarning, match="hop_settings"):
+        assert tiny_qnet.hops is tiny_qnet.hop_settings
+    with pytest.warns(FutureWarning, match="hop_settings"):
+        tiny_qnet.hops = HopSettings(max_hops=2)
+    assert tiny_qnet.hop_settings == HopSettings(max_hops=2)
 
 
 def test_checkpoint_without_hops_gets_the_defaults_and_a_bad_section_is_named(tiny_qnet: QNetwork, tmp_path: Path) -> None:
@@ -33,7 +41,7 @@ def test_checkpoint_without_hops_gets_the_defaults_and_a_bad_section_is_named(ti
     meta = json.loads(meta_path.read_text())
     del meta["hops"]  # as written before hop settings were stored
     meta_path.write_text(json.dumps(meta))
-    assert QNetwork.from_pretrained(folder).hops == HopSettings()
+    assert QNetwork.from_pretrained(folder).hop_settings == HopSettings()
     for bad in ({"max_hops": 0}, {"max_hops": "4"}, {"stop_threshold": "0.5"}, {"hops": 3}, [4, 0.5]):
         meta["hops"] = bad
         meta_path.write_text(json.dumps(meta))
@@ -48,14 +56,14 @@ def _searcher(qnet: QNetwork) -> MultiHopSearcher:
 def test_search_uses_the_models_horizon_and_threshold_unless_overridden(tiny_qnet: QNetwork) -> None:
     searcher = _searcher(tiny_qnet)
     q = "Where is the milk?"
-    tiny_qnet.hops = HopSettings(max_hops=3, stop_threshold=None)
+    tiny_qnet.hop_settings = HopSettings(max_hops=3, stop_threshold=None)
     assert len(searcher.search_one(q, k=None).hits) == 3  # no stop rule: the trained horizon
     assert len(searcher.search_one(q, k=None, max_hops=5).hits) == 5  # an explicit value wins
-    tiny_qnet.hops = HopSettings(max_hops=3, stop_threshold=1e9)  # every Q is below: stop after min_hops
+    tiny_qnet.hop_settings = HopSettings(max_hops=3, stop_threshold=1e9)  # every Q is below: stop after min_hops
     assert len(searcher.search_one(q, k=None).hits) == 1
     assert len(searcher.search_one(q, k=None, stop_threshold=None).hits) == 3
     assert len(searcher.search_one(q, k=None, stop_threshold=-1e9).hits) == 3
-    tiny_qnet.hops = HopSettings(max_hops=2, stop_threshold=None)
+    tiny_qnet.hop_settings = HopSettings(max_hops=2, stop_threshold=None)
     # Batched evaluation resolves the same way.
     index = ChunkIndex.from_texts(tiny_qnet, TEXTS)
     assert [len(r.hits) for r in search_many(tiny_qnet, [q, q], [index, index], SearchConfig(k=None))] == [2, 2]
@@ -67,13 +75,13 @@ def test_retriever_from_a_trained_folder_uses_its_horizon_and_stop_rule(tiny_qne
     pytest.importorskip("langchain_core")
     from qrag import QRAGRetriever
 
-    tiny_qnet.hops = HopSettings(max_hops=2, stop_threshold=None)
+    tiny_qnet.hop_settings = HopSettings(max_hops=2, stop_threshold=None)
     folder = tiny_qnet.save_pretrained(tmp_path / "m")
     adaptive = QRAGRetriever.from_texts(TEXTS, model=folder, k=None)
     assert len(adaptive.invoke("Where is the milk?")) == 2
     assert len(adaptive.invoke("Where is the milk?", max_hops=4)) == 4
     assert len(QRAGRetriever.from_texts(TEXTS, model=folder).invoke("Where is the milk?")) == 4  # default k=4
-    tiny_qnet.hops = HopSettings(max_hops=2, stop_threshold=1e9)
+    tiny_qnet.hop_settings = HopSettings(max_hops=2, stop_threshold=1e9)
     strict = QRAGRetriever.from_texts(TEXTS, model=tiny_qnet.save_pretrained(tmp_path / "s"), k=None)
     assert len(strict.invoke("Where is the milk?")) == 1
 
@@ -83,7 +91,7 @@ def test_training_saves_its_horizon_with_every_checkpoint(tiny_encoder_path: Pat
     cfg.env.max_hops = 3
     Trainer(cfg, make_two_hop_episodes(20, 0), make_two_hop_episodes(4, 1)).train()
     for folder in (tmp_path / "best", tmp_path / "last" / "model"):
-        assert QNetwork.from_pretrained(folder).hops.max_hops == 3
+        assert QNetwork.from_pretrained(folder).hop_settings.max_hops == 3
 
 
 def test_untrained_model_is_saved_by_name_and_a_trained_one_in_full(tmp_path: Path, tiny_encoder_path: Path) -> None:

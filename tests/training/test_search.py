@@ -33,7 +33,7 @@ class FakeQNet:
         self.dim = len(next(iter(chunks.values())))
         self.device = torch.device("cpu")
         self.config = SimpleNamespace(position_mode="none", state_order="selection", encoder="fake")
-        self.hops = HopSettings()
+        self.hop_settings = HopSettings()
         self.state_calls: list[int] = []
 
     def eval(self) -> FakeQNet:

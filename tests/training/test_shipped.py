@@ -42,7 +42,7 @@ def test_shipped_checkpoint_loads_by_name_and_hops_through_the_story(name: str) 
     assert "Mary travelled to the office." in texts  # a later hop: where she went
     assert "The grass is green." not in texts and "John went to the garden." not in texts
     # the stop rule kept exactly the hops whose Q reached the model's calibrated threshold
-    assert all(d.metadata["q_value"] >= qnet.hops.stop_threshold for d in docs) and len(docs) < qnet.hops.max_hops
+    assert all(d.metadata["q_value"] >= qnet.hop_settings.stop_threshold for d in docs) and len(docs) < qnet.hop_settings.max_hops
 
 
 def test_unknown_name_lists_what_ships() -> None:

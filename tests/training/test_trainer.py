@@ -149,10 +149,10 @@ def test_best_checkpoint_and_logs_written(tiny_encoder_path: Path, tmp_path: Pat
     # the stop rule was calibrated on the validation episodes when training ended, and saved with best/
     from qrag.training.calibrate import calibrate_stop_threshold
 
-    assert best.hops.calibrated and best.hops.max_hops == cfg.env.max_hops
-    assert best.hops.stop_threshold == pytest.approx(calibrate_stop_threshold(best, val).threshold)
+    assert best.hop_settings.calibrated and best.hop_settings.max_hops == cfg.env.max_hops
+    assert best.hop_settings.stop_threshold == pytest.approx(calibrate_stop_threshold(best, val).threshold)
     stored = json.loads((tmp_path / "best" / "eval.json").read_text())
-    assert stored["stop/threshold"] == pytest.approx(best.hops.stop_threshold)
+    assert stored["stop/threshold"] == pytest.approx(best.hop_settings.stop_threshold)
     assert stored["stop/fact_em"] >= stored["stop/em_all_hops"] - 0.01
 
 
