@@ -1,6 +1,9 @@
 """The two-tower Q-network (METHOD.md §2): `Q(s, a_i) = ⟨f_θ(state), R(p_i)·g_φ(c_i)⟩`.
 
 Shape legend: B batch, N chunks, L tokens, D vector dim (H = D // 2 per head half).
+
+This file holds the towers, tokenisation, encoding and scoring; `QNetwork` also inherits `save_pretrained` /
+`from_pretrained` (`qrag.training.qnet_files`) and `serve_in` / `merge_adapters` (`qrag.training.qnet_serving`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from qrag.training.cpu_linear import use_cpu_linears
 from qrag.training.encoders import load_encoder, resolve_encoder
 from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, read_checkpoint_meta
 from qrag.training.positions import absolute_positions, relative_positions, rotary_scores, rotate_halves
-from qrag.training.qnet_files import read_qnet, write_qnet
+from qrag.training.qnet_files import CheckpointMixin
 from qrag.training.qnet_serving import ServingMixin
 from qrag.training.search_settings import HopSettings
 from qrag.training.towers import (
@@ -53,7 +56,7 @@ class ChunkLengthWarning(UserWarning):
     """Chunks longer than the model's `max_chunk_tokens` are cut: only their beginning is embedded."""
 
 
-class QNetwork(ServingMixin):
+class QNetwork(CheckpointMixin, ServingMixin):
     """State tower f_θ and chunk tower g_φ with unshared weights, initialised from one encoder.
 
     Example:
@@ -407,30 +410,3 @@ class QNetwork(ServingMixin):
         """Normalisation's part of chunk-vector keys and fingerprints (empty when off, so the keys and saved
         indexes of unnormalised models are what they were before the option existed)."""
         return ":normalize" if self.config.normalize else ""
-
-    # ------------------------------------------------------------------ persistence (training/qnet_files.py)
-    def save_pretrained(self, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
-        """Write safetensors + JSON (+ tokenizer, + `extra_files`: name → text); atomic: a temp folder renamed
-        into place, so the files beside the model (e.g. the trainer's eval.json) are never from another save.
-
-        In 'full' mode with both towers trained the folder is self-contained; otherwise it holds only the
-        trained parameters and names its base encoder (the state tower's weights alone with
-        `train_towers='state'`). An `untrained` network whose base encoder can be found offline stores no
-        weights at all: the folder names its base.
-        """
-        return write_qnet(self, Path(directory), extra_files)
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, *, encoder: str | None = None) -> QNetwork:
-        """Load a folder written by `save_pretrained`.
-
-        Args:
-            directory: the checkpoint folder, or the name of a checkpoint shipped with qrag
-                (`qrag.training.shipped.shipped_names()`, e.g. "qrag/babilong-minilm").
-            encoder: override where the base encoder is found (for checkpoints that store only trained
-                parameters, when the base lives elsewhere on this machine).
-
-        Raises:
-            CheckpointError: not a qrag checkpoint, incomplete, or saved on a different base encoder.
-        """
-        return read_qnet(cls, directory, encoder)
