@@ -54,6 +54,39 @@ def test_update_moves_every_trainable_parameter_and_targets_only_by_polyak(tiny_
     assert all(not p.requires_grad for p in trainer.target.parameters())
 
 
+def test_update_is_one_plain_soft_q_lambda_step(tiny_encoder_path: Path, tmp_path: Path) -> None:
+    """One minibatch of the whole rollout: the trainer's update is the textbook step written out below (forward on
+    the shuffled rows, TD loss, backward, clip, AdamW, Polyak), whatever its accumulation and grouping plumbing."""
+    cfg = small_config(tiny_encoder_path, tmp_path, minibatch_size=8)
+    cfg.model.dropout = 0.0  # the reference's forward pass must see the same network
+    trainer = Trainer(cfg, make_two_hop_episodes(20, 0))
+    batch = trainer.collect_rollout()  # 4 environments × 2 steps = 8 transitions
+    net, target = copy.deepcopy(trainer.online).train(), copy.deepcopy(trainer.target)
+    shuffle = torch.Generator()
+    shuffle.set_state(trainer.act_gen.get_state())
+    rows = torch.randperm(8, generator=shuffle).tolist()
+    oc = cfg.optim
+    params = [p for p in net.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=trainer.optimizer.param_groups[0]["lr"], betas=oc.betas, eps=oc.eps,
+                                  weight_decay=oc.weight_decay)
+    states = net.tokenize_states([batch["questions"][i] for i in rows], [batch["rendered"][i] for i in rows])
+    q1, q2 = net(states, net.tokenize_chunks([batch["chunks"][i] for i in rows]))
+    loss = td.td_loss(q1, q2, batch["returns"][rows])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, oc.max_grad_norm)
+    optimizer.step()
+    td.polyak_update(target, net, cfg.rl.tau)
+
+    stats = trainer.update(batch)
+    assert trainer.updates == 1
+    assert stats["losses/td_loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+    assert stats["losses/q_values"] == pytest.approx(float((q1 + q2).detach().mean()), rel=1e-5)
+    for (name, want), got in zip(net.state_dict().items(), trainer.online.state_dict().values(), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"online {name}")
+    for (name, want), got in zip(target.state_dict().items(), trainer.target.state_dict().values(), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"target {name}")
+
+
 def test_lora_trains_only_adapters(tiny_encoder_path: Path, tmp_path: Path) -> None:
     cfg = small_config(tiny_encoder_path, tmp_path, minibatch_size=8)
     cfg.model.train_mode = "lora"
