@@ -97,6 +97,7 @@ def test_one_budget_6_retrieval_gives_both_tables_by_hand() -> None:
 
 def test_the_plan_keeps_every_sample_when_training_keeps_its_share_and_scales_them_otherwise(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo, "MIN_TRAIN_SHARE", 0.6)
     monkeypatch.setattr(demo, "EVAL_SENTENCES_PER_SAMPLE", 30.0)
     monkeypatch.setattr(demo, "CHAIN_SECONDS", 40.0)
     monkeypatch.setattr(demo, "SLACK_SECONDS", 20.0)
