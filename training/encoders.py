@@ -18,6 +18,7 @@ from transformers.utils import logging as hf_logging
 
 BUNDLED_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 _MINILM_ALIASES = {BUNDLED_MINILM.lower(), "all-minilm-l6-v2", "bundled:all-minilm-l6-v2"}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")  # torch/pickle weight files qrag won't load
 
 
 class EncoderLoadError(ValueError):
@@ -74,13 +75,32 @@ def quiet_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _refuse_pickled_weights(folder: Path, name: str) -> None:
+    """Refuse a local encoder folder whose weights are only pickled (`pytorch_model.bin`, `.pt`, ...): qrag loads
+    no pickle from disk, so it would otherwise fail deep inside torch (a pickle can run code when loaded)."""
+    if any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickled:
+        raise EncoderLoadError(
+            f"encoder {name!r}: {folder / pickled[0]} holds pickled weights, and qrag loads safetensors weights "
+            "only (loading a pickle can run code). Convert the folder once, in a Python where you trust that file: "
+            f"`from transformers import AutoModel; AutoModel.from_pretrained({str(folder)!r}).save_pretrained("
+            f"{str(folder)!r})` writes model.safetensors beside it."
+        )
+
+
 def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load an encoder and its tokenizer (fp32, pooler dropped: qrag mean-pools the last hidden states)."""
+    """Load an encoder and its tokenizer (fp32, pooler dropped: qrag mean-pools the last hidden states).
+
+    Weights load from safetensors only, never from a pickle (`EncoderLoadError` says how to convert one)."""
     resolved = resolve_encoder(name_or_path)
+    if Path(resolved).is_dir():
+        _refuse_pickled_weights(Path(resolved), name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved)
         with quiet_loading():
-            model = AutoModel.from_pretrained(resolved, dtype=torch.float32)
+            model = AutoModel.from_pretrained(resolved, dtype=torch.float32, use_safetensors=True)
     except EncoderLoadError:
         raise
     except (OSError, ValueError, KeyError) as e:
