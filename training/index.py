@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -157,9 +157,9 @@ class ChunkIndex:
     def from_texts(
         cls,
         model: QNetwork,
-        texts: Sequence[str],
-        ids: Sequence[str] | None = None,
-        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        texts: Iterable[str],
+        ids: Iterable[str] | None = None,
+        metadatas: Iterable[Mapping[str, Any]] | None = None,
         *,
         batch_size: int = 128,
         show_progress: bool | None = None,
@@ -171,7 +171,7 @@ class ChunkIndex:
 
         Args:
             model: The Q-network whose chunk tower embeds the texts.
-            texts: The chunks, in document order.
+            texts: The chunks, in document order (any iterable, read once).
             ids: Unique ids (default: their positions as strings).
             metadatas: One JSON-serialisable dict per chunk.
             batch_size: Chunks per encoder batch.
@@ -293,7 +293,6 @@ class ChunkIndex:
         if vector_format not in _VECTOR_FILES:
             raise ValueError(f"vector_format must be one of {sorted(_VECTOR_FILES)}, got {vector_format!r}.")
         target = Path(folder)
-        target.parent.mkdir(parents=True, exist_ok=True)
         header = {
             "format": INDEX_FORMAT,
             "version": INDEX_VERSION,

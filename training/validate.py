@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 
-def check_texts(texts: Sequence[str]) -> list[str]:
+def check_texts(texts: Iterable[str]) -> list[str]:
+    """The texts as a list, read once (a generator works), each a str that can be encoded."""
     if isinstance(texts, str):
         raise ValueError("texts must be a list of strings, got a single string; wrap it in a list.")
     if isinstance(texts, bytes) or not isinstance(texts, Iterable):
@@ -37,7 +38,7 @@ def check_encodable(text: str, what: str) -> None:
                          f"offset {e.start}, a lone surrogate); clean the text (e.g. decode with errors='replace').") from None
 
 
-def check_ids(ids: Sequence[str] | None, n: int) -> list[str]:
+def check_ids(ids: Iterable[str] | None, n: int) -> list[str]:
     if ids is None:
         return [str(i) for i in range(n)]
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
@@ -51,7 +52,7 @@ def check_ids(ids: Sequence[str] | None, n: int) -> list[str]:
     return out
 
 
-def check_metadatas(metadatas: Sequence[Mapping[str, Any]] | None, n: int) -> list[dict[str, Any]]:
+def check_metadatas(metadatas: Iterable[Mapping[str, Any]] | None, n: int) -> list[dict[str, Any]]:
     if metadatas is None:
         return [{} for _ in range(n)]
     if isinstance(metadatas, (str, bytes, Mapping)) or not isinstance(metadatas, Iterable):
@@ -105,6 +106,13 @@ def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path` if it exists, else its nearest ancestor that does (a file among them stops the walk there)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_out_path(path: str | Path, flag: str, *, folder: bool) -> None:
     """Refuse an output path that cannot be written: a folder where a file is wanted (or the reverse), a file
     among its parents, or a parent without write permission. Raises `ValueError` naming the flag and path."""
@@ -112,9 +120,7 @@ def check_out_path(path: str | Path, flag: str, *, folder: bool) -> None:
     if out.exists() and out.is_dir() != folder:
         kind, want = ("a file", "a folder (it is created if missing)") if folder else ("a folder", "a file name")
         raise ValueError(f"{flag} {str(out)!r} is {kind}; pass {want}.")
-    parent = out if folder else out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    parent = nearest_existing(out if folder else out.parent)
     if not parent.is_dir():
         raise ValueError(f"{flag} {str(out)!r} cannot be created: {str(parent)!r} is a file, not a folder.")
     if not os.access(parent, os.W_OK | os.X_OK):
