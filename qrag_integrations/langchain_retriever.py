@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -87,10 +87,10 @@ class QRAGRetriever(BaseRetriever):
     @classmethod
     def from_texts(
         cls,
-        texts: Sequence[str],
+        texts: Iterable[str],
         model: QNetwork | str | Path,
-        metadatas: Sequence[dict[str, Any]] | None = None,
-        ids: Sequence[str] | None = None,
+        metadatas: Iterable[dict[str, Any]] | None = None,
+        ids: Iterable[str] | None = None,
         *,
         backend: Literal["torch", "faiss"] = "torch",
         show_progress: bool | None = None,
@@ -98,12 +98,14 @@ class QRAGRetriever(BaseRetriever):
         precision: Precision = "fp32",
         **kwargs: Any,
     ) -> QRAGRetriever:
-        """Index `texts` with the chunk tower of `model` (a `QNetwork`, a `save_pretrained` folder, or
-        an encoder name for an untrained model); `kwargs` are retriever fields (`k`, `max_hops`, ...).
+        """Index `texts` (any iterable of strings, read once, as are `metadatas` and `ids`) with the chunk
+        tower of `model` (a `QNetwork`, a `save_pretrained` folder, or an encoder name for an untrained model);
+        `kwargs` are retriever fields (`k`, `max_hops`, ...).
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
         `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
         state passes from a bf16 copy of the state tower: `QNetwork.serve_in`)."""
-        metas = check_metadatas(metadatas, len(check_texts(texts)))
+        texts = check_texts(texts)
+        metas = check_metadatas(metadatas, len(texts))
         for i, meta in enumerate(metas):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         qnet = load_model(model, precision=precision)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,7 +94,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
     @classmethod
     def from_defaults(
         cls,
-        nodes: Sequence[BaseNode] | None = None,
+        nodes: Iterable[BaseNode] | None = None,
         documents: Sequence[Document] | None = None,
         model: QNetwork | str | Path | None = None,
         similarity_top_k: int | None = 2,
@@ -114,8 +114,9 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         if (nodes is None) == (documents is None):
             raise ValueError("pass exactly one of nodes= or documents=.")
         if documents is not None:
-            nodes = node_parser.get_nodes_from_documents(documents) if node_parser else list(documents)
+            nodes = node_parser.get_nodes_from_documents(documents) if node_parser else documents
         assert nodes is not None
+        nodes = list(nodes)  # read once: a generator works
         qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend, ordered=ordered,
@@ -168,25 +169,47 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     @classmethod
     def from_persist_dir(cls, path: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGLlamaIndexRetriever:
-        """Rebuild a retriever written by `persist` (no pickle)."""
+        """Rebuild a retriever written by `persist` (no pickle).
+
+        Raises:
+            ValueError: the folder is not a complete save, or one of its files is corrupt (the message names
+                the file; persist the retriever again). Nothing loads from a damaged file.
+        """
         d = Path(path)
         recover(d)  # a persist killed between its two renames: put the previous one back
-        if not (d / SAVE_FILE).is_file() or not (d / NODES_FILE).is_file():
-            raise ValueError(f"{str(d)!r} is not a persisted QRAGLlamaIndexRetriever ({SAVE_FILE} or {NODES_FILE} missing).")
+        missing = [name for name in (SAVE_FILE, NODES_FILE) if not (d / name).is_file()]
+        if missing:
+            raise ValueError(f"{str(d)!r} is not a persisted QRAGLlamaIndexRetriever: {' and '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} missing; persist the retriever again.")
         try:
             head = json.loads((d / SAVE_FILE).read_text(encoding="utf-8"))
             if head.get("format") != SAVE_FORMAT:
                 raise ValueError(f"format {head.get('format')!r}")
             args = dict(head["args"])
-            docstore = SimpleDocumentStore.from_persist_path(str(d / NODES_FILE))
         except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
-            raise ValueError(f"{str(d)!r} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
+            raise ValueError(f"{d / SAVE_FILE} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
         searcher = MultiHopSearcher.load(d, device=device, encoder=encoder)
-        try:
-            nodes = [docstore.get_node(i) for i in searcher.index.ids]  # type: ignore[union-attr]
-        except ValueError as e:
-            raise ValueError(f"{str(d)!r} is corrupt: {e}; persist the retriever again.") from None
+        nodes = _read_nodes(d / NODES_FILE, searcher.index)  # type: ignore[arg-type]
         return cls(searcher, nodes, similarity_top_k=args.pop("k"), **args)
+
+
+def _read_nodes(path: Path, index: ChunkIndex) -> list[BaseNode]:
+    """The index's nodes from a docstore file `persist` wrote, each checked to be stored under its own id and to
+    hold the text its vector was embedded from (an edited node would be served beside another text's vector)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"a LlamaIndex docstore is a JSON object, this file holds a {type(data).__name__}")
+        docstore = SimpleDocumentStore.from_dict(data)
+        nodes = [docstore.get_node(i) for i in index.ids]
+        for i, text, node in zip(index.ids, index.texts, nodes, strict=True):
+            if node.node_id != i:
+                raise ValueError(f"entry {i!r} holds node {node.node_id!r}")
+            if node.get_content(metadata_mode=MetadataMode.EMBED) != text:
+                raise ValueError(f"node {i!r} does not hold the text its vector in index/ was embedded from")
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+        raise ValueError(f"{path} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
+    return nodes
 
 
 def _with_trace(keys: list[str]) -> list[str]:

@@ -155,3 +155,15 @@ def test_from_documents_and_model_from_checkpoint_path(texts: list[str], questio
     loaded = QRAGRetriever.load_local(fast.save_local(tmp_path / "fast"))
     assert loaded.searcher.model.serving_precision == "bf16"
     assert [d.id for d in loaded.invoke(questions[0])] == [d.id for d in fast.invoke(questions[0])]
+
+
+def test_from_texts_reads_any_iterable_once(texts: list[str], questions: list[str], adapter_qnet: Any) -> None:
+    # LangChain's from_texts takes Iterable[str]: generators of texts, metadatas and ids are read once, not twice.
+    metas, ids = [{"n": i} for i in range(len(texts))], [f"c{i}" for i in range(len(texts))]
+    from_lists = QRAGRetriever.from_texts(texts, adapter_qnet, metas, ids, k=3)
+    from_iters = QRAGRetriever.from_texts((t for t in texts), adapter_qnet, (m for m in metas), iter(ids), k=3)
+    index = from_iters.searcher.index
+    assert index is not None and index.texts == texts
+    for q in questions:
+        assert [(d.id, d.page_content, d.metadata) for d in from_iters.invoke(q)] == \
+            [(d.id, d.page_content, d.metadata) for d in from_lists.invoke(q)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,52 @@ def test_bf16_precision_indexes_and_serves_in_bf16(texts: list[str], questions: 
     assert fast.searcher.model.serving_precision == "bf16" and fp32.searcher.model.serving_precision == "fp32"
     got = fast.retrieve(questions[0])
     assert len(got) == 3 and {n.node.node_id for n in got} <= {n.node_id for n in nodes}
+
+
+def _docstore_entry_replaced(data: dict[str, Any], entry: Any) -> dict[str, Any]:
+    data["docstore/data"]["node-0"] = entry
+    return data
+
+
+def _docstore_id_swapped(data: dict[str, Any]) -> dict[str, Any]:
+    data["docstore/data"]["node-0"]["__data__"]["id_"] = "node-1"
+    return data
+
+
+def _node_edited(field: str, value: Any) -> Any:
+    def edit(data: dict[str, Any]) -> dict[str, Any]:
+        data["docstore/data"]["node-0"]["__data__"][field] = value  # valid JSON, a valid node: not the indexed one
+        return data
+    return edit
+
+
+DOCSTORE_DAMAGE = {
+    "deleted": None,
+    "a list": lambda data: [{"bogus": 1}],
+    "an empty list": lambda data: [],
+    "an entry without a type": lambda data: _docstore_entry_replaced(data, {"bogus": 1}),
+    "an entry that is a string": lambda data: _docstore_entry_replaced(data, "bogus"),
+    "a node under another id": _docstore_id_swapped,
+    "a node without its fields": lambda data: _docstore_entry_replaced(data, {"__type__": "1", "__data__": {"bogus": 1}}),
+    "a node's text edited": _node_edited("text", "Mary went to the garden."),
+    "a node's embedded metadata edited": _node_edited("metadata", {"n": 7}),
+}
+
+
+@pytest.mark.parametrize("damage", list(DOCSTORE_DAMAGE))
+def test_a_damaged_docstore_never_loads(damage: str, tmp_path: Path, nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    saved = _make(nodes, adapter_qnet).persist(tmp_path / "p")
+    docstore = saved / "docstore.json"
+    change = DOCSTORE_DAMAGE[damage]
+    if change is None:
+        docstore.unlink()
+    else:
+        docstore.write_text(json.dumps(change(json.loads(docstore.read_text()))))
+    # One clear error naming the file, never a bare TypeError/KeyError or a retriever serving a broken store.
+    with pytest.raises(ValueError, match=r"docstore\.json (is missing|is corrupt).*persist the retriever again"):
+        QRAGLlamaIndexRetriever.from_persist_dir(saved)
+
+
+def test_from_defaults_reads_a_generator_of_nodes_once(questions: list[str], nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
+    from_list, from_generator = _make(nodes, adapter_qnet), _make((n for n in nodes), adapter_qnet)  # type: ignore[arg-type]
+    assert [n.node.node_id for n in from_generator.retrieve(questions[0])] == [n.node.node_id for n in from_list.retrieve(questions[0])]
