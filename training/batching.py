@@ -1,18 +1,49 @@
-"""Length groups: split a batch of token sequences so that padding costs less.
+"""The update's minibatches: their inputs (`Minibatch`) and their length groups.
 
 A transformer batch is padded to its longest row. States in a rollout range from the bare question to the
-question plus every taken chunk, so one padded minibatch is mostly padding (63% in the main job:
-experiments/NOTEBOOK.md, "CPU speed levers").
+question plus every taken chunk, so one padded minibatch is mostly padding (docs/RESULTS.md measures it).
 Encoding the rows in a few groups of similar length, each padded only to its own longest row, computes
 the same vectors (padding is masked out of attention) with far fewer tokens. The trainer sums the groups'
 losses weighted by their sizes, which is the minibatch's loss and gradient.
-"""
 
+Shape legend: B rows kept of a minibatch, L tokens, D vector dim, N chunks of the longest episode.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from qrag.training.hops import Corpora
+
+
+@dataclass
+class Minibatch:
+    """One update minibatch's inputs, on the training device.
+
+    Attributes:
+        size: Rows drawn from the rollout; the losses are means over these (rows left out count 0).
+        rows: (B,) the rollout rows kept: those whose loss has a gradient.
+        states: Tokenised states, (B, L) ids and mask.
+        chunks: The taken chunks, tokenised (B, L), or their (B, D) vectors with a frozen chunk tower.
+        positions: (B,) positions of the taken chunks; None in position mode 'none'.
+        targets: (B,) λ-returns.
+        groups: Indices into the B rows, in groups of similar state length (`length_groups`).
+        margin: With the margin loss: the rows' episodes as the hop engine's corpora, what each state had taken,
+            and the (B, N) mask of the supporting chunks; else None.
+    """
+
+    size: int
+    rows: list[int]
+    states: dict[str, torch.Tensor]
+    chunks: dict[str, torch.Tensor] | torch.Tensor
+    positions: torch.Tensor | None
+    targets: torch.Tensor
+    groups: list[list[int]]
+    margin: tuple[Corpora, list[list[int]], torch.Tensor] | None
 
 
 def length_groups(lengths: Sequence[int], max_groups: int) -> list[list[int]]:

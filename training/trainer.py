@@ -16,7 +16,7 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
 from qrag.training import hops, td
-from qrag.training.batching import length_groups, take_rows
+from qrag.training.batching import Minibatch, length_groups, take_rows
 from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import TrainConfig
 from qrag.training.data.episode import Episode
@@ -219,6 +219,67 @@ class Trainer(Resumable):
             "episodes": episodes, "selected": selected, "episode_vectors": episode_vectors,
         }
 
+    # ------------------------------------------------------------------ update
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """`update_epochs` shuffled passes of minibatch TD regression on the rollout (METHOD.md §3.5), one
+        optimiser step per minibatch (every `grad_accum_steps` with accumulation), Polyak after each step."""
+        self.lr_progress = max_over_processes(self.accelerator, self.progress)
+        self.model.train()
+        margin_weight = self.config.rl.margin_weight
+        td_losses, q_means, margin_losses = [], [], []
+        for idx in self._minibatches(len(batch["questions"])):
+            mb = self._minibatch_inputs(batch, idx)
+            td_sum = q_sum = margin_sum = 0.0
+            with self._optimizer_step():
+                for g, rows in enumerate(mb.groups):
+                    with self._sync_gradients(last=g == len(mb.groups) - 1):
+                        td_loss, margin_loss, q = self._group_loss(mb, rows)
+                        self.accelerator.backward(td_loss if margin_loss is None else td_loss + margin_weight * margin_loss)
+                    td_sum += float(td_loss.detach())
+                    q_sum += float(q.sum())
+                    margin_sum += 0.0 if margin_loss is None else float(margin_loss.detach())
+            if self.accelerator.sync_gradients:
+                self.scheduler.step()
+                td.polyak_update(self.target, self.online, self.config.rl.tau)
+                self.updates += 1
+            td_losses.append(td_sum)
+            q_means.append(q_sum / len(mb.rows))
+            margin_losses.append(margin_sum)
+        stats = {"losses/td_loss": sum(td_losses) / len(td_losses), "losses/q_values": sum(q_means) / len(q_means)}
+        if margin_weight > 0:
+            stats["losses/margin_loss"] = sum(margin_losses) / len(margin_losses)
+        return stats
+
+    def _minibatches(self, n: int) -> Iterator[list[int]]:
+        """`update_epochs` shuffled passes over the rollout's `n` transitions, `minibatch_size` rows at a time."""
+        tc = self.config.trainer
+        for _ in range(tc.update_epochs):
+            order = torch.randperm(n, generator=self.act_gen)
+            for start in range(0, n, tc.minibatch_size):
+                yield order[start : start + tc.minibatch_size].tolist()
+
+    def _minibatch_inputs(self, batch: dict[str, Any], idx: list[int]) -> Minibatch:
+        """Rollout rows `idx` as the update's inputs on the device: tokenised states, the taken chunks (tokenised, or
+        their cached vectors with a frozen chunk tower), positions, λ-returns, length groups, the margin's inputs."""
+        tc, online, dev = self.config.trainer, self.online, self.accelerator.device
+        size = len(idx)
+        idx = self.rows_with_gradient(batch, idx)
+        states = {k: v.to(dev) for k, v in online.tokenize_states(
+            [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
+        taken = [batch["chunks"][i] for i in idx]
+        chunks: dict[str, torch.Tensor] | torch.Tensor
+        if self.chunk_cache is not None:  # frozen chunk tower: its vectors, not its gradient
+            chunks = self.chunk_cache.vectors(online, taken, batch_size=tc.encode_batch_size)  # (B, D)
+        else:
+            chunks = {k: v.to(dev) for k, v in online.tokenize_chunks(taken).items()}
+        return Minibatch(
+            size=size, rows=idx, states=states, chunks=chunks,
+            positions=batch["positions"][idx].to(dev) if online.config.position_mode != "none" else None,
+            targets=batch["returns"][idx].to(dev),
+            groups=length_groups(states["attention_mask"].sum(dim=1).tolist(), tc.length_groups),
+            margin=self.margin_inputs(batch, idx) if self.config.rl.margin_weight > 0 else None,
+        )
+
     def rows_with_gradient(self, batch: dict[str, Any], idx: list[int]) -> list[int]:
         """The minibatch rows whose loss can move the network. With `state_anchor` 'first_hop' or 'passages' a bare
         question's state vector is the frozen base's, so its TD and margin terms have no gradient: those rows are left out
@@ -240,74 +301,40 @@ class Trainer(Resumable):
             gold[row, list(ep.supporting)] = True
         return corpora, [batch["selected"][i] for i in idx], gold.to(self.accelerator.device)
 
-    # ------------------------------------------------------------------ update
-    def update(self, batch: dict[str, Any]) -> dict[str, float]:
-        """`update_epochs` passes of minibatch TD regression on the rollout, Polyak after each step."""
-        tc, oc, rl = self.config.trainer, self.config.optim, self.config.rl
-        self.lr_progress = max_over_processes(self.accelerator, self.progress)
-        self.model.train()
-        online = self.online
-        losses, qs, margins = [], [], []
-        n = len(batch["questions"])
-        for _ in range(tc.update_epochs):
-            order = torch.randperm(n, generator=self.act_gen)
-            for start in range(0, n, tc.minibatch_size):
-                idx = order[start : start + tc.minibatch_size].tolist()
-                size = len(idx)  # losses are means over the whole minibatch, the rows skipped counting 0
-                idx = self.rows_with_gradient(batch, idx)
-                dev = self.accelerator.device
-                s_in = {k: v.to(dev) for k, v in online.tokenize_states(
-                    [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
-                taken = [batch["chunks"][i] for i in idx]
-                c_in: dict[str, torch.Tensor] | torch.Tensor
-                if self.chunk_cache is not None:  # frozen chunk tower: its vectors, not its gradient
-                    c_in = self.chunk_cache.vectors(online, taken, batch_size=tc.encode_batch_size)  # (B, D)
-                else:
-                    c_in = {k: v.to(dev) for k, v in online.tokenize_chunks(taken).items()}
-                pos = batch["positions"][idx].to(dev) if online.config.position_mode != "none" else None
-                targets = batch["returns"][idx].to(dev)  # (B,)
-                # Rows in groups of similar state length (less padding); the size-weighted sum of the groups'
-                # losses is the minibatch's mean loss, so the gradient is the minibatch's.
-                groups = length_groups(s_in["attention_mask"].sum(dim=1).tolist(), tc.length_groups)
-                margin_on = rl.margin_weight > 0
-                if margin_on:
-                    margin_corpora, margin_taken, gold = self.margin_inputs(batch, idx)
-                loss_sum = q_sum = margin_sum = 0.0
-                with self.accelerator.accumulate(self.model), self.accelerator.autocast():
-                    for g, rows in enumerate(groups):
-                        r = torch.as_tensor(rows, dtype=torch.long, device=dev)  # (G,)
-                        chunks = c_in[r] if isinstance(c_in, torch.Tensor) else take_rows(c_in, rows)
-                        last = g == len(groups) - 1  # multi-process: gradients are averaged once, after the last
-                        with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
-                            q1, q2, s = self.model(take_rows(s_in, rows), chunks, None if pos is None else pos[r],
-                                                   return_states=True)  # (G,), (G,), (G, D)
-                            loss = td.td_loss(q1, q2, targets[r]) * (len(rows) / size)
-                            total = loss
-                            if margin_on:  # every chunk of the state scored by the hop engine, with these state vectors
-                                q_all, _ = hops.q_values(online, s, margin_corpora, rows, [margin_taken[i] for i in rows])
-                                available = torch.isfinite(q_all)  # (G, N)
-                                j_e = td.margin_loss(q_all.masked_fill(~available, 0.0), available, gold[r] & available,
-                                                     rl.margin, rl.margin_over) * (len(rows) / size)
-                                margin_sum += float(j_e.detach())
-                                total = loss + rl.margin_weight * j_e
-                            self.accelerator.backward(total)
-                        loss_sum += float(loss.detach())
-                        q_sum += float((q1 + q2).detach().sum())
-                    if self.accelerator.sync_gradients:
-                        self.accelerator.clip_grad_norm_(self.params, oc.max_grad_norm)
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                if self.accelerator.sync_gradients:
-                    self.scheduler.step()
-                    td.polyak_update(self.target, online, self.config.rl.tau)
-                    self.updates += 1
-                losses.append(loss_sum)
-                qs.append(q_sum / len(idx))
-                margins.append(margin_sum)
-        stats = {"losses/td_loss": sum(losses) / len(losses), "losses/q_values": sum(qs) / len(qs)}
-        if rl.margin_weight > 0:
-            stats["losses/margin_loss"] = sum(margins) / len(margins)
-        return stats
+    def _group_loss(self, mb: Minibatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Forward pass of the minibatch rows `rows` (one length group): their TD loss and, with `margin_weight`,
+        their margin loss, each weighted by the group's share of the minibatch (so the groups' sum is the
+        minibatch's mean), and their (G,) Q-values, detached."""
+        rl = self.config.rl
+        r = torch.as_tensor(rows, dtype=torch.long, device=self.accelerator.device)  # (G,)
+        chunks = mb.chunks[r] if isinstance(mb.chunks, torch.Tensor) else take_rows(mb.chunks, rows)
+        q1, q2, s = self.model(take_rows(mb.states, rows), chunks, None if mb.positions is None else mb.positions[r],
+                               return_states=True)  # (G,), (G,), (G, D)
+        share = len(rows) / mb.size  # rows left out by `rows_with_gradient` count 0 in the minibatch's mean
+        td_loss = td.td_loss(q1, q2, mb.targets[r]) * share
+        margin_loss = None
+        if mb.margin is not None:  # every chunk of the state scored by the hop engine, with these state vectors
+            corpora, taken, gold = mb.margin
+            q_all, _ = hops.q_values(self.online, s, corpora, rows, [taken[i] for i in rows])  # (G, N)
+            available = torch.isfinite(q_all)  # (G, N)
+            margin_loss = td.margin_loss(q_all.masked_fill(~available, 0.0), available, gold[r] & available,
+                                         rl.margin, rl.margin_over) * share
+        return td_loss, margin_loss, (q1 + q2).detach()
+
+    @contextlib.contextmanager
+    def _optimizer_step(self) -> Iterator[None]:
+        """Around one minibatch's backward passes: gradient accumulation and autocast; then, once the body is
+        done, clip (when gradients are synchronised), step and zero the gradients."""
+        with self.accelerator.accumulate(self.model), self.accelerator.autocast():
+            yield
+            if self.accelerator.sync_gradients:
+                self.accelerator.clip_grad_norm_(self.params, self.config.optim.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def _sync_gradients(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Multi-process: gradients are averaged across processes once per minibatch, after its last group."""
+        return contextlib.nullcontext() if last else self.accelerator.no_sync(self.model)
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, Any]:
