@@ -4,6 +4,14 @@
 
 The main types are imported on first use, so `import qrag.training` stays cheap (no torch until one is
 touched); submodules (`qrag.training.trainer`, `.search`, `.data`, ...) import as usual.
+
+Where things are:
+
+- the TD update: `trainer.Trainer.update` (one loop over minibatches; the math in `td.py`);
+- the hop loop: `hops.greedy_hops` and `hops.beam_hops` (one hop for many states: `hops.q_values`);
+- the network: `qnet.QNetwork` (its folder: `qnet_files.py`; serving precision: `qnet_serving.py`);
+- search settings: `search_settings.py` (`HopSettings` saved with a model, `SearchConfig` per search);
+- the user-facing searcher: `search.MultiHopSearcher`; training settings: `config.py`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import yaml
 
 from qrag.training.overlay import ConfigError, overlay
 from qrag.training.positions import PositionMode
+from qrag.training.search_settings import HopSettings as HopSettings  # saved with a model
 
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]
@@ -42,7 +43,7 @@ class ModelConfig:
     state_order: StateOrder = "selection"
     """Order of the selected chunks in the state text: 'document' or 'selection' order."""
     max_chunk_tokens: int = 64
-    """Chunk tokens kept by the chunk tower (BabiLong 64, HotpotQA 220, MuSiQue 110)."""
+    """Chunk tokens kept by the chunk tower (special tokens included); longer chunks are cut."""
     max_state_piece_tokens: int = 64
     """Tokens kept of each state piece (the question, each selected chunk) before splicing."""
     max_state_tokens: int = 512
@@ -51,8 +52,7 @@ class ModelConfig:
     """Pooled vectors are divided by this."""
     normalize: bool = False
     """L2-normalise pooled vectors before the division by `scale`: an untrained network's Q-value is then the
-    cosine of the base encoder's vectors over `scale`², the ranking of a cosine vector store (with
-    all-MiniLM-L6-v2 on paragraphs, cosine is far stronger than the unnormalised inner product)."""
+    cosine of the base encoder's vectors over `scale`², the ranking of a cosine vector store."""
     train_mode: TrainMode = "full"
     """What is trained: 'full' fine-tuning, the 'top_layers' only, or 'lora' adapters."""
     trainable_layers: int = 2
@@ -65,9 +65,8 @@ class ModelConfig:
     """With train_mode='lora': dropout on the adapter input."""
     dropout: float | None = None
     """Dropout probability inside the encoder layers of the towers that train, in training passes (None: the
-    encoder's own, 0.1 for MiniLM). Acting, the target towers, evaluation and serving run in eval mode (no dropout)
-    either way, so this changes only the updates (docs/RESULTS.md: 0 against 0.1 on the main job, the same accuracy
-    and speed within noise)."""
+    encoder's own). Acting, the target towers, evaluation and serving run in eval mode (no dropout) either way,
+    so this changes only the updates."""
     lora_target_modules: list[str] | None = None
     """With train_mode='lora': module names to adapt (None: PEFT's default for the architecture)."""
     train_towers: TrainTowers = "both"
@@ -109,38 +108,11 @@ class ModelConfig:
 
 
 @dataclass
-class HopSettings:
-    """How a model is meant to be searched (METHOD.md §4), saved with it and the default for every search.
-
-    The trainer writes the horizon it trained with and, where it calibrates one, the stop threshold that
-    suits the model's own Q-values; searchers, adapters and qrag-eval use these unless a caller overrides them.
-    """
-
-    max_hops: int = 4
-    """Most hops per question: the horizon the model was trained for (`env.max_hops`)."""
-    stop_threshold: float | None = 0.5
-    """Adaptive search stops before a hop whose best Q-value is below this; None: the model has no stop rule."""
-    calibrated: bool = False
-    """Whether `stop_threshold` was calibrated on the model's own validation data (else the paper's 0.5)."""
-
-    def validate(self) -> HopSettings:
-        if isinstance(self.max_hops, bool) or not isinstance(self.max_hops, int) or self.max_hops < 1:
-            raise ConfigError(f"hops.max_hops must be an integer >= 1, got {self.max_hops!r}.")
-        t = self.stop_threshold
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or abs(t) == float("inf")):
-            raise ConfigError(f"hops.stop_threshold must be a finite number or None, got {t!r}.")
-        if not isinstance(self.calibrated, bool):
-            raise ConfigError(f"hops.calibrated must be true or false, got {self.calibrated!r}.")
-        return self
-
-
-@dataclass
 class EnvConfig:
     """The retrieval MDP (METHOD.md §1)."""
 
     max_hops: int = 6
-    """Episode horizon, the most hops per question (`max_steps` before): BabiLong 6, HotpotQA 2, MuSiQue 4,
-    NIAH 5. Saved with the model as its search horizon."""
+    """Episode horizon, the most hops per question; saved with the model as its search horizon."""
     penalize_extra_steps: bool = True
     """Completion reward 0.5 + 0.5·|SF|/|selected| instead of 1."""
     never_terminate: bool = False
@@ -166,7 +138,7 @@ class RLConfig:
     top_k: int = 5
     """Acting and the soft value use the top-k available chunks."""
     tau: float = 0.1
-    """Polyak rate of the target towers (BabiLong 0.1, QA 0.02)."""
+    """Polyak rate τ of the target towers."""
     value_target: ValueTarget = "mean"
     """Soft value on the two-head mean ('mean') or the smaller head ('min')."""
     learning_starts: int = 0
@@ -327,8 +299,7 @@ class TrainerConfig:
     """torch CPU threads (None: leave torch's default)."""
     length_groups: int = 1
     """Encode each update minibatch in at most this many groups of similar state length, each padded only to
-    its own longest state: the same loss and gradient with fewer padded tokens (the CPU presets use 4; 1: one
-    padded batch)."""
+    its own longest state: the same loss and gradient with fewer padded tokens (1: one padded batch)."""
     encode_batch_size: int = 128
     """Batch size of no-grad chunk and state encoding."""
     max_minutes: float | None = None

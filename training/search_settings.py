@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from qrag.training.config import HopSettings
+from qrag.training.overlay import ConfigError
 
 __all__ = ["FROM_MODEL", "FromModel", "HopSettings", "Order", "SearchConfig", "SearchError"]
 
@@ -25,6 +25,32 @@ FROM_MODEL: FromModel = "model"  # a search setting that takes the model's saved
 
 class SearchError(ValueError):
     """A search argument or a model/store pairing is invalid; the message names the value and the fix."""
+
+
+@dataclass
+class HopSettings:
+    """How a model is meant to be searched (METHOD.md §4), saved with it and the default for every search.
+
+    The trainer writes the horizon it trained with and, where it calibrates one, the stop threshold that
+    suits the model's own Q-values; searchers, adapters and qrag-eval use these unless a caller overrides them.
+    """
+
+    max_hops: int = 4
+    """Most hops per question: the horizon the model was trained for (`env.max_hops`)."""
+    stop_threshold: float | None = 0.5
+    """Adaptive search stops before a hop whose best Q-value is below this; None: the model has no stop rule."""
+    calibrated: bool = False
+    """Whether `stop_threshold` was calibrated on the model's own validation data (else the paper's 0.5)."""
+
+    def validate(self) -> HopSettings:
+        if isinstance(self.max_hops, bool) or not isinstance(self.max_hops, int) or self.max_hops < 1:
+            raise ConfigError(f"hops.max_hops must be an integer >= 1, got {self.max_hops!r}.")
+        t = self.stop_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or abs(t) == float("inf")):
+            raise ConfigError(f"hops.stop_threshold must be a finite number or None, got {t!r}.")
+        if not isinstance(self.calibrated, bool):
+            raise ConfigError(f"hops.calibrated must be true or false, got {self.calibrated!r}.")
+        return self
 
 
 @dataclass

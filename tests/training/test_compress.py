@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from qrag.training.compress import LINEAR_TARGETS, low_rank_adapters
-from qrag.training.config import HopSettings
 from qrag.training.qnet import QNetwork
+from qrag.training.search_settings import HopSettings
 from tests.conftest import make_tiny_encoder
 
 CHUNKS = ["Mary went to the kitchen.", "Mary took the milk there.", "The grass is green."]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from qrag.training.config import HopSettings
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import CheckpointError, QNetwork
 from qrag.training.search import MultiHopSearcher, SearchConfig, SearchError, load_model, search_many
+from qrag.training.search_settings import HopSettings
 from qrag.training.trainer import Trainer
 from tests.training.test_trainer import small_config
 from tests.training.two_hop import make_two_hop_episodes

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from qrag.training.config import HopSettings
 from qrag.training.index import ChunkIndex
 from qrag.training.positions import relative_positions, rotate_halves
 from qrag.training.qnet import QNetwork
 from qrag.training.search import MultiHopSearcher, SearchConfig, SearchError, load_model
+from qrag.training.search_settings import HopSettings
 
 TEXTS = [
     "Mary went to the kitchen.", "John picked up the apple.", "Mary took the milk there.",
