@@ -213,8 +213,8 @@ class MultiHopRetriever:
                  max_hops: int | None = None, stop_threshold: float | FromModel | None = FROM_MODEL,
                  cache: _IndexCache | None = None) -> None:
         self.model, self.name, self.budget, self.adaptive = model.eval(), name, budget, adaptive
-        hops = SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold).validate().resolved(model.hop_settings)
-        self.max_hops, self.stop_threshold = hops.horizon, hops.threshold
+        cfg = SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold).validate().resolved(model.hop_settings)
+        self.max_hops, self.stop_threshold = cfg.horizon, cfg.threshold
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:

@@ -88,15 +88,15 @@ def choose_threshold(
     cuts += [values[-1] + 1.0] if values else []
 
     def evaluate(threshold: float | None) -> dict[str, float]:
-        ems, f1s, hops = [], [], []
+        ems, f1s, kept_hops = [], [], []
         for q_values, rows, g in zip(hop_qs, hop_rows, golds, strict=True):
             kept = stop_point(q_values, threshold, min_hops)
             em, f1 = _scores(rows[:kept], g)
             ems.append(em)
             f1s.append(f1)
-            hops.append(kept)
+            kept_hops.append(kept)
         n = len(ems)
-        return {"fact_em": sum(ems) / n, "fact_f1": sum(f1s) / n, "mean_hops": sum(hops) / n}
+        return {"fact_em": sum(ems) / n, "fact_f1": sum(f1s) / n, "mean_hops": sum(kept_hops) / n}
 
     everything = evaluate(None)
     best_cut, best = cuts[0], evaluate(cuts[0])
