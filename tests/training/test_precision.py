@@ -108,6 +108,7 @@ def test_the_cpu_presets_follow_the_hardware() -> None:
 
     assert load_preset("babilong-cpu").trainer.mixed_precision == "auto"
     assert load_preset("wiki-cpu").trainer.mixed_precision == "auto"
+    assert load_preset("hotpotqa-pool-cpu").trainer.mixed_precision == "auto"
 
 
 def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
