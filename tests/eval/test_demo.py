@@ -111,3 +111,17 @@ def test_the_plan_keeps_every_sample_when_training_keeps_its_share_and_scales_th
     # 30 sentences/s: fixed 220 s, 15 s per sample: never fewer than MIN_SAMPLES (20), training gets what is left.
     assert demo.plan_samples(900, 60, 30, 200, 15, 3000) == (20, 380)
     assert demo.plan_samples(900, 60, 30, 5, 15, 3000) == (5, 605)  # fewer asked than the floor: as asked
+
+
+def test_in_fp32_the_state_tower_trains_its_blocks_not_its_embeddings(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, int, str]] = []
+
+    def record(config: Any, *a: Any, **k: Any) -> Any:
+        seen.append((config.model.train_mode, config.model.trainable_layers, config.trainer.mixed_precision))
+        raise KeyboardInterrupt  # the test needs the config, not the training
+
+    monkeypatch.setattr(demo, "Trainer", record)
+    for precision in ("fp32", "bf16"):  # the tests treat this CPU as having native bf16 (tests/conftest.py)
+        assert demo.main([*ARGS, "--precision", precision, "--output-dir", str(tmp_path / precision)]) == 130
+    assert seen == [("top_layers", demo.FP32_TRAINABLE_LAYERS, "no"), ("full", 2, "bf16")]
