@@ -214,7 +214,6 @@ def recall_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], ks: S
     Rows cover every task and, when there are several, 'all' of them; a sample counts for a method only
     where `reference` has the same sample (paired by task and id).
     """
-    from qrag.eval.metrics import paired_margin
 
     by: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
     for r in records:
@@ -230,13 +229,21 @@ def recall_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], ks: S
                 ids = sorted(i for i in ours if i in ref and (task == "all" or i.split("|", 1)[0] == task))
                 if not ids:
                     continue
-                row: dict[str, Any] = {"task": task, "method": m, "k": k, "n": len(ids),
-                                       "recall": _mean([ours[i] for i in ids])}
-                if m != reference:
-                    margin, half = paired_margin([ours[i] for i in ids], [ref[i] for i in ids])
-                    row.update({"margin": margin, "ci95": half, "ahead": margin - half > 0})
-                rows.append(row)
+                rows.append(_with_margin({"task": task, "method": m, "k": k, "n": len(ids),
+                                          "recall": _mean([ours[i] for i in ids])}, ours, ref, ids, m == reference))
     return rows
+
+
+def _with_margin(row: dict[str, Any], ours: dict[str, float], ref: dict[str, float], ids: Sequence[str],
+                 is_reference: bool) -> dict[str, Any]:
+    """`row` with the paired margin of `ours` over `ref` on the samples `ids` (95% interval), unless `row` is the
+    reference's own."""
+    from qrag.eval.metrics import paired_margin
+
+    if not is_reference:
+        margin, half = paired_margin([ours[i] for i in ids], [ref[i] for i in ids])
+        row.update({"margin": margin, "ci95": half, "ahead": margin - half > 0})
+    return row
 
 
 def recall_table(rows: Sequence[dict[str, Any]], reference: str = "dense") -> str:
@@ -276,7 +283,6 @@ def paired_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], metri
                 reference: str = "dense") -> list[dict[str, Any]]:
     """`metric`'s mean per (task, method) and each method's paired margin against `reference` (95% interval),
     over the samples both have (paired by task and id)."""
-    from qrag.eval.metrics import paired_margin
 
     by: dict[str, dict[str, float]] = defaultdict(dict)
     for r in records:
@@ -289,12 +295,8 @@ def paired_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], metri
             ids = sorted(i for i in ours if i in ref and i.split("|", 1)[0] == task)
             if not ids:
                 continue
-            row: dict[str, Any] = {"task": task, "method": m, "metric": metric, "n": len(ids),
-                                   "mean": _mean([ours[i] for i in ids])}
-            if m != reference:
-                margin, half = paired_margin([ours[i] for i in ids], [ref[i] for i in ids])
-                row.update({"margin": margin, "ci95": half, "ahead": margin - half > 0})
-            rows.append(row)
+            rows.append(_with_margin({"task": task, "method": m, "metric": metric, "n": len(ids),
+                                      "mean": _mean([ours[i] for i in ids])}, ours, ref, ids, m == reference))
     return rows
 
 
