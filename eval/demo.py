@@ -78,8 +78,9 @@ FP32_TRAINABLE_LAYERS = 6
 blocks but not its embeddings (`model.train_mode: top_layers`): no dense embedding gradient, AdamW over half the
 parameters, about 1.12x the transitions at the same accuracy per transition (docs/RESULTS.md, "The main job")."""
 EVAL_SENTENCES_PER_SAMPLE = 32.0
-"""The held-out evaluation of one test sample (five methods, six chunks each) costs about as much encoder time
-as embedding this many sentences in phase 2 (docs/RESULTS.md, "The main job on any CPU")."""
+"""The held-out evaluation of one test sample (five methods, six chunks each) costs at most about as much time as
+embedding this many sentences in phase 2 (the runs in docs/RESULTS.md, "The main job on 2 CPU cores, with and
+without native bf16", measured about 24 without native bf16)."""
 CHAIN_SECONDS = 45.0
 """Phase 6 (loading the reader, one chain): an allowance, not a measurement of this machine."""
 SLACK_SECONDS = 20.0
@@ -323,7 +324,8 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
         untrained = QNetwork.from_config(config.model)  # the untrained start: the multi-hop and dense baselines
         train, val = build_episodes(config.data) if model is None else ([], [])
         cfg = eval_config(out, args.samples, args.lengths, config.data.filler_sentences)
-        test = [ep for task, _, value in _cells(cfg) for ep in cell_episodes(cfg, task, value)]
+        cells = [cell_episodes(cfg, task, value) for task, _, value in _cells(cfg)]
+        test = [ep for episodes in cells for ep in episodes]
         print(f"training {len(train)} and validation {len(val)} episodes (qa1–qa5, {config.data.num_sentences} "
               f"sentences), {len(test)} held-out test samples ({args.samples} per task at {', '.join(args.lengths)}); "
               f"background from {config.data.filler_sentences or 'all'} sentences per split")
@@ -357,7 +359,7 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
             job.finish("train")
     cfg = eval_config(out, samples, args.lengths, config.data.filler_sentences)
     with job.phase("test_vectors", "4/6 chunk vectors of the held-out haystacks"):
-        test = [ep for task, _, value in _cells(cfg) for ep in cell_episodes(cfg, task, value)]
+        test = [ep for episodes in cells for ep in episodes[:samples]]  # sample i is the same whatever the count
         embed(store, store_dir, untrained, list(dict.fromkeys(t for ep in test for t in ep.chunks)), precision)
     with job.phase("eval", "5/6 held-out evaluation"):
         trained = model or QNetwork.from_pretrained(out / "train" / "best")
