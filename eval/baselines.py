@@ -29,6 +29,7 @@ from qrag.training.data import Episode
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.search import FROM_MODEL, FromModel, SearchConfig, SearchResult, load_model, search_many
+from qrag.training.search_settings import Fill
 from qrag.training.shipped import resolve_checkpoint, shipped_names
 
 METHODS = ("bm25", "dense", "cosine", "multihop", "qrag", "qrag+stop", "oracle")
@@ -206,15 +207,18 @@ class MultiHopRetriever:
             are hops; any more are the best remaining chunks for the state after the last hop.
         adaptive: Let the stop rule decide how many hops (k=None).
         max_hops: Most hops per question; None: the model's trained horizon (`QNetwork.hop_settings`).
-        stop_threshold: The stop rule's threshold (adaptive only); 'model': the model's saved threshold.
+        stop_threshold: The stop rule's threshold (adaptive search, and the guard's); 'model': the model's saved
+            threshold.
+        fill: What ranks the results past the hops (`SearchConfig.fill`); 'model': the model's saved choice.
     """
 
     def __init__(self, model: QNetwork, *, name: str, budget: int | None = None, adaptive: bool = False,
                  max_hops: int | None = None, stop_threshold: float | FromModel | None = FROM_MODEL,
-                 cache: _IndexCache | None = None) -> None:
+                 fill: Fill | FromModel = FROM_MODEL, cache: _IndexCache | None = None) -> None:
         self.model, self.name, self.budget, self.adaptive = model.eval(), name, budget, adaptive
-        cfg = SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold).validate().resolved(model.hop_settings)
-        self.max_hops, self.stop_threshold = cfg.horizon, cfg.threshold
+        cfg = (SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold, fill=fill).validate()
+               .resolved(model.hop_settings))
+        self.max_hops, self.stop_threshold, self.fill = cfg.horizon, cfg.threshold, cfg.fill
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
@@ -223,7 +227,7 @@ class MultiHopRetriever:
         budgets = [None if self.adaptive else _budget(ep, self.budget) for ep in episodes]
         results: list[SearchResult | None] = [None] * len(episodes)
         for k in dict.fromkeys(budgets):  # questions with the same budget search together
-            cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=self.stop_threshold if k is None else None)
+            cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=self.stop_threshold, fill=self.fill)
             group = [i for i, b in enumerate(budgets) if b == k]
             found = search_many(self.model, [episodes[i].question for i in group], [indexes[i] for i in group], cfg)
             for i, result in zip(group, found, strict=True):
@@ -232,13 +236,16 @@ class MultiHopRetriever:
         out = []
         for ep, result, cost in zip(episodes, results, costs, strict=True):
             assert result is not None
-            hopped = min(len(result.hits), self.max_hops)
+            guarded = self.fill == "question" and not self.adaptive
+            hopped = result.hops_kept if guarded else min(len(result.hits), self.max_hops)
             if self.adaptive:
                 # The hop whose Q fell below the threshold was encoded too, unless the search ran out of hops.
                 calls = min(result.hops_kept + 1, self.max_hops, ep.num_chunks)
             else:
-                # Past max_hops the searcher tops up from one more state encoding (no further hops).
-                calls = hopped + (1 if len(result.hits) > hopped else 0)
+                # Past its hops the searcher tops up from one more encoding (the last state, or under the guard
+                # the bare question, after the refused hop's state); no further hops.
+                refused = 1 if guarded and hopped < min(self.max_hops, len(result.hits)) else 0
+                calls = hopped + refused + (1 if len(result.hits) > hopped else 0)
             out.append(Retrieval([int(h.chunk.id) for h in result.hits], hopped, [h.q_value for h in result.hits],
                                  calls, each, *cost))
         return out
@@ -267,6 +274,7 @@ def make_retrievers(
     budget: int | None = None,
     max_hops: int | None = None,
     stop_threshold: float | None = None,
+    fill: Fill | FromModel = FROM_MODEL,
     device: str | None = None,
     chunk_caches: Sequence[ChunkVectorCache] = (),
     chunk_vectors: ChunkVectorFolder | None = None,
@@ -283,7 +291,10 @@ def make_retrievers(
         budget: Results per question for non-adaptive methods (None: |SF|).
         max_hops: Most hops for the multi-hop methods; None: the trained checkpoint's horizon (the untrained
             baseline gets the same, so both search equally far), else `HopSettings`' default.
-        stop_threshold: The stop rule's threshold for 'qrag+stop'; None: the checkpoint's saved threshold.
+        stop_threshold: The stop rule's threshold for 'qrag+stop' and the guard (`fill='question'`); None: the
+            checkpoint's saved threshold.
+        fill: What ranks the qrag methods' results past their hops ('state', 'question': the off-domain guard);
+            'model': the checkpoint's saved choice.
         device: Torch device for the encoders (default: CPU).
         chunk_caches: Chunk vectors already computed, one cache per chunk tower (a model trained with
             `train_towers='state'` and its untrained start share one).
@@ -332,5 +343,5 @@ def make_retrievers(
             else:
                 assert trained is not None
                 out.append(MultiHopRetriever(trained, name=m, budget=budget, adaptive=m in ADAPTIVE,
-                                             max_hops=max_hops, stop_threshold=threshold, cache=cache))
+                                             max_hops=max_hops, stop_threshold=threshold, fill=fill, cache=cache))
     return out

@@ -33,7 +33,8 @@ from qrag.eval.reader import ReaderLoadError
 from qrag.eval.report import DRIFT_FILE, PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
 from qrag.eval.runner import RESULTS_FILE, run
 from qrag.eval.speed import SPEED_TABLE
-from qrag.eval.sweep import BENCHMARKS, RunConfig
+from qrag.eval.sweep import BENCHMARKS, FILL_CHOICES, RunConfig
+from qrag.training.search_settings import FROM_MODEL
 from qrag.training.towers import PRECISIONS
 from qrag.training.validate import one_line
 
@@ -84,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-hops", type=int, default=None,
                        help="most hops of the multi-hop methods (default: the --model checkpoint's trained horizon)")
         p.add_argument("--stop-threshold", type=float, default=None,
-                       help="stop rule of qrag+stop (default: the --model checkpoint's saved threshold)")
+                       help="stop rule of qrag+stop and of the guard (default: the --model checkpoint's saved threshold)")
+        p.add_argument("--fill", choices=FILL_CHOICES, default=FROM_MODEL,
+                       help="what ranks qrag's results past its hops: 'state' (the last state), 'question' (the "
+                            "off-domain guard: hops stop where the stop rule says, the rest is the question's cosine "
+                            "ranking), 'model' (default: what the checkpoint saved)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--max-new-tokens", type=int, default=32)
         p.add_argument("--device", default=None)
@@ -130,7 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         benchmark=args.benchmark, out=args.out, methods=args.methods, tasks=getattr(args, "tasks", None),
         lengths=getattr(args, "lengths", None), num_samples=args.num_samples, model=args.model,
         encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None), budget=args.budget,
-        max_hops=args.max_hops, stop_threshold=args.stop_threshold, seed=args.seed, max_new_tokens=args.max_new_tokens,
+        max_hops=args.max_hops, stop_threshold=args.stop_threshold, fill=args.fill, seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
         device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
         distractors=getattr(args, "distractors", None), precision=args.precision,
         filler_sentences=getattr(args, "filler_sentences", None),

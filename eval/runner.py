@@ -41,11 +41,11 @@ RECALL_KS = (2, 4, 8)
 may name its own (`Benchmark.recall_ks`: hotpotqa_pool's 2, 5, 10, with --budget 10)."""
 FACT_EM_FILE = "fact_em_at_2"
 """hotpotqa_pool: fact EM of each method's first two chunks (both gold passages), paired against the reference."""
-SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "seed", "reader", "max_new_tokens", "data",
-           "distractors", "precision", "filler_sentences")
+SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "fill", "seed", "reader", "max_new_tokens",
+           "data", "distractors", "precision", "filler_sentences")
 """RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
 resumed into the same folder must have the same values."""
-SHAPING_BEFORE = {"precision": "fp32", "filler_sentences": None}
+SHAPING_BEFORE = {"precision": "fp32", "filler_sentences": None, "fill": "model"}
 """Values of SHAPING fields added later, for records written before them."""
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors", "speed_lengths", "speed_hops",
                 "speed_queries")
@@ -141,7 +141,8 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     cfg.out.mkdir(parents=True, exist_ok=True)
     if retrievers is None:
         retrievers = make_retrievers(cfg.methods, encoder=cfg.encoder, checkpoint=cfg.model, budget=cfg.budget,
-                                     max_hops=cfg.max_hops, stop_threshold=cfg.stop_threshold, device=cfg.device,
+                                     max_hops=cfg.max_hops, stop_threshold=cfg.stop_threshold,
+                                     fill=cfg.fill, device=cfg.device,  # type: ignore[arg-type]
                                      chunk_vectors=folder)
     if reader is None and cfg.reader is not None:
         reader = load_reader(cfg.reader, max_new_tokens=cfg.max_new_tokens, device=cfg.device)

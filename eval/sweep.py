@@ -15,8 +15,11 @@ from typing import Any
 from qrag.eval.baselines import METHODS
 from qrag.training.data import Episode, load_episodes
 from qrag.training.data.wiki import KINDS as WIKI_KINDS
+from qrag.training.search_settings import FILLS, FROM_MODEL
 from qrag.training.towers import PRECISIONS
 from qrag.training.validate import check_out_path
+
+FILL_CHOICES = (FROM_MODEL, *FILLS)
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,10 @@ class RunConfig:
     max_hops: int | None = None
     """Most hops for multi-hop methods; None: the trained checkpoint's horizon (saved with it)."""
     stop_threshold: float | None = None
-    """Stop-rule threshold for 'qrag+stop'; None: the checkpoint's saved (calibrated) threshold."""
+    """Stop-rule threshold for 'qrag+stop' and the guard; None: the checkpoint's saved (calibrated) threshold."""
+    fill: str = "model"
+    """What ranks the qrag methods' results past their hops: 'state', 'question' (the off-domain guard, METHOD.md
+    §4.4) or 'model': the checkpoint's saved choice."""
     seed: int = 0
     """Generator seed (split 'test')."""
     distractors: int | None = None
@@ -165,6 +171,8 @@ class RunConfig:
         t = self.stop_threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
             raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
+        if self.fill not in FILL_CHOICES:
+            raise ValueError(f"fill (--fill) must be one of {', '.join(FILL_CHOICES)}, got {self.fill!r}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision (--precision) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}.")
         if self.precision == "fp16" and not str(self.device or "cpu").startswith("cuda"):

@@ -32,10 +32,11 @@ from qrag.training.search import (
     SearchResult,
     load_model,
 )
+from qrag.training.search_settings import Fill
 from qrag.training.towers import Precision
 from qrag.training.validate import check_metadatas, check_query, check_texts, check_trace_keys
 
-CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order")
+CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order", "fill")
 TRACE_KEYS = ("score", "q_value", "hop", "past_stop")
 SAVE_FILE = "retriever.json"
 SAVE_FORMAT = "qrag-langchain-retriever"
@@ -49,9 +50,10 @@ class QRAGRetriever(BaseRetriever):
     `k=4` (default, as LangChain's retrievers) returns exactly `min(k, N)` documents, flagging those past the
     stop rule with `past_stop=True`; `k=None` opts in to adaptive search, where the model's stop rule chooses
     how many (at most `max_hops`; see `qrag.training.search`). `max_hops` and `stop_threshold` default to the
-    values saved with the model (its trained horizon and calibrated threshold). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
+    values saved with the model (its trained horizon and calibrated threshold), as does `fill` (what ranks the
+    documents past the hops: 'state', or 'question', the off-domain guard of models trained on passages). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
     `Document.id` is the chunk id. Each hop is sent as a custom event `qrag_hop`.
-    Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=...)`.
+    Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=..., fill=...)`.
 
     Example:
         >>> retriever = QRAGRetriever.from_texts(
@@ -69,6 +71,7 @@ class QRAGRetriever(BaseRetriever):
     stop_threshold: float | FromModel | None = FROM_MODEL
     beam_size: int = 1
     order: Literal["hop", "document"] = "hop"
+    fill: Fill | FromModel = FROM_MODEL
 
     @model_validator(mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from qrag.training.atomic import recover
 from qrag.training.index import ChunkIndex
 from qrag.training.qnet import QNetwork
 from qrag.training.search import FROM_MODEL, FromModel, MultiHopSearcher, load_model
+from qrag.training.search_settings import Fill
 from qrag.training.towers import Precision
 from qrag.training.validate import check_query, check_trace_keys
 
@@ -50,7 +51,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
     `similarity_top_k=2` (default, as LlamaIndex's retrievers) returns exactly `min(similarity_top_k, N)`
     nodes, those past the stop rule flagged `past_stop`; `similarity_top_k=None` opts in to adaptive search,
     where the model's stop rule chooses how many (at most `max_hops`; see `qrag.training.search`).
-    `max_hops` and `stop_threshold` default to the values saved with the model. Nodes are embedded with
+    `max_hops`, `stop_threshold` and `fill` default to the values saved with the model. Nodes are embedded with
     `MetadataMode.EMBED` (their text plus the metadata not excluded from embedding), as LlamaIndex does. `NodeWithScore.score` is the Q-value; `hop`, `q_value` and
     `past_stop` go in node metadata, excluded from LLM and embedding text. Each hop emits a `QRAGHopEvent`.
 
@@ -71,6 +72,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         stop_threshold: float | FromModel | None = FROM_MODEL,
         beam_size: int = 1,
         order: Literal["hop", "document"] = "hop",
+        fill: Fill | FromModel = FROM_MODEL,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -83,13 +85,13 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
         self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
         self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
-        self.beam_size, self.order = beam_size, order
+        self.beam_size, self.order, self.fill = beam_size, order, fill
         searcher.config.with_overrides(self._args())  # fail at construction on a bad argument
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _args(self) -> dict[str, Any]:
         return {"k": self.similarity_top_k, "max_hops": self.max_hops, "stop_threshold": self.stop_threshold,
-                "beam_size": self.beam_size, "order": self.order}
+                "beam_size": self.beam_size, "order": self.order, "fill": self.fill}
 
     @classmethod
     def from_defaults(

@@ -12,7 +12,9 @@ One hop, for every live state at once:
    by those positions; score Q = ⟨f_θ(s), R(pos)·g_φ(c)⟩; mask the taken chunks and padding (`q_values`);
 4. act: the trainer samples from these scores (`policy.observe`); evaluation and serving take the argmax
    (`greedy_hops`) or keep the best few sequences (`beam_hops`), and stop where the stop rule says
-   (`stop_point`, §4); `fill_up` ranks the chunks left after the last hop when a caller asks for more.
+   (`stop_point`, §4); `fill_up` ranks the chunks left after the last hop when a caller asks for more, by the
+   last state (`corpus_expand`, `store_expand`) or, under the off-domain guard (§4.4), by the bare question's
+   chunk-tower vector (`question_expand`, `store_question_expand`).
 
 Steps 1–3 for some state rows are an `Expand`: `corpus_expand` scores the hop engine's `Corpora` (cached chunk
 vectors, any position mode), `store_expand` asks an external `ChunkStore` (position mode 'none').
@@ -37,7 +39,8 @@ from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchCo
 
 __all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Item", "Order", "SearchConfig",
            "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states", "fill_up", "greedy_hops",
-           "q_values", "state_pieces", "stop_point", "stops", "store_expand", "top_up"]
+           "q_values", "question_expand", "state_pieces", "stop_point", "stops", "store_expand",
+           "store_question_expand", "top_up"]
 
 ROTATE_BUDGET = 1 << 25  # elements of (rows, N, D) rotary-scoring temporaries built at once (128 MiB fp32)
 Item = TypeVar("Item")  # what a hop takes: a row of the hop engine's corpora (int) or an external store's Chunk
@@ -296,6 +299,46 @@ def corpus_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, b
         top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
         return [[(int(i), float(q)) for q, i in zip(q_row, i_row, strict=True) if q != -math.inf]
                 for q_row, i_row in zip(top.tolist(), idx.tolist(), strict=True)]
+
+    return expand
+
+
+def question_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, batch_size: int = 128) -> Expand[int]:
+    """The `Expand` of the off-domain guard (§4.4) over the hop engine's corpora: whatever was taken, question
+    `rows[r]` ranks its corpus by ⟨g_φ(q), g_φ(c)⟩, its bare question's chunk-tower vector against the unrotated
+    chunk vectors (cosine search with the base encoder when the chunk tower is frozen and normalises)."""
+    vectors: dict[int, torch.Tensor] = {}
+
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float]]]:
+        new = [b for b in dict.fromkeys(rows) if b not in vectors]
+        if new:
+            with model_lock(model):
+                for b, v in zip(new, model.embed_questions([questions[b] for b in new], batch_size), strict=True):
+                    vectors[b] = v
+        device = corpora.vectors.device
+        states = torch.stack([vectors[b] for b in rows]).to(device)  # (R, D)
+        scores = model.score(states, _corpus_rows(corpora.vectors, rows), None)  # (R, N)
+        if corpora.valid is not None:
+            scores = scores.masked_fill(~corpora.valid[list(rows)].to(device), -math.inf)
+        for r, t in enumerate(taken):
+            if t:
+                scores[r, list(t)] = -math.inf
+        top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
+        return [[(int(i), float(q)) for q, i in zip(q_row, i_row, strict=True) if q != -math.inf]
+                for q_row, i_row in zip(top.tolist(), idx.tolist(), strict=True)]
+
+    return expand
+
+
+def store_question_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore,
+                          batch_size: int = 128) -> Expand[Chunk]:
+    """`question_expand` over an external store: its chunks ranked by the store's inner products with the bare
+    questions' chunk-tower vectors, the taken ones excluded by id."""
+
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float]]]:
+        with model_lock(model):
+            states = model.embed_questions([questions[b] for b in rows], batch_size)  # (R, D)
+        return store.search(states, width, exclude=[{c.id for c in s} for s in taken])
 
     return expand
 

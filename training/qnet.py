@@ -310,6 +310,14 @@ class QNetwork(CheckpointMixin, ServingMixin):
             "states",
         )
 
+    @torch.no_grad()
+    def embed_questions(self, questions: Sequence[str], batch_size: int = 128) -> torch.Tensor:
+        """(B, D) chunk-tower vectors g_φ(`[CLS] q [SEP]`) of bare questions: what cosine search with the base
+        encoder ranks by when the chunk tower is frozen (the off-domain guard's ranking, METHOD.md §4.4)."""
+        return self._embed(lambda inputs: self.chunk_tower(**inputs),
+                           lambda idx: self.tokenize_states([questions[i] for i in idx], [[] for _ in idx]),
+                           [len(q) for q in questions], batch_size, False, "questions")
+
     def state_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Tokenised states (B, L) → state vectors (B, D): `f_θ(s)`, or under `model.state_anchor` the frozen base's
         question vector plus what training changed (`qrag.training.anchors`)."""

@@ -21,6 +21,10 @@ How `k`, `max_hops` and `stop_threshold` interact:
   last hop (one more state encoding, not more hops), with `hop = max_hops`. Every hit the adaptive
   search would not have returned carries `past_stop=True`, so `[h for h in hits if not h.past_stop]`
   is the adaptive answer (exactly, for greedy search with `max_hops ≥` the adaptive hop count).
+- `k` given with `fill='question'` (the off-domain guard, METHOD.md §4.4; a model can save it as its default):
+  the hops stop where the stop rule says, as in adaptive search, and the rest of the `k` results are the
+  question's own ranking by the chunk tower (cosine search with the base encoder when that tower is frozen),
+  flagged `past_stop=True`, with that ranking's score as `q_value`.
 
 Beam search (`beam_size > 1`) keeps the `beam_size` hop sequences with the largest total Q over a fixed
 horizon, then applies the stop rule along the best sequence; `beam_size=1` is greedy search. Greedy is what
@@ -47,8 +51,10 @@ from qrag.training.hops import (
     corpus_expand,
     fill_up,
     greedy_hops,
+    question_expand,
     stop_point,
     store_expand,
+    store_question_expand,
     top_up,
 )
 from qrag.training.index import Chunk, ChunkIndex, ChunkStore
@@ -224,9 +230,11 @@ class MultiHopSearcher:
             corpora = Corpora.shared(index.vectors, index.texts, len(questions))
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
-            return _beam_results(corpus_expand(self.model, questions, corpora), questions, len(index), index.chunk,
+            return _beam_results(corpus_expand(self.model, questions, corpora),
+                                 question_expand(self.model, questions, corpora), questions, len(index), index.chunk,
                                  self.model.config.state_order == "document", cfg)
-        return _beam_results(store_expand(self.model, questions, self.store), questions, None, lambda c: c,
+        return _beam_results(store_expand(self.model, questions, self.store),
+                             store_question_expand(self.model, questions, self.store), questions, None, lambda c: c,
                              self.model.config.state_order == "document", cfg)
 
 
@@ -285,27 +293,41 @@ def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chu
     """Greedy search results from the hop engine: hops (the stop rule live when adaptive), then, for an explicit
     `k` beyond the hops, the top-up; `chunk[b](row)` is the chunk at a row of question b's corpus."""
     horizons = [_horizon(cfg, corpora.size(b)) for b in range(len(questions))]
-    hopped = greedy_hops(model, questions, corpora, horizons, threshold=None if cfg.k is not None else cfg.threshold,
+    live_stop = cfg.k is None or cfg.guarded  # the stop rule ends the hops (else it only flags them)
+    hopped = greedy_hops(model, questions, corpora, horizons, threshold=cfg.threshold if live_stop else None,
                          min_hops=cfg.min_hops)
-    extra = (top_up(model, questions, corpora, [t for t, _ in hopped], cfg.k) if cfg.k is not None
-             else [[] for _ in questions])
+    rows_taken = [t for t, _ in hopped]
+    if cfg.k is None:
+        extra: list[list[tuple[int, float]]] = [[] for _ in questions]
+    elif cfg.guarded:
+        extra = fill_up(question_expand(model, questions, corpora), rows_taken, cfg.k,
+                        [corpora.size(b) for b in range(len(questions))])
+    else:
+        extra = top_up(model, questions, corpora, rows_taken, cfg.k)
     return [_result(questions[b], [chunk[b](i) for i in taken], q_values, [(chunk[b](i), q) for i, q in more], cfg)
             for b, ((taken, q_values), more) in enumerate(zip(hopped, extra, strict=True))]
 
 
-def _beam_results(expand: Expand[Item], questions: list[str], size: int | None, chunk: Callable[[Item], Chunk],
-                        distinct: bool, cfg: SearchConfig) -> list[SearchResult]:
+def _beam_results(expand: Expand[Item], by_question: Expand[Item], questions: list[str], size: int | None,
+                  chunk: Callable[[Item], Chunk], distinct: bool, cfg: SearchConfig) -> list[SearchResult]:
     """Beam search results from the hop engine (greedy when `beam_size=1`): the best beam of each question, then,
-    for an explicit `k` beyond its hops, the top-up; `size` is the corpus size (None: an external store's,
-    unknown), `chunk(item)` the chunk an item names, `distinct` whether beams must hold distinct sets of chunks
-    (states in document order)."""
+    for an explicit `k` beyond its hops, the top-up (`by_question` ranks it under the guard, cutting the beam
+    where the stop rule does); `size` is the corpus size (None: an external store's, unknown), `chunk(item)` the
+    chunk an item names, `distinct` whether beams must hold distinct sets of chunks (states in document order)."""
+    live_stop = cfg.k is None or cfg.guarded
     beams = beam_hops(expand, len(questions), [_horizon(cfg, size)] * len(questions), cfg.beam_size,
-                      threshold=None if cfg.k is not None else cfg.threshold, min_hops=cfg.min_hops,
+                      threshold=cfg.threshold if live_stop else None, min_hops=cfg.min_hops,
                       distinct=(lambda item: chunk(item).id) if distinct else None)
-    extra = (fill_up(expand, [beam.taken for beam in beams], cfg.k, [size] * len(questions)) if cfg.k is not None
-             else [[] for _ in questions])
-    return [_result(question, [chunk(i) for i in beam.taken], beam.q_values, [(chunk(i), q) for i, q in more], cfg)
-            for question, beam, more in zip(questions, beams, extra, strict=True)]
+    if cfg.k is not None and cfg.guarded:  # a wider beam ran its whole horizon: cut it where the stop rule does
+        kept = [stop_point(beam.q_values, cfg.threshold, cfg.min_hops) for beam in beams]
+        taken = [beam.taken[:n] for beam, n in zip(beams, kept, strict=True)]
+        values = [beam.q_values[:n] for beam, n in zip(beams, kept, strict=True)]
+    else:
+        taken, values = [beam.taken for beam in beams], [beam.q_values for beam in beams]
+    extra = (fill_up(by_question if cfg.guarded else expand, taken, cfg.k, [size] * len(questions))
+             if cfg.k is not None else [[] for _ in questions])
+    return [_result(question, [chunk(i) for i in t], v, [(chunk(i), q) for i, q in more], cfg)
+            for question, t, v, more in zip(questions, taken, values, extra, strict=True)]
 
 
 def _horizon(cfg: SearchConfig, size: int | None) -> int:

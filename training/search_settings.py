@@ -16,9 +16,11 @@ from typing import Any, Literal
 
 from qrag.training.overlay import ConfigError
 
-__all__ = ["FROM_MODEL", "FromModel", "HopSettings", "Order", "SearchConfig", "SearchError"]
+__all__ = ["FILLS", "FROM_MODEL", "Fill", "FromModel", "HopSettings", "Order", "SearchConfig", "SearchError"]
 
 Order = Literal["hop", "document"]
+Fill = Literal["state", "question"]
+FILLS: tuple[Fill, ...] = ("state", "question")
 FromModel = Literal["model"]
 FROM_MODEL: FromModel = "model"  # a search setting that takes the model's saved value (`QNetwork.hop_settings`)
 
@@ -41,6 +43,11 @@ class HopSettings:
     """Adaptive search stops before a hop whose best Q-value is below this; None: the model has no stop rule."""
     calibrated: bool = False
     """Whether `stop_threshold` was calibrated on the model's own validation data (else the paper's 0.5)."""
+    fill: Fill = "state"
+    """What ranks the results of an exact-`k` search past its hops (METHOD.md §4.4). 'state': the Q-values of the
+    state after the last hop; every hop up to `k` is taken. 'question' (the off-domain guard): a hop the stop
+    rule refuses is not taken, and the rest come from the question's own ranking by the chunk tower (cosine
+    search with the base encoder when the chunk tower is frozen)."""
 
     def validate(self) -> HopSettings:
         if isinstance(self.max_hops, bool) or not isinstance(self.max_hops, int) or self.max_hops < 1:
@@ -50,6 +57,8 @@ class HopSettings:
             raise ConfigError(f"hops.stop_threshold must be a finite number or None, got {t!r}.")
         if not isinstance(self.calibrated, bool):
             raise ConfigError(f"hops.calibrated must be true or false, got {self.calibrated!r}.")
+        if self.fill not in FILLS:
+            raise ConfigError(f"hops.fill must be one of {list(FILLS)}, got {self.fill!r}.")
         return self
 
 
@@ -70,6 +79,9 @@ class SearchConfig:
     """Hop sequences kept per question; 1 is greedy."""
     order: Order = "hop"
     """Order of the returned hits: 'hop' or 'document' (position in the corpus, for long documents)."""
+    fill: Fill | FromModel = FROM_MODEL
+    """What ranks an exact-`k` search's results past its hops (`HopSettings.fill`): 'state', 'question', or
+    'model': the model's saved choice."""
     batch_size: int = 64
     """Questions searched together (their states share encoder batches)."""
 
@@ -86,6 +98,8 @@ class SearchConfig:
             raise SearchError(f"stop_threshold must be a number, 'model' or None, got {t!r}.")
         if self.order not in ("hop", "document"):
             raise SearchError(f"order must be 'hop' or 'document', got {self.order!r}.")
+        if self.fill != FROM_MODEL and self.fill not in FILLS:
+            raise SearchError(f"fill must be 'state', 'question' or 'model', got {self.fill!r}.")
         return self
 
     @classmethod
@@ -93,11 +107,12 @@ class SearchConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     def resolved(self, settings: HopSettings) -> SearchConfig:
-        """A copy whose `max_hops` and `stop_threshold` left to the model take the model's saved values."""
+        """A copy whose `max_hops`, `stop_threshold` and `fill` left to the model take the model's saved values."""
         return dataclasses.replace(
             self,
             max_hops=settings.max_hops if self.max_hops is None else self.max_hops,
             stop_threshold=settings.stop_threshold if self.stop_threshold == FROM_MODEL else self.stop_threshold,
+            fill=settings.fill if self.fill == FROM_MODEL else self.fill,
         )
 
     @property
@@ -113,6 +128,13 @@ class SearchConfig:
         if self.stop_threshold == FROM_MODEL:
             raise SearchError("stop_threshold is left to the model: resolve the config with SearchConfig.resolved first.")
         return self.stop_threshold  # type: ignore[return-value]
+
+    @property
+    def guarded(self) -> bool:
+        """Whether a resolved exact-`k` search applies the stop rule and fills from the question's ranking."""
+        if self.fill == FROM_MODEL:
+            raise SearchError("fill is left to the model: resolve the config with SearchConfig.resolved first.")
+        return self.fill == "question"
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> SearchConfig:
         """A copy with per-call overrides; unknown names raise `SearchError` listing the known ones."""
