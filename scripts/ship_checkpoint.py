@@ -2,6 +2,7 @@
 
     python scripts/ship_checkpoint.py runs/gpu/qa15/best babilong-minilm
     python scripts/ship_checkpoint.py runs/demo30/train/best babilong-minilm-cpu --rank 32
+    python scripts/ship_checkpoint.py runs/hp-q/best hotpotqa-minilm --rank 32 --fill question --stop-threshold 0.425
 
 A LoRA or top-layers checkpoint is re-based: the trained part is moved onto the bundled fp32 encoder and the
 encoder name becomes the bundled alias. `--trained-on DIR` loads a checkpoint whose base encoder is not where
@@ -9,6 +10,10 @@ the checkpoint says (`qrag/babilong-minilm` was trained against an fp16-stored c
 its own: `--trained-on` that folder; same weights up to fp16 rounding). A full fine-tune (the CPU main job trains the whole state tower, ~87 MB) is re-expressed as rank
 `--rank` LoRA adapters of its weight changes (`qrag.training.compress.low_rank_adapters`); evaluate the result
 (`qrag-eval babilong --model qrag/NAME`) against the full model before relying on it.
+
+`--fill question --stop-threshold T` saves the off-domain guard as the model's search default (docs/METHOD.md
+§4.4; T chosen on validation data, e.g. by experiments/hop_guard.py); otherwise the checkpoint's own hop settings
+travel with it.
 
 The result is written (atomically) to `training/checkpoints/NAME`, loadable as `qrag/NAME`; the checkpoint's
 eval.json is copied beside it. The model card (MODEL_CARD.md) and scores.json are written by hand.
@@ -24,6 +29,7 @@ from pathlib import Path
 from qrag.training.compress import low_rank_adapters
 from qrag.training.encoders import BUNDLED_MINILM
 from qrag.training.qnet import QNetwork
+from qrag.training.search_settings import FILLS
 from qrag.training.shipped import CHECKPOINTS_DIR
 
 
@@ -42,6 +48,10 @@ def main() -> int:
     parser.add_argument("name", help="shipped name (becomes qrag/NAME)")
     parser.add_argument("--trained-on", default=None, help="where the checkpoint's base encoder is on this machine")
     parser.add_argument("--rank", type=int, default=None, help="adapter rank for a full fine-tune (required for one)")
+    parser.add_argument("--fill", choices=FILLS, default=None, help="the search fill saved with the model "
+                        "('question': the off-domain guard); default: the checkpoint's")
+    parser.add_argument("--stop-threshold", type=float, default=None,
+                        help="the stop threshold saved with the model (the guard's, with --fill question)")
     args = parser.parse_args()
     trained = QNetwork.from_pretrained(args.checkpoint, encoder=args.trained_on)
     if trained.config.train_mode == "full":
@@ -60,6 +70,11 @@ def main() -> int:
             parser.error(f"--rank applies to full fine-tunes; {args.checkpoint} is train_mode "
                          f"{trained.config.train_mode!r} and ships as it is.")
         shipped = rebase(trained)
+    if args.fill is not None or args.stop_threshold is not None:
+        settings = shipped.hop_settings
+        shipped.hop_settings = dataclasses.replace(
+            settings, fill=settings.fill if args.fill is None else args.fill,
+            stop_threshold=settings.stop_threshold if args.stop_threshold is None else args.stop_threshold).validate()
     target = CHECKPOINTS_DIR / args.name
     shipped.save_pretrained(target)
     evaluation = Path(args.checkpoint) / "eval.json"
