@@ -1,13 +1,13 @@
 """qrag in a LangChain chain on paragraph text, with its recall beside LangChain's cosine vector store.
 
 The corpus is real paragraphs: the Wikipedia summaries of the held-out `wiki` questions (pages no part of
-training saw). qrag (`--model`: your checkpoint, e.g. `runs/wiki-cpu/best` from `qrag-train --preset
-wiki-cpu`; by default the untrained base MiniLM, plumbing only) and an `InMemoryVectorStore` (cosine over the
+training saw). qrag (`--model`: by default `qrag/hotpotqa-minilm`, the shipped model for paragraph text,
+trained on HotpotQA's questions, so these synthetic questions are off its domain; or your checkpoint) and an `InMemoryVectorStore` (cosine over the
 same base MiniLM) each retrieve k paragraphs per question; the script prints both recalls of the gold
 paragraphs, then runs one question through retriever | format | prompt | LLM (a fake LLM: swap in yours).
 
     python examples/langchain_chain.py                       # 30 questions, k=4
-    python examples/langchain_chain.py --model runs/wiki-cpu/best --questions 100
+    python examples/langchain_chain.py --model runs/my/best --questions 100
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def positive(text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="all-MiniLM-L6-v2",
-                        help="a qrag checkpoint folder (default: the untrained base encoder; no shipped qrag model is "
-                             "for paragraph text yet)")
+    parser.add_argument("--model", default="qrag/hotpotqa-minilm",
+                        help="a qrag checkpoint: shipped name or folder (default: the shipped paragraph-text model; "
+                             "all-MiniLM-L6-v2: the untrained base encoder)")
     parser.add_argument("--encoder", default="all-MiniLM-L6-v2", help="base encoder of the cosine vector store")
     parser.add_argument("--k", type=positive, default=4, help="paragraphs per question")
     parser.add_argument("--questions", type=positive, default=30, help="held-out multi-hop questions to score")

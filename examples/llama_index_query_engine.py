@@ -1,13 +1,13 @@
 """qrag in a LlamaIndex query engine on paragraph text, with its recall beside LangChain's cosine vector store.
 
 The corpus is real paragraphs: the Wikipedia summaries of the held-out `wiki` questions (pages no part of
-training saw), one `TextNode` each. qrag (`--model`: your checkpoint, e.g. `runs/wiki-cpu/best`; by default the
-untrained base MiniLM, plumbing only) and LangChain's
+training saw), one `TextNode` each. qrag (`--model`: by default `qrag/hotpotqa-minilm`, the shipped model for paragraph
+text, trained on HotpotQA's questions, so these synthetic questions are off its domain; or your checkpoint) and LangChain's
 `InMemoryVectorStore` (cosine over the same base MiniLM) each retrieve top-k paragraphs per question; the
 script prints both recalls, then answers one question through a `RetrieverQueryEngine` (MockLLM: swap in yours).
 
     python examples/llama_index_query_engine.py                   # 30 questions, top-k 4
-    python examples/llama_index_query_engine.py --model runs/wiki-cpu/best --questions 100
+    python examples/llama_index_query_engine.py --model runs/my/best --questions 100
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def positive(text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="all-MiniLM-L6-v2",
-                        help="a qrag checkpoint folder (default: the untrained base encoder; no shipped qrag model is "
-                             "for paragraph text yet)")
+    parser.add_argument("--model", default="qrag/hotpotqa-minilm",
+                        help="a qrag checkpoint: shipped name or folder (default: the shipped paragraph-text model; "
+                             "all-MiniLM-L6-v2: the untrained base encoder)")
     parser.add_argument("--encoder", default="all-MiniLM-L6-v2", help="base encoder of the cosine vector store")
     parser.add_argument("--top-k", type=positive, default=4, help="paragraphs per question")
     parser.add_argument("--questions", type=positive, default=30, help="held-out multi-hop questions to score")

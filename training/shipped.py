@@ -1,10 +1,10 @@
 """Trained checkpoints that ship inside the qrag package, loadable by name with no training and no network.
 
 `QNetwork.from_pretrained("qrag/babilong-minilm")`, `load_model(...)`, `QRAGRetriever.from_texts(texts,
-model="qrag/babilong-minilm")` all accept a shipped name, for bAbI-style sentence streams only (no shipped
-checkpoint is for ordinary paragraph text yet: docs/RESULTS.md, "General text"): `qrag/babilong-minilm` (LoRA trained on a GPU,
-1.2 MB) and `qrag/babilong-minilm-cpu` (the CPU main job's state-tower fine-tune as rank-32 adapters,
-5.3 MB). Each stores only its LoRA adapters and names the bundled all-MiniLM-L6-v2 as its base; its folder
+model="qrag/babilong-minilm")` all accept a shipped name. For bAbI-style sentence streams: `qrag/babilong-minilm`
+(LoRA trained on a GPU, 1.2 MB) and `qrag/babilong-minilm-cpu` (the CPU main job's state-tower fine-tune as
+rank-32 adapters, 5.3 MB). For paragraph text: `qrag/hotpotqa-minilm` (trained on HotpotQA's questions, rank-32
+adapters, 5.3 MB, searched with the off-domain guard; docs/RESULTS.md, "Paragraph text"). Each stores only its LoRA adapters and names the bundled all-MiniLM-L6-v2 as its base; its folder
 holds a MODEL_CARD.md that says how it was trained and what it scores (docs/RESULTS.md has the commands).
 """
 
