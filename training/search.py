@@ -290,8 +290,9 @@ def search_corpora(model: QNetwork, questions: Sequence[str], corpora: Corpora,
 
 def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chunk: Sequence[Callable[[int], Chunk]],
                     cfg: SearchConfig) -> list[SearchResult]:
-    """Greedy search results from the hop engine: hops (the stop rule live when adaptive), then, for an explicit
-    `k` beyond the hops, the top-up; `chunk[b](row)` is the chunk at a row of question b's corpus."""
+    """Greedy search results from the hop engine: hops (the stop rule live when adaptive or guarded), then, for an
+    explicit `k` beyond the hops, the top-up (the question's ranking under the guard); `chunk[b](row)` is the
+    chunk at a row of question b's corpus."""
     horizons = [_horizon(cfg, corpora.size(b)) for b in range(len(questions))]
     live_stop = cfg.k is None or cfg.guarded  # the stop rule ends the hops (else it only flags them)
     hopped = greedy_hops(model, questions, corpora, horizons, threshold=cfg.threshold if live_stop else None,

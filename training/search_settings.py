@@ -40,7 +40,8 @@ class HopSettings:
     max_hops: int = 4
     """Most hops per question: the horizon the model was trained for (`env.max_hops`)."""
     stop_threshold: float | None = 0.5
-    """Adaptive search stops before a hop whose best Q-value is below this; None: the model has no stop rule."""
+    """Adaptive search (and a guarded one, `fill='question'`) stops before a hop whose best Q-value is below this;
+    None: the model has no stop rule."""
     calibrated: bool = False
     """Whether `stop_threshold` was calibrated on the model's own validation data (else the paper's 0.5)."""
     fill: Fill = "state"
