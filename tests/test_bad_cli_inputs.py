@@ -158,6 +158,13 @@ def test_qrag_eval_bad_input(case: str, files: dict[str, Path], tmp_path: Path,
     _one_line_error(capsys, needle)
 
 
+def test_run_config_names_a_bad_fill(tmp_path: Path) -> None:
+    from qrag.eval.sweep import RunConfig
+
+    with pytest.raises(ValueError, match=r"fill \(--fill\) must be one of model, state, question, got 'cosine'"):
+        RunConfig(benchmark="babilong", out=tmp_path, fill="cosine").validate()
+
+
 def test_qrag_eval_non_utf8_data(files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from qrag.eval.cli import main
 
@@ -167,7 +174,7 @@ def test_qrag_eval_non_utf8_data(files: dict[str, Path], tmp_path: Path, capsys:
 
 
 @pytest.mark.parametrize("change", [["--budget", "3"], ["--seed", "1"], ["--encoder", "other-encoder"],
-                                    ["--max-hops", "2"]])
+                                    ["--max-hops", "2"], ["--fill", "question"]])
 def test_qrag_eval_resume_with_other_settings_is_refused(change: list[str], tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from qrag.eval.cli import main
