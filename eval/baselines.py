@@ -234,9 +234,9 @@ class MultiHopRetriever:
                 results[i] = result
         each = (time.perf_counter() - start) / max(1, len(episodes))
         out = []
+        guarded = self.fill == "question" and not self.adaptive
         for ep, result, cost in zip(episodes, results, costs, strict=True):
             assert result is not None
-            guarded = self.fill == "question" and not self.adaptive
             hopped = result.hops_kept if guarded else min(len(result.hits), self.max_hops)
             if self.adaptive:
                 # The hop whose Q fell below the threshold was encoded too, unless the search ran out of hops.

@@ -214,7 +214,6 @@ def recall_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], ks: S
     Rows cover every task and, when there are several, 'all' of them; a sample counts for a method only
     where `reference` has the same sample (paired by task and id).
     """
-
     by: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
     for r in records:
         for k in ks:
@@ -283,7 +282,6 @@ def paired_rows(records: Sequence[dict[str, Any]], methods: Sequence[str], metri
                 reference: str = "dense") -> list[dict[str, Any]]:
     """`metric`'s mean per (task, method) and each method's paired margin against `reference` (95% interval),
     over the samples both have (paired by task and id)."""
-
     by: dict[str, dict[str, float]] = defaultdict(dict)
     for r in records:
         if metric in r:

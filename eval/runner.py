@@ -142,7 +142,7 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     if retrievers is None:
         retrievers = make_retrievers(cfg.methods, encoder=cfg.encoder, checkpoint=cfg.model, budget=cfg.budget,
                                      max_hops=cfg.max_hops, stop_threshold=cfg.stop_threshold,
-                                     fill=cfg.fill, device=cfg.device,  # type: ignore[arg-type]
+                                     fill=cfg.fill, device=cfg.device,
                                      chunk_vectors=folder)
     if reader is None and cfg.reader is not None:
         reader = load_reader(cfg.reader, max_new_tokens=cfg.max_new_tokens, device=cfg.device)

@@ -15,7 +15,7 @@ from typing import Any
 from qrag.eval.baselines import METHODS
 from qrag.training.data import Episode, load_episodes
 from qrag.training.data.wiki import KINDS as WIKI_KINDS
-from qrag.training.search_settings import FILLS, FROM_MODEL
+from qrag.training.search_settings import FILLS, FROM_MODEL, Fill, FromModel
 from qrag.training.towers import PRECISIONS
 from qrag.training.validate import check_out_path
 
@@ -92,7 +92,7 @@ class RunConfig:
     """Most hops for multi-hop methods; None: the trained checkpoint's horizon (saved with it)."""
     stop_threshold: float | None = None
     """Stop-rule threshold for 'qrag+stop' and the guard; None: the checkpoint's saved (calibrated) threshold."""
-    fill: str = "model"
+    fill: Fill | FromModel = FROM_MODEL
     """What ranks the qrag methods' results past their hops: 'state', 'question' (the off-domain guard, METHOD.md
     §4.4) or 'model': the checkpoint's saved choice."""
     seed: int = 0

@@ -51,8 +51,9 @@ class QRAGRetriever(BaseRetriever):
     stop rule with `past_stop=True`; `k=None` opts in to adaptive search, where the model's stop rule chooses
     how many (at most `max_hops`; see `qrag.training.search`). `max_hops` and `stop_threshold` default to the
     values saved with the model (its trained horizon and calibrated threshold), as does `fill` (what ranks the
-    documents past the hops: 'state', or 'question', the off-domain guard of models trained on passages). Metadata gets `score` (= `q_value`), `hop` and `past_stop`;
-    `Document.id` is the chunk id. Each hop is sent as a custom event `qrag_hop`.
+    documents past the hops: 'state', or 'question', the off-domain guard of models trained on passages).
+    Metadata gets `score` (= `q_value`), `hop` and `past_stop`; `Document.id` is the chunk id. Each hop is sent
+    as a custom event `qrag_hop`.
     Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=..., fill=...)`.
 
     Example:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from qrag.training.compress import low_rank_adapters
 from qrag.training.encoders import BUNDLED_MINILM
+from qrag.training.overlay import ConfigError
 from qrag.training.qnet import QNetwork
 from qrag.training.search_settings import FILLS
 from qrag.training.shipped import CHECKPOINTS_DIR
@@ -72,9 +73,13 @@ def main() -> int:
         shipped = rebase(trained)
     if args.fill is not None or args.stop_threshold is not None:
         settings = shipped.hop_settings
-        shipped.hop_settings = dataclasses.replace(
-            settings, fill=settings.fill if args.fill is None else args.fill,
-            stop_threshold=settings.stop_threshold if args.stop_threshold is None else args.stop_threshold).validate()
+        try:
+            shipped.hop_settings = dataclasses.replace(
+                settings, fill=settings.fill if args.fill is None else args.fill,
+                stop_threshold=settings.stop_threshold if args.stop_threshold is None else args.stop_threshold,
+            ).validate()
+        except ConfigError as e:
+            parser.error(f"--stop-threshold {args.stop_threshold}: {e}")
     target = CHECKPOINTS_DIR / args.name
     shipped.save_pretrained(target)
     evaluation = Path(args.checkpoint) / "eval.json"

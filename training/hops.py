@@ -296,9 +296,7 @@ def corpus_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, b
 
     def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float]]]:
         scores, _ = _hop_scores(model, questions, corpora, rows, taken, order, batch_size)  # (R, N)
-        top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
-        return [[(int(i), float(q)) for q, i in zip(q_row, i_row, strict=True) if q != -math.inf]
-                for q_row, i_row in zip(top.tolist(), idx.tolist(), strict=True)]
+        return _best_items(scores, width)
 
     return expand
 
@@ -323,11 +321,16 @@ def question_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora,
         for r, t in enumerate(taken):
             if t:
                 scores[r, list(t)] = -math.inf
-        top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
-        return [[(int(i), float(q)) for q, i in zip(q_row, i_row, strict=True) if q != -math.inf]
-                for q_row, i_row in zip(top.tolist(), idx.tolist(), strict=True)]
+        return _best_items(scores, width)
 
     return expand
+
+
+def _best_items(scores: torch.Tensor, width: int) -> list[list[tuple[int, float]]]:
+    """Per row of (R, N) masked scores, its `width` best (row, score) pairs, best first, masked ones (-inf) left out."""
+    top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
+    return [[(int(i), float(q)) for q, i in zip(q_row, i_row, strict=True) if q != -math.inf]
+            for q_row, i_row in zip(top.tolist(), idx.tolist(), strict=True)]
 
 
 def store_question_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore,

@@ -8,6 +8,7 @@ import dataclasses
 import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,7 +28,9 @@ QUESTION_VECTOR = [0.1, 0.3, 0.5, 0.9]
 class GuardedFake(FakeQNet):
     """The fake Q-network of test_search with a bare-question vector (`QNetwork.embed_questions`)."""
 
-    question_calls: list[int]
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.question_calls: list[int] = []
 
     def embed_questions(self, questions: Sequence[str], batch_size: int = 128) -> torch.Tensor:
         self.question_calls.append(len(questions))
@@ -41,12 +44,10 @@ class GuardedFake(FakeQNet):
 
 
 def _guarded(threshold: float = 0.85) -> tuple[GuardedFake, ChunkIndex]:
-    model, index = _fake(STOP_TABLE)
-    model.__class__ = GuardedFake
-    guarded: GuardedFake = model  # type: ignore[assignment]
-    guarded.question_calls = []
-    guarded.hop_settings = HopSettings(max_hops=4, stop_threshold=threshold, fill="question")
-    return guarded, index
+    model, index = _fake(STOP_TABLE, GuardedFake)
+    assert isinstance(model, GuardedFake)
+    model.hop_settings = HopSettings(max_hops=4, stop_threshold=threshold, fill="question")
+    return model, index
 
 
 class ListStore:

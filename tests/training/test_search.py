@@ -58,9 +58,9 @@ class FakeQNet:
         return states @ chunks.T  # (R, N): the inner product, as QNetwork.score in mode 'none'
 
 
-def _fake(table: dict[tuple[str, ...], list[float]]) -> tuple[FakeQNet, ChunkIndex]:
+def _fake(table: dict[tuple[str, ...], list[float]], cls: type[FakeQNet] = FakeQNet) -> tuple[FakeQNet, ChunkIndex]:
     eye = {name: [float(i == j) for j in range(4)] for i, name in enumerate("ABCD")}
-    model = FakeQNet(eye, lambda q, sel: table.get(sel, [0.0] * 4))
+    model = cls(eye, lambda q, sel: table.get(sel, [0.0] * 4))
     return model, ChunkIndex.from_texts(model, list("ABCD"), ids=list("ABCD"))  # type: ignore[arg-type]
 
 
