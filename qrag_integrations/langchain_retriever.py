@@ -36,7 +36,7 @@ from qrag.training.search_settings import Fill
 from qrag.training.towers import Precision
 from qrag.training.validate import check_metadatas, check_query, check_texts, check_trace_keys
 
-CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order", "fill")
+CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order", "fill", "lexical_weight")
 TRACE_KEYS = ("score", "q_value", "hop", "past_stop")
 SAVE_FILE = "retriever.json"
 SAVE_FORMAT = "qrag-langchain-retriever"
@@ -50,11 +50,14 @@ class QRAGRetriever(BaseRetriever):
     `k=4` (default, as LangChain's retrievers) returns exactly `min(k, N)` documents, flagging those past the
     stop rule with `past_stop=True`; `k=None` opts in to adaptive search, where the model's stop rule chooses
     how many (at most `max_hops`; see `qrag.training.search`). `max_hops` and `stop_threshold` default to the
-    values saved with the model (its trained horizon and calibrated threshold), as does `fill` (what ranks the
-    documents past the hops: 'state', or 'question', the off-domain guard of models trained on passages).
-    Metadata gets `score` (= `q_value`), `hop` and `past_stop`; `Document.id` is the chunk id. Each hop is sent
+    values saved with the model (its trained horizon and calibrated threshold), as do `fill` (what ranks the
+    documents past the hops: 'state', 'question', the off-domain guard, or 'question_unguarded') and
+    `lexical_weight` (BM25 evidence beside the Q-value at every hop; `from_texts` builds the BM25 index such a
+    model needs and `save_local` keeps it). Metadata gets `score` (what the document was ranked by: its Q-value,
+    plus any lexical evidence), `q_value`, `hop` and `past_stop`; `Document.id` is the chunk id. Each hop is sent
     as a custom event `qrag_hop`.
-    Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=..., fill=...)`.
+    Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=..., fill=...,
+    lexical_weight=...)`.
 
     Example:
         >>> retriever = QRAGRetriever.from_texts(
@@ -73,6 +76,7 @@ class QRAGRetriever(BaseRetriever):
     beam_size: int = 1
     order: Literal["hop", "document"] = "hop"
     fill: Fill | FromModel = FROM_MODEL
+    lexical_weight: float | FromModel = FROM_MODEL
 
     @model_validator(mode="before")
     @classmethod
@@ -166,7 +170,7 @@ class QRAGRetriever(BaseRetriever):
         docs = []
         for h in result.hits:
             check_trace_keys(h.chunk.metadata, TRACE_KEYS, f"chunk {h.chunk.id!r}")  # e.g. from an external store
-            trace = {"score": h.q_value, "q_value": h.q_value, "hop": h.hop, "past_stop": h.past_stop}
+            trace = {"score": h.score, "q_value": h.q_value, "hop": h.hop, "past_stop": h.past_stop}
             docs.append(Document(page_content=h.chunk.text, metadata={**h.chunk.metadata, **trace}, id=h.chunk.id))
         return docs
 

@@ -51,9 +51,12 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
     `similarity_top_k=2` (default, as LlamaIndex's retrievers) returns exactly `min(similarity_top_k, N)`
     nodes, those past the stop rule flagged `past_stop`; `similarity_top_k=None` opts in to adaptive search,
     where the model's stop rule chooses how many (at most `max_hops`; see `qrag.training.search`).
-    `max_hops`, `stop_threshold` and `fill` default to the values saved with the model. Nodes are embedded with
-    `MetadataMode.EMBED` (their text plus the metadata not excluded from embedding), as LlamaIndex does. `NodeWithScore.score` is the Q-value; `hop`, `q_value` and
-    `past_stop` go in node metadata, excluded from LLM and embedding text. Each hop emits a `QRAGHopEvent`.
+    `max_hops`, `stop_threshold`, `fill` and `lexical_weight` default to the values saved with the model (a model
+    that weighs lexical evidence gets the BM25 index of the nodes built and persisted with the retriever). Nodes
+    are embedded with `MetadataMode.EMBED` (their text plus the metadata not excluded from embedding), as
+    LlamaIndex does. `NodeWithScore.score` is the score the node was ranked by (its Q-value, plus any lexical
+    evidence); `hop`, `q_value` and `past_stop` go in node metadata, excluded from LLM and embedding text. Each
+    hop emits a `QRAGHopEvent`.
 
     Example:
         >>> from llama_index.core.schema import TextNode
@@ -73,6 +76,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         beam_size: int = 1,
         order: Literal["hop", "document"] = "hop",
         fill: Fill | FromModel = FROM_MODEL,
+        lexical_weight: float | FromModel = FROM_MODEL,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -85,13 +89,14 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
         self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
         self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
-        self.beam_size, self.order, self.fill = beam_size, order, fill
+        self.beam_size, self.order, self.fill, self.lexical_weight = beam_size, order, fill, lexical_weight
         searcher.config.with_overrides(self._args())  # fail at construction on a bad argument
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _args(self) -> dict[str, Any]:
         return {"k": self.similarity_top_k, "max_hops": self.max_hops, "stop_threshold": self.stop_threshold,
-                "beam_size": self.beam_size, "order": self.order, "fill": self.fill}
+                "beam_size": self.beam_size, "order": self.order, "fill": self.fill,
+                "lexical_weight": self.lexical_weight}
 
     @classmethod
     def from_defaults(
@@ -148,7 +153,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             node.metadata = {**node.metadata, "hop": h.hop, "q_value": h.q_value, "past_stop": h.past_stop}
             node.excluded_llm_metadata_keys = _with_trace(node.excluded_llm_metadata_keys)
             node.excluded_embed_metadata_keys = _with_trace(node.excluded_embed_metadata_keys)
-            out.append(NodeWithScore(node=node, score=h.q_value))
+            out.append(NodeWithScore(node=node, score=h.score))
         return out
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -161,7 +161,8 @@ def test_qrag_eval_bad_input(case: str, files: dict[str, Path], tmp_path: Path,
 def test_run_config_names_a_bad_fill(tmp_path: Path) -> None:
     from qrag.eval.sweep import RunConfig
 
-    with pytest.raises(ValueError, match=r"fill \(--fill\) must be one of model, state, question, got 'cosine'"):
+    with pytest.raises(ValueError, match=r"fill \(--fill\) must be one of model, state, question, question_unguarded, "
+                                         r"got 'cosine'"):
         RunConfig(benchmark="babilong", out=tmp_path, fill="cosine").validate()
 
 

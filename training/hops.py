@@ -9,7 +9,9 @@ One hop, for every live state at once:
 1. render the state: the question, then the taken chunks' texts in the model's state order (§1);
 2. encode it with the state tower f_θ (`encode_states`);
 3. place every chunk relative to what was taken (§2.3) and rotate the cached, unrotated chunk vectors g_φ(c)
-   by those positions; score Q = ⟨f_θ(s), R(pos)·g_φ(c)⟩; mask the taken chunks and padding (`q_values`);
+   by those positions; score Q = ⟨f_θ(s), R(pos)·g_φ(c)⟩; mask the taken chunks and padding (`q_values`); a
+   model with lexical evidence (§4.5) ranks by Q + ω · BM25 of the state's text over the corpus, scaled to [0, 1]
+   (`hop_scores`), and keeps Q for the stop rule;
 4. act: the trainer samples from these scores (`policy.observe`); evaluation and serving take the argmax
    (`greedy_hops`) or keep the best few sequences (`beam_hops`), and stop where the stop rule says
    (`stop_point`, §4); `fill_up` ranks the chunks left after the last hop when a caller asks for more, by the
@@ -33,17 +35,20 @@ import torch
 
 from qrag.training.config import StateOrder
 from qrag.training.index import Chunk, ChunkStore
+from qrag.training.lexical import LexicalIndex, lexical_evidence, state_text
 from qrag.training.positions import rotate_halves
 from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 
-__all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Item", "Order", "SearchConfig",
-           "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states", "fill_up", "greedy_hops",
-           "q_values", "question_expand", "state_pieces", "stop_point", "stops", "store_expand",
-           "store_question_expand", "top_up"]
+__all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Hopped", "Item", "Order",
+           "SearchConfig", "SearchError", "Scored", "beam_hops", "check_finite_q", "corpus_expand", "encode_states",
+           "fill_up", "greedy_hops", "hop_scores", "q_values", "question_expand", "state_pieces", "stop_point", "stops",
+           "store_expand", "store_question_expand", "top_up"]
 
 ROTATE_BUDGET = 1 << 25  # elements of (rows, N, D) rotary-scoring temporaries built at once (128 MiB fp32)
 Item = TypeVar("Item")  # what a hop takes: a row of the hop engine's corpora (int) or an external store's Chunk
+Scored = tuple[Item, float, float]
+"""One candidate of a hop: (item, Q-value, ranking score); the score is Q plus any lexical evidence (§4.5)."""
 
 
 @dataclass(frozen=True)
@@ -55,20 +60,26 @@ class Corpora:
             zero-padded to the longest.
         texts: Per question, its corpus's chunk texts (the states render them).
         valid: (B, N) real rows of per-question corpora; None for a shared corpus (every row is real).
+        lexical: Per question, the BM25 index of its corpus (needed where a search weighs lexical evidence, §4.5);
+            None: none of them has one.
     """
 
     vectors: torch.Tensor
     texts: Sequence[Sequence[str]]
     valid: torch.Tensor | None = None
+    lexical: Sequence[LexicalIndex | None] | None = None
 
     @classmethod
-    def shared(cls, vectors: torch.Tensor, texts: Sequence[str], questions: int) -> Corpora:
-        """One corpus (N, D) searched by `questions` questions."""
-        return cls(vectors, [texts] * questions)
+    def shared(cls, vectors: torch.Tensor, texts: Sequence[str], questions: int,
+               lexical: LexicalIndex | None = None) -> Corpora:
+        """One corpus (N, D) searched by `questions` questions (with its BM25 index, when it has one)."""
+        return cls(vectors, [texts] * questions, None, None if lexical is None else [lexical] * questions)
 
     @classmethod
-    def padded(cls, vectors: Sequence[torch.Tensor], texts: Sequence[Sequence[str]], device: torch.device) -> Corpora:
-        """One corpus per question: their (N_b, D) vectors zero-padded to (B, N, D), with the (B, N) mask."""
+    def padded(cls, vectors: Sequence[torch.Tensor], texts: Sequence[Sequence[str]], device: torch.device,
+               lexical: Sequence[LexicalIndex | None] | None = None) -> Corpora:
+        """One corpus per question: their (N_b, D) vectors zero-padded to (B, N, D), with the (B, N) mask (and
+        each corpus's BM25 index, when given)."""
         sizes = [len(t) for t in texts]
         n, d = max(sizes, default=0), (vectors[0].shape[1] if vectors else 0)
         out = torch.zeros(len(sizes), n, d, device=device)  # (B, N, D)
@@ -76,7 +87,7 @@ class Corpora:
         for b, (v, size) in enumerate(zip(vectors, sizes, strict=True)):
             out[b, :size] = v.to(device)
             valid[b, :size] = True
-        return cls(out, texts, valid)
+        return cls(out, texts, valid, None if lexical is None or all(x is None for x in lexical) else list(lexical))
 
     def size(self, b: int) -> int:
         """How many chunks question `b`'s corpus holds."""
@@ -167,54 +178,72 @@ def _corpus_rows(vectors: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
     return vectors[list(rows)]
 
 
+@dataclass(frozen=True)
+class Hopped:
+    """One question's greedy hops: the corpus rows taken, each hop's Q-value and its ranking score (Q plus any
+    lexical evidence, §4.5)."""
+
+    taken: list[int]
+    q_values: list[float]
+    scores: list[float]
+
+
 def greedy_hops(
     model: QNetwork, questions: Sequence[str], corpora: Corpora, horizons: Sequence[int], *,
     threshold: float | None = None, min_hops: int = 1, done: Callable[[int, list[int]], bool] | None = None,
-    batch_size: int = 128,
-) -> list[tuple[list[int], list[float]]]:
-    """Greedy hops (§4): per question, the corpus rows taken hop by hop and their Q-values.
+    batch_size: int = 128, lexical_weight: float = 0.0,
+) -> list[Hopped]:
+    """Greedy hops (§4): per question, the corpus rows taken hop by hop with their Q-values and scores.
 
-    Every hop encodes the states of all live questions in one batch and takes each one's best untaken chunk.
-    A question stops after `horizons[b]` hops, before a hop the stop rule refuses (`threshold`, live; None: no
-    rule), or after a hop where `done(b, taken)` holds (evaluation ends an episode once its facts are in).
+    Every hop encodes the states of all live questions in one batch and takes each one's best untaken chunk by
+    its ranking score (`hop_scores`: Q, plus `lexical_weight` × the lexical evidence). A question stops after
+    `horizons[b]` hops, before a hop the stop rule refuses (`threshold` against that chunk's Q-value, live; None:
+    no rule), or after a hop where `done(b, taken)` holds (evaluation ends an episode once its facts are in).
     """
     order = model.config.state_order
-    taken: list[list[int]] = [[] for _ in questions]
-    hop_q: list[list[float]] = [[] for _ in questions]
+    out = [Hopped([], [], []) for _ in questions]
     live = [h > 0 for h in horizons]
     for t in range(max(horizons, default=0)):
         rows = [b for b in range(len(questions)) if live[b] and t < horizons[b]]
         if not rows:
             break
-        scores, _ = _hop_scores(model, questions, corpora, rows, [taken[b] for b in rows], order, batch_size)  # (R, N)
-        best, idx = scores.max(dim=1)  # (R,), (R,)
-        for b, q, i in zip(rows, best.tolist(), idx.tolist(), strict=True):
-            if stops(threshold, min_hops, t, q):
+        q, rank = hop_scores(model, questions, corpora, rows, [out[b].taken for b in rows], order, batch_size,
+                             lexical_weight)  # (R, N) each
+        best, idx = rank.max(dim=1)  # (R,), (R,)
+        q_best = q.gather(1, idx[:, None]).squeeze(1)  # (R,)
+        for b, score, value, i in zip(rows, best.tolist(), q_best.tolist(), idx.tolist(), strict=True):
+            if stops(threshold, min_hops, t, value):
                 live[b] = False
                 continue
-            taken[b].append(int(i))
-            hop_q[b].append(float(q))
-            if done is not None and done(b, taken[b]):
+            out[b].taken.append(int(i))
+            out[b].q_values.append(float(value))
+            out[b].scores.append(float(score))
+            if done is not None and done(b, out[b].taken):
                 live[b] = False
-    return list(zip(taken, hop_q, strict=True))
+    return out
 
 
 @dataclass(frozen=True)
 class Beam(Generic[Item]):
-    """One hop sequence of beam search: what it took, each hop's Q-value, and their sum (what beams rank by)."""
+    """One hop sequence of beam search: what it took, each hop's Q-value and ranking score, and the scores' sum
+    (what beams rank by)."""
 
     taken: tuple[Item, ...] = ()
     q_values: tuple[float, ...] = ()
-    total: float = 0.0
+    scores: tuple[float, ...] = ()
 
-    def extend(self, item: Item, q: float) -> Beam[Item]:
-        return Beam((*self.taken, item), (*self.q_values, q), self.total + q)
+    @property
+    def total(self) -> float:
+        return sum(self.scores)
+
+    def extend(self, item: Item, q: float, score: float) -> Beam[Item]:
+        return Beam((*self.taken, item), (*self.q_values, q), (*self.scores, score))
 
 
-Expand = Callable[[Sequence[int], Sequence[Sequence[Item]], int], list[list[tuple[Item, float]]]]
+Expand = Callable[[Sequence[int], Sequence[Sequence[Item]], int], list[list[tuple[Item, float, float]]]]
 """Steps 1–3 of a hop for R state rows: `expand(rows, taken, width)` renders, encodes and scores the state of
-question `rows[r]` after taking `taken[r]`, and returns per row its `width` best untaken items with their
-Q-values, best first (fewer where the corpus runs out)."""
+question `rows[r]` after taking `taken[r]`, and returns per row its `width` best untaken items as (item, Q-value,
+ranking score), best score first (fewer where the corpus runs out)."""
 
 
 def beam_hops(
@@ -240,9 +269,9 @@ def beam_hops(
         candidates = expand([b for b, _ in rows], [beam.taken for _, beam in rows], beam_size)
         grown: dict[int, list[Beam[Item]]] = {b: [] for b, _ in rows}
         for (b, beam), row in zip(rows, candidates, strict=True):
-            grown[b].extend(beam.extend(item, q) for item, q in row)
+            grown[b].extend(beam.extend(item, q, score) for item, q, score in row)
         for b, new in grown.items():
-            if not new or (beam_size == 1 and stops(threshold, min_hops, t, max(x.q_values[-1] for x in new))):
+            if not new or (beam_size == 1 and stops(threshold, min_hops, t, new[0].q_values[-1])):
                 live[b] = False  # the corpus ran out, or greedy search stops before this hop
                 continue
             beams[b] = _prune(new, beam_size, distinct)
@@ -266,13 +295,13 @@ def _prune(beams: list[Beam[Item]], width: int, distinct: Callable[[Item], Hasha
 
 
 def fill_up(expand: Expand[Item], taken: Sequence[Sequence[Item]], k: int,
-            sizes: Sequence[int | None]) -> list[list[tuple[Item, float]]]:
-    """Per question, the (item, Q) pairs that fill its hops up to `k` results (at most its corpus, `sizes[b]`;
-    None: unknown): the best untaken items for the state after its last hop, best first (one more state
-    encoding, no more hops)."""
+            sizes: Sequence[int | None]) -> list[list[tuple[Item, float, float]]]:
+    """Per question, the (item, Q, score) triples that fill its hops up to `k` results (at most its corpus,
+    `sizes[b]`; None: unknown): the best untaken items for the state after its last hop, best first (one more
+    state encoding, no more hops)."""
     wanted = [k if size is None else min(k, size) for size in sizes]
     need = [b for b in range(len(taken)) if len(taken[b]) < wanted[b]]
-    out: list[list[tuple[Item, float]]] = [[] for _ in taken]
+    out: list[list[tuple[Item, float, float]]] = [[] for _ in taken]
     if not need:
         return out
     width = max(wanted[b] - len(taken[b]) for b in need)
@@ -283,20 +312,22 @@ def fill_up(expand: Expand[Item], taken: Sequence[Sequence[Item]], k: int,
 
 def top_up(
     model: QNetwork, questions: Sequence[str], corpora: Corpora, taken: Sequence[list[int]], k: int,
-    batch_size: int = 128,
-) -> list[list[tuple[int, float]]]:
-    """`fill_up` over the hop engine's corpora: per question, the (row, Q) pairs after its last hop up to `k`."""
-    expand = corpus_expand(model, questions, corpora, batch_size)
+    batch_size: int = 128, lexical_weight: float = 0.0,
+) -> list[list[tuple[int, float, float]]]:
+    """`fill_up` over the hop engine's corpora: per question, the (row, Q, score) triples after its last hop up to
+    `k`."""
+    expand = corpus_expand(model, questions, corpora, batch_size, lexical_weight)
     return fill_up(expand, taken, k, [corpora.size(b) for b in range(len(questions))])
 
 
-def corpus_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, batch_size: int = 128) -> Expand[int]:
-    """The `Expand` of the hop engine's corpora: items are corpus rows, scored by `q_values`."""
+def corpus_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, batch_size: int = 128,
+                  lexical_weight: float = 0.0) -> Expand[int]:
+    """The `Expand` of the hop engine's corpora: items are corpus rows, ranked by `hop_scores`."""
     order = model.config.state_order
 
-    def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float]]]:
-        scores, _ = _hop_scores(model, questions, corpora, rows, taken, order, batch_size)  # (R, N)
-        return _best_items(scores, width)
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float, float]]]:
+        q, rank = hop_scores(model, questions, corpora, rows, taken, order, batch_size, lexical_weight)  # (R, N)
+        return _best_items(q, rank, width)
 
     return expand
 
@@ -307,7 +338,7 @@ def question_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora,
     chunk vectors (cosine search with the base encoder when the chunk tower is frozen and normalises)."""
     vectors: dict[int, torch.Tensor] = {}
 
-    def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float]]]:
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float, float]]]:
         new = [b for b in dict.fromkeys(rows) if b not in vectors]
         if new:
             with model_lock(model):
@@ -321,16 +352,23 @@ def question_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora,
         for r, t in enumerate(taken):
             if t:
                 scores[r, list(t)] = -math.inf
-        return _best_items(scores, width)
+        return _best_items(scores, scores, width)
 
     return expand
 
 
-def _best_items(scores: torch.Tensor, width: int) -> list[list[tuple[int, float]]]:
-    """Per row of (R, N) masked scores, its `width` best (row, score) pairs, best first, masked ones (-inf) left out."""
-    top, idx = scores.topk(min(width, scores.shape[1]), dim=1)  # (R, K)
-    return [[(int(i), float(q)) for q, i in zip(q_row, i_row, strict=True) if q != -math.inf]
-            for q_row, i_row in zip(top.tolist(), idx.tolist(), strict=True)]
+def _best_items(q: torch.Tensor, rank: torch.Tensor, width: int) -> list[list[tuple[int, float, float]]]:
+    """Per row of (R, N) masked Q-values and ranking scores, its `width` best (row, Q, score) triples by score,
+    best first, masked ones (-inf) left out."""
+    top, idx = rank.topk(min(width, rank.shape[1]), dim=1)  # (R, K)
+    values = q.gather(1, idx)  # (R, K)
+    return [[(int(i), float(v), float(s)) for s, v, i in zip(s_row, v_row, i_row, strict=True) if s != -math.inf]
+            for s_row, v_row, i_row in zip(top.tolist(), values.tolist(), idx.tolist(), strict=True)]
+
+
+def _scored(pairs: list[list[tuple[Chunk, float]]]) -> list[list[tuple[Chunk, float, float]]]:
+    """A store's (chunk, inner product) pairs as (chunk, Q, score): a store ranks by Q alone."""
+    return [[(c, q, q) for c, q in row] for row in pairs]
 
 
 def store_question_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore,
@@ -338,10 +376,10 @@ def store_question_expand(model: QNetwork, questions: Sequence[str], store: Chun
     """`question_expand` over an external store: its chunks ranked by the store's inner products with the bare
     questions' chunk-tower vectors, the taken ones excluded by id."""
 
-    def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float]]]:
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float, float]]]:
         with model_lock(model):
             states = model.embed_questions([questions[b] for b in rows], batch_size)  # (R, D)
-        return store.search(states, width, exclude=[{c.id for c in s} for s in taken])
+        return _scored(store.search(states, width, exclude=[{c.id for c in s} for s in taken]))
 
     return expand
 
@@ -351,23 +389,51 @@ def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, b
     products with the state vectors, the taken ones excluded by id."""
     order = model.config.state_order
 
-    def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float]]]:
+    def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float, float]]]:
         pieces = [state_pieces([c.text for c in s], [c.position for c in s], order) for s in taken]
         names = [questions[b] for b in rows]
         states = encode_states(model, names, pieces, batch_size)  # (R, D)
         check_finite_q(states, names)
-        return store.search(states, width, exclude=[{c.id for c in s} for s in taken])
+        return _scored(store.search(states, width, exclude=[{c.id for c in s} for s in taken]))
 
     return expand
 
 
-def _hop_scores(model: QNetwork, questions: Sequence[str], corpora: Corpora, rows: Sequence[int],
-                taken: Sequence[Sequence[int]], order: StateOrder, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Render, encode and score the states of question `rows[r]` after taking the rows `taken[r]` (steps 1–3)."""
+def hop_scores(model: QNetwork, questions: Sequence[str], corpora: Corpora, rows: Sequence[int],
+               taken: Sequence[Sequence[int]], order: StateOrder, batch_size: int = 128,
+               lexical_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Render, encode and score the states of question `rows[r]` after taking the rows `taken[r]` (steps 1–3).
+
+    Returns:
+        (R, N) masked Q-values and (R, N) ranking scores: the Q-values plus `lexical_weight` × the lexical evidence
+        of each state's text (§4.5; the same tensor when the weight is 0).
+
+    Raises:
+        SearchError: a lexical weight above 0 over a corpus without a lexical index.
+    """
     pieces = [state_pieces([corpora.texts[b][i] for i in t], t, order) for b, t in zip(rows, taken, strict=True)]
     names = [questions[b] for b in rows]
     states = encode_states(model, names, pieces, batch_size)  # (R, D)
-    return q_values(model, states, corpora, rows, taken, names=names)
+    q, _ = q_values(model, states, corpora, rows, taken, names=names)  # (R, N)
+    if lexical_weight == 0:
+        return q, q
+    texts = [state_text(questions[b], [corpora.texts[b][i] for i in t]) for b, t in zip(rows, taken, strict=True)]
+    return q, q + lexical_weight * _lexical_evidence(corpora, rows, texts, torch.isfinite(q)).to(q.device)
+
+
+def _lexical_evidence(corpora: Corpora, rows: Sequence[int], texts: Sequence[str], available: torch.Tensor) -> torch.Tensor:
+    """(R, N) lexical evidence of each state's text over question `rows[r]`'s corpus (0 on padding)."""
+    indexes = corpora.lexical
+    if indexes is None or any(indexes[b] is None for b in rows):
+        raise SearchError("this search weighs lexical evidence (lexical_weight > 0) but the corpus has no lexical "
+                          "index: build the index with lexical=True (the retrievers do when the model needs it), or "
+                          "search with lexical_weight=0.")
+    bm25 = torch.zeros(available.shape, dtype=torch.float32)  # (R, N)
+    for index in {id(indexes[b]): indexes[b] for b in rows}.values():  # one BM25 pass per distinct corpus
+        mine = [r for r, b in enumerate(rows) if indexes[b] is index]
+        assert index is not None
+        bm25[mine, : len(index)] = index.scores([texts[r] for r in mine])  # (R', N_b)
+    return lexical_evidence(bm25, available.cpu())  # (R, N)
 
 
 def stops(threshold: float | None, min_hops: int, hop: int, best_q: float) -> bool:

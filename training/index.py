@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from qrag.training.atomic import atomic_dir, recover
+from qrag.training.lexical import LexicalIndex, LexicalLoadError, corpus_lexical
 from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.towers import Precision
 from qrag.training.validate import check_ids, check_metadatas, check_texts, json_ok
@@ -38,6 +39,7 @@ VectorFormat = Literal["safetensors", "numpy"]
 INDEX_FORMAT = "qrag-chunk-index"
 INDEX_VERSION = 1
 INDEX_FILE = "index.json"
+LEXICAL_DIR = "lexical"  # the BM25 index of the texts, when the index holds one
 _VECTOR_FILES: dict[str, str] = {"safetensors": "vectors.safetensors", "numpy": "vectors.npy"}
 PROGRESS_MIN_CHUNKS = 10_000  # show a progress bar by default from this corpus size on
 
@@ -107,6 +109,8 @@ class ChunkIndex:
         encoder: The name of the encoder the vectors came from, recorded for error messages.
         ordered: Whether the texts are in a meaningful order (one document in reading order); a
             position-aware model (position_mode 'relative'/'absolute') scores by position and warns without it.
+        lexical: A BM25 index over the same texts (`LexicalIndex`), for models that weigh lexical evidence
+            (METHOD.md §4.5); `with_lexical()` builds one.
 
     Example:
         >>> from qrag.training.qnet import QNetwork
@@ -128,6 +132,7 @@ class ChunkIndex:
         encoder: str | None = None,
         ordered: bool = False,
         chunk_tower: str | None = None,
+        lexical: LexicalIndex | None = None,
     ) -> None:
         texts = check_texts(texts)
         n = len(texts)
@@ -151,6 +156,17 @@ class ChunkIndex:
             raise ValueError(f"ChunkIndex backend must be 'torch' or 'faiss', got {backend!r}.")
         self.backend: Backend = backend
         self._faiss: Any = _build_faiss(self.vectors) if backend == "faiss" else None
+        if lexical is not None and len(lexical) != n:
+            raise ValueError(f"the lexical index covers {len(lexical)} chunks but the index holds {n}; build it from "
+                             "the same texts.")
+        self.lexical = lexical
+
+    def with_lexical(self) -> ChunkIndex:
+        """Build the BM25 index of the texts if the index has none yet (in place; returns the index). Indexes of the
+        same texts share one (`lexical.corpus_lexical`)."""
+        if self.lexical is None:
+            self.lexical = corpus_lexical(tuple(self.texts))
+        return self
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -166,6 +182,7 @@ class ChunkIndex:
         backend: Backend = "torch",
         ordered: bool = False,
         precision: Precision = "fp32",
+        lexical: bool = False,
     ) -> ChunkIndex:
         """Embed `texts` once with the chunk tower (length-sorted batches) and index them.
 
@@ -180,6 +197,7 @@ class ChunkIndex:
             ordered: Declare the texts one document in reading order (position-aware models need it).
             precision: The encoder's arithmetic: 'fp32' (exact, the default), 'bf16' (about 3x faster on a CPU
                 with AVX512-BF16, and on GPUs; vectors within about 0.5% of fp32's) or 'fp16' (GPU only).
+            lexical: Also build the BM25 index of the texts (models that weigh lexical evidence need it).
 
         Raises:
             ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, metadata
@@ -197,7 +215,8 @@ class ChunkIndex:
                 vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show, precision=precision)
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
-                   chunk_tower=tower() if callable(tower) else None, ordered=ordered)
+                   chunk_tower=tower() if callable(tower) else None, ordered=ordered,
+                   lexical=LexicalIndex.from_texts(texts) if lexical else None)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -303,6 +322,7 @@ class ChunkIndex:
             "ordered": self.ordered,
             "chunk_tower": self.chunk_tower,
             "vector_file": _VECTOR_FILES[vector_format],
+            "lexical": self.lexical is not None,
             "ids": self.ids,
             "texts": self.texts,
             "metadatas": self.metadatas,
@@ -321,6 +341,8 @@ class ChunkIndex:
                 save_file({"vectors": vectors}, str(tmp / _VECTOR_FILES["safetensors"]))
             else:
                 np.save(tmp / _VECTOR_FILES["numpy"], vectors.numpy(), allow_pickle=False)
+            if self.lexical is not None:
+                self.lexical.save(tmp / LEXICAL_DIR)
             (tmp / INDEX_FILE).write_text(blob, encoding="utf-8")
         return target
 
@@ -374,10 +396,16 @@ class ChunkIndex:
         if vectors.is_floating_point() and not bool(torch.isfinite(vectors).all()):
             raise IndexLoadError(f"{vec_path} holds NaN or infinite vectors (damaged file or a diverged model); "
                                  "rebuild and save the index.")
+        lexical = None
+        if head.get("lexical", False):  # absent in indexes saved before lexical evidence
+            try:
+                lexical = LexicalIndex.load(d / LEXICAL_DIR, count=len(texts))
+            except LexicalLoadError as e:
+                raise IndexLoadError(str(e)) from None
         try:
             index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"),
                         encoder=head.get("encoder"), chunk_tower=head.get("chunk_tower"),
-                        ordered=bool(head.get("ordered", False)))
+                        ordered=bool(head.get("ordered", False)), lexical=lexical)
         except (ValueError, TypeError) as e:
             raise IndexLoadError(f"{head_path} holds invalid chunks ({e}); rebuild and save the index.") from None
         return index.to(device) if device else index

@@ -17,6 +17,7 @@ from qrag.training.chunk_vectors import ChunkVectorCache
 from qrag.training.config import EnvConfig, StateOrder
 from qrag.training.data.episode import Episode
 from qrag.training.env import EpisodeState, RetrievalEnv
+from qrag.training.lexical import corpus_lexical
 from qrag.training.qnet import QNetwork
 
 
@@ -114,27 +115,30 @@ def evaluate(
     qnet: QNetwork, episodes: Sequence[Episode], env_config: EnvConfig, num_envs: int = 16, batch_size: int = 128,
     store: ChunkVectorCache | None = None,
 ) -> dict[str, float]:
-    """The greedy policy over `episodes`: the hop engine's greedy hops (argmax over the available chunks, up to
-    `max_hops`, ending an episode once its facts are in unless `never_terminate`), `num_envs` episodes at a
-    time, replayed through the environment for its rewards.
+    """The greedy policy over `episodes`: the hop engine's greedy hops (argmax over the available chunks, with the
+    model's lexical evidence where it weighs any, up to `max_hops`, ending an episode once its facts are in unless
+    `never_terminate`), `num_envs` episodes at a time, replayed through the environment for its rewards.
 
     `store` (a frozen chunk tower only) serves chunk vectors already computed.
     Returns mean `return`, `fact_recall` and `fact_em` (all supporting chunks retrieved) and `steps`.
     """
     store = frozen_chunk_cache(qnet, store)
+    weight = qnet.hop_settings.lexical_weight  # the hops it is served with (METHOD.md §4.5)
     done: list[EpisodeState] = []
     for start in range(0, len(episodes), num_envs):
         group = list(episodes[start : start + num_envs])
         vectors = [episode_vectors(qnet, ep, batch_size, store) for ep in group]
-        corpora = hops.Corpora.padded(vectors, [ep.chunks for ep in group], qnet.device)
+        lexical = [corpus_lexical(tuple(ep.chunks)) for ep in group] if weight > 0 else None
+        corpora = hops.Corpora.padded(vectors, [ep.chunks for ep in group], qnet.device, lexical)
 
         def complete(b: int, taken: list[int], group: list[Episode] = group) -> bool:
             return set(group[b].supporting) <= set(taken)
 
         hopped = hops.greedy_hops(qnet, [ep.question for ep in group], corpora,
                                   [min(env_config.max_hops, ep.num_chunks) for ep in group],
-                                  done=None if env_config.never_terminate else complete, batch_size=batch_size)
-        done.extend(replay(group, [taken for taken, _ in hopped], env_config, qnet.config.state_order))
+                                  done=None if env_config.never_terminate else complete, batch_size=batch_size,
+                                  lexical_weight=weight)
+        done.extend(replay(group, [h.taken for h in hopped], env_config, qnet.config.state_order))
     n = max(1, len(done))
     return {
         "return": sum(s.episode_return for s in done) / n,

@@ -24,7 +24,14 @@ How `k`, `max_hops` and `stop_threshold` interact:
 - `k` given with `fill='question'` (the off-domain guard, METHOD.md §4.4; a model can save it as its default):
   the hops stop where the stop rule says, as in adaptive search, and the rest of the `k` results are the
   question's own ranking by the chunk tower (cosine search with the base encoder when that tower is frozen),
-  flagged `past_stop=True`, with that ranking's score as `q_value`.
+  flagged `past_stop=True`, with that ranking's score as `q_value`. `fill='question_unguarded'`: every hop up to
+  `k`, then the question's own ranking.
+
+`lexical_weight` ω > 0 (METHOD.md §4.5; saved with models that use it) ranks the chunks of every hop by
+Q + ω · BM25 of the state's text, scaled to [0, 1] by the best available chunk: a `Hit` carries that `score`
+beside its `q_value`, and the stop rule reads the Q-value. It needs the index's BM25 index (`ChunkIndex.lexical`),
+which the searcher builds when the index has none; an external store has no lexical search, so there the search
+ranks by Q alone and says so once (`LexicalFallbackWarning`).
 
 Beam search (`beam_size > 1`) keeps the `beam_size` hop sequences with the largest total Q over a fixed
 horizon, then applies the stop rule along the best sequence; `beam_size=1` is greedy search. Greedy is what
@@ -34,6 +41,7 @@ wider beam (docs/RESULTS.md, "Beam search against greedy hops").
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,8 +51,10 @@ from typing import Any
 import torch
 
 from qrag.training.hops import (
+    Beam,
     Corpora,
     Expand,
+    Hopped,
     Item,
     beam_hops,
     check_finite_q,
@@ -65,22 +75,33 @@ from qrag.training.shipped import resolve_checkpoint
 from qrag.training.towers import Precision
 from qrag.training.validate import check_device
 
-__all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "MultiHopSearcher", "SearchConfig", "SearchError",
-           "SearchResult", "check_finite_q", "load_model", "search_corpora", "search_many", "stop_point"]
+__all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "LexicalFallbackWarning", "MultiHopSearcher",
+           "SearchConfig", "SearchError", "SearchResult", "check_finite_q", "load_model", "search_corpora", "search_many",
+           "stop_point"]
 
 
 class CorpusOrderWarning(UserWarning):
     """A position-aware model searches a corpus whose order was not declared meaningful."""
 
 
+class LexicalFallbackWarning(UserWarning):
+    """A model that weighs lexical evidence searches an external store, which has no lexical search: Q alone ranks."""
+
+
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved chunk: the hop that took it, its Q-value, and whether the stop rule would drop it."""
+    """One retrieved chunk: the hop that took it, its Q-value, whether the stop rule would drop it, and the score it
+    was ranked by (the Q-value plus any lexical evidence, METHOD.md §4.5; None given: the Q-value)."""
 
     chunk: Chunk
     hop: int
     q_value: float
     past_stop: bool = False
+    score: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.score is None:
+            object.__setattr__(self, "score", self.q_value)
 
 
 @dataclass(frozen=True)
@@ -150,6 +171,25 @@ class MultiHopSearcher:
         elif not callable(getattr(store, "search", None)):
             raise SearchError(f"{type(store).__name__} is not a ChunkStore: it has no search(queries, k, exclude).")
         self._lock = model_lock(model)
+        self._lexical_for(self.config.resolved(model.hop_settings).weight)
+
+    def _lexical_for(self, weight: float) -> float:
+        """The lexical weight this searcher can apply: `weight` over a `ChunkIndex` (its BM25 index built the first
+        time one is needed), 0 over an external store (which has no lexical search: warned once)."""
+        if weight == 0:
+            return 0.0
+        if isinstance(self.store, ChunkIndex):
+            self.store.with_lexical()
+            return weight
+        if not getattr(self, "_warned_lexical", False):
+            self._warned_lexical = True
+            warnings.warn(
+                f"this search weighs lexical evidence (lexical_weight={weight:g}: BM25 of the state's text beside the "
+                f"Q-value), but {type(self.store).__name__} has no lexical search: it ranks by the Q-value alone. For "
+                "the model's full search, index the texts in-process (QRAGRetriever.from_texts / ChunkIndex).",
+                LexicalFallbackWarning, stacklevel=3,
+            )
+        return 0.0
 
     @property
     def index(self) -> ChunkIndex | None:
@@ -211,6 +251,7 @@ class MultiHopSearcher:
             SearchError: an empty or non-string question, or an invalid/unknown argument.
         """
         cfg = self.config.with_overrides(overrides).resolved(self.model.hop_settings)
+        cfg = dataclasses.replace(cfg, lexical_weight=self._lexical_for(cfg.weight))
         if isinstance(questions, str):
             raise SearchError("questions must be a list of strings; for one question use search_one().")
         asked = list(questions)
@@ -227,10 +268,10 @@ class MultiHopSearcher:
         """Hops from the hop engine: greedy or beam over the index's vectors, or over an external store's ranking."""
         if isinstance(self.store, ChunkIndex):
             index = self.store
-            corpora = Corpora.shared(index.vectors, index.texts, len(questions))
+            corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical)
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
-            return _beam_results(corpus_expand(self.model, questions, corpora),
+            return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight),
                                  question_expand(self.model, questions, corpora), questions, len(index), index.chunk,
                                  self.model.config.state_order == "document", cfg)
         return _beam_results(store_expand(self.model, questions, self.store),
@@ -242,7 +283,8 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
                 config: SearchConfig | None = None) -> list[SearchResult]:
     """Greedy search of each question in its own corpus (one haystack per question), in shared batches.
 
-    Result `b` equals `MultiHopSearcher(model, indexes[b], config).search_one(questions[b])`; what is shared
+    Result `b` equals `MultiHopSearcher(model, indexes[b], config).search_one(questions[b])` (an index without
+    the BM25 index a lexical weight needs gets one, as there); what is shared
     is the work: every hop encodes the states of all live questions in one batch and scores each against its
     own corpus (padded to the longest, so `batch_size` × the longest corpus's vectors are held at once). This
     is how an evaluation over many haystacks runs at batch speed.
@@ -260,11 +302,14 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
     for ix in indexes:
         if ix.dim != model.dim:
             raise SearchError(f"the model's vectors have dim {model.dim} but an index holds dim {ix.dim}.")
+        if cfg.weight > 0:
+            ix.with_lexical()
     model.eval()
     out: list[SearchResult] = []
     for start in range(0, len(questions), cfg.batch_size):
         group = list(indexes[start : start + cfg.batch_size])
-        corpora = Corpora.padded([ix.vectors for ix in group], [ix.texts for ix in group], model.device)
+        corpora = Corpora.padded([ix.vectors for ix in group], [ix.texts for ix in group], model.device,
+                                 [ix.lexical for ix in group])
         out.extend(_greedy_results(model, list(questions[start : start + cfg.batch_size]), corpora,
                                    [ix.chunk for ix in group], cfg))
     return out
@@ -296,17 +341,22 @@ def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chu
     horizons = [_horizon(cfg, corpora.size(b)) for b in range(len(questions))]
     live_stop = cfg.k is None or cfg.guarded  # the stop rule ends the hops (else it only flags them)
     hopped = greedy_hops(model, questions, corpora, horizons, threshold=cfg.threshold if live_stop else None,
-                         min_hops=cfg.min_hops)
-    rows_taken = [t for t, _ in hopped]
+                         min_hops=cfg.min_hops, lexical_weight=cfg.weight)
+    rows_taken = [h.taken for h in hopped]
     if cfg.k is None:
-        extra: list[list[tuple[int, float]]] = [[] for _ in questions]
-    elif cfg.guarded:
+        extra: list[list[tuple[int, float, float]]] = [[] for _ in questions]
+    elif cfg.by_question:
         extra = fill_up(question_expand(model, questions, corpora), rows_taken, cfg.k,
                         [corpora.size(b) for b in range(len(questions))])
     else:
-        extra = top_up(model, questions, corpora, rows_taken, cfg.k)
-    return [_result(questions[b], [chunk[b](i) for i in taken], q_values, [(chunk[b](i), q) for i, q in more], cfg)
-            for b, ((taken, q_values), more) in enumerate(zip(hopped, extra, strict=True))]
+        extra = top_up(model, questions, corpora, rows_taken, cfg.k, lexical_weight=cfg.weight)
+    return [_result(questions[b], _hop_beam(h, chunk[b]), [(chunk[b](i), q, sc) for i, q, sc in more], cfg)
+            for b, (h, more) in enumerate(zip(hopped, extra, strict=True))]
+
+
+def _hop_beam(hopped: Hopped, chunk: Callable[[int], Chunk]) -> Beam[Chunk]:
+    """Greedy hops as the chunks they took (a beam of one)."""
+    return Beam(tuple(chunk(i) for i in hopped.taken), tuple(hopped.q_values), tuple(hopped.scores))
 
 
 def _beam_results(expand: Expand[Item], by_question: Expand[Item], questions: list[str], size: int | None,
@@ -321,14 +371,12 @@ def _beam_results(expand: Expand[Item], by_question: Expand[Item], questions: li
                       distinct=(lambda item: chunk(item).id) if distinct else None)
     if cfg.k is not None and cfg.guarded:  # a wider beam ran its whole horizon: cut it where the stop rule does
         kept = [stop_point(beam.q_values, cfg.threshold, cfg.min_hops) for beam in beams]
-        taken = [beam.taken[:n] for beam, n in zip(beams, kept, strict=True)]
-        values = [beam.q_values[:n] for beam, n in zip(beams, kept, strict=True)]
-    else:
-        taken, values = [beam.taken for beam in beams], [beam.q_values for beam in beams]
-    extra = (fill_up(by_question if cfg.guarded else expand, taken, cfg.k, [size] * len(questions))
+        beams = [Beam(beam.taken[:n], beam.q_values[:n], beam.scores[:n]) for beam, n in zip(beams, kept, strict=True)]
+    extra = (fill_up(by_question if cfg.by_question else expand, [b.taken for b in beams], cfg.k, [size] * len(questions))
              if cfg.k is not None else [[] for _ in questions])
-    return [_result(question, [chunk(i) for i in t], v, [(chunk(i), q) for i, q in more], cfg)
-            for question, t, v, more in zip(questions, taken, values, extra, strict=True)]
+    return [_result(question, Beam(tuple(chunk(i) for i in beam.taken), beam.q_values, beam.scores),
+                    [(chunk(i), q, sc) for i, q, sc in more], cfg)
+            for question, beam, more in zip(questions, beams, extra, strict=True)]
 
 
 def _horizon(cfg: SearchConfig, size: int | None) -> int:
@@ -337,13 +385,14 @@ def _horizon(cfg: SearchConfig, size: int | None) -> int:
     return horizon if size is None else min(horizon, size)
 
 
-def _result(question: str, taken: Sequence[Chunk], q_values: Sequence[float], more: Sequence[tuple[Chunk, float]],
+def _result(question: str, hopped: Beam[Chunk], more: Sequence[tuple[Chunk, float, float]],
             cfg: SearchConfig) -> SearchResult:
     """One question's hits: its hops (those past the stop rule flagged, or dropped when `k` is adaptive), then the
     top-up `more` past the last hop."""
-    kept = stop_point(q_values, cfg.threshold, cfg.min_hops)
-    hits = [Hit(c, t, q, t >= kept) for t, (c, q) in enumerate(zip(taken, q_values, strict=True))]
-    hits += [Hit(c, len(taken), q, True) for c, q in more]  # past the last hop
+    kept = stop_point(hopped.q_values, cfg.threshold, cfg.min_hops)
+    hits = [Hit(c, t, q, t >= kept, score)
+            for t, (c, q, score) in enumerate(zip(hopped.taken, hopped.q_values, hopped.scores, strict=True))]
+    hits += [Hit(c, len(hopped.taken), q, True, score) for c, q, score in more]  # past the last hop
     hits = hits if cfg.k is not None else [h for h in hits if not h.past_stop]
     return SearchResult(question, _ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
 

@@ -19,8 +19,8 @@ from qrag.training.overlay import ConfigError
 __all__ = ["FILLS", "FROM_MODEL", "Fill", "FromModel", "HopSettings", "Order", "SearchConfig", "SearchError"]
 
 Order = Literal["hop", "document"]
-Fill = Literal["state", "question"]
-FILLS: tuple[Fill, ...] = ("state", "question")
+Fill = Literal["state", "question", "question_unguarded"]
+FILLS: tuple[Fill, ...] = ("state", "question", "question_unguarded")
 FromModel = Literal["model"]
 FROM_MODEL: FromModel = "model"  # a search setting that takes the model's saved value (`QNetwork.hop_settings`)
 
@@ -48,7 +48,12 @@ class HopSettings:
     """What ranks the results of an exact-`k` search past its hops (METHOD.md §4.4). 'state': the Q-values of the
     state after the last hop; every hop up to `k` is taken. 'question' (the off-domain guard): a hop the stop
     rule refuses is not taken, and the rest come from the question's own ranking by the chunk tower (cosine
-    search with the base encoder when the chunk tower is frozen)."""
+    search with the base encoder when the chunk tower is frozen). 'question_unguarded': every hop up to `k` is
+    taken, and the rest come from the question's own ranking."""
+    lexical_weight: float = 0.0
+    """Weight ω of lexical evidence at every hop (METHOD.md §4.5): chunks are ranked by Q + ω · BM25 of the
+    state's text, scaled to [0, 1] by the best available chunk; the stop rule still reads Q alone. 0: Q alone
+    (no lexical index is needed)."""
 
     def validate(self) -> HopSettings:
         if isinstance(self.max_hops, bool) or not isinstance(self.max_hops, int) or self.max_hops < 1:
@@ -60,7 +65,13 @@ class HopSettings:
             raise ConfigError(f"hops.calibrated must be true or false, got {self.calibrated!r}.")
         if self.fill not in FILLS:
             raise ConfigError(f"hops.fill must be one of {list(FILLS)}, got {self.fill!r}.")
+        if not _weight_ok(self.lexical_weight):
+            raise ConfigError(f"hops.lexical_weight must be a finite number >= 0, got {self.lexical_weight!r}.")
         return self
+
+
+def _weight_ok(w: object) -> bool:
+    return not isinstance(w, bool) and isinstance(w, (int, float)) and math.isfinite(w) and w >= 0
 
 
 @dataclass
@@ -81,8 +92,11 @@ class SearchConfig:
     order: Order = "hop"
     """Order of the returned hits: 'hop' or 'document' (position in the corpus, for long documents)."""
     fill: Fill | FromModel = FROM_MODEL
-    """What ranks an exact-`k` search's results past its hops (`HopSettings.fill`): 'state', 'question', or
-    'model': the model's saved choice."""
+    """What ranks an exact-`k` search's results past its hops (`HopSettings.fill`): 'state', 'question',
+    'question_unguarded', or 'model': the model's saved choice."""
+    lexical_weight: float | FromModel = FROM_MODEL
+    """Weight of lexical evidence at every hop (`HopSettings.lexical_weight`; 0: Q alone), or 'model': the model's
+    saved weight."""
     batch_size: int = 64
     """Questions searched together (their states share encoder batches)."""
 
@@ -100,7 +114,9 @@ class SearchConfig:
         if self.order not in ("hop", "document"):
             raise SearchError(f"order must be 'hop' or 'document', got {self.order!r}.")
         if self.fill != FROM_MODEL and self.fill not in FILLS:
-            raise SearchError(f"fill must be 'state', 'question' or 'model', got {self.fill!r}.")
+            raise SearchError(f"fill must be one of {[*FILLS, FROM_MODEL]}, got {self.fill!r}.")
+        if self.lexical_weight != FROM_MODEL and not _weight_ok(self.lexical_weight):
+            raise SearchError(f"lexical_weight must be a finite number >= 0 or 'model', got {self.lexical_weight!r}.")
         return self
 
     @classmethod
@@ -108,12 +124,14 @@ class SearchConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     def resolved(self, settings: HopSettings) -> SearchConfig:
-        """A copy whose `max_hops`, `stop_threshold` and `fill` left to the model take the model's saved values."""
+        """A copy whose `max_hops`, `stop_threshold`, `fill` and `lexical_weight` left to the model take the model's
+        saved values."""
         return dataclasses.replace(
             self,
             max_hops=settings.max_hops if self.max_hops is None else self.max_hops,
             stop_threshold=settings.stop_threshold if self.stop_threshold == FROM_MODEL else self.stop_threshold,
             fill=settings.fill if self.fill == FROM_MODEL else self.fill,
+            lexical_weight=settings.lexical_weight if self.lexical_weight == FROM_MODEL else self.lexical_weight,
         )
 
     @property
@@ -136,6 +154,18 @@ class SearchConfig:
         if self.fill == FROM_MODEL:
             raise SearchError("fill is left to the model: resolve the config with SearchConfig.resolved first.")
         return self.fill == "question"
+
+    @property
+    def by_question(self) -> bool:
+        """Whether a resolved exact-`k` search fills past its hops from the question's own ranking."""
+        return self.guarded or self.fill == "question_unguarded"
+
+    @property
+    def weight(self) -> float:
+        """`lexical_weight` of a resolved config."""
+        if self.lexical_weight == FROM_MODEL:
+            raise SearchError("lexical_weight is left to the model: resolve the config with SearchConfig.resolved first.")
+        return float(self.lexical_weight)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> SearchConfig:
         """A copy with per-call overrides; unknown names raise `SearchError` listing the known ones."""

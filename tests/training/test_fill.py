@@ -96,7 +96,8 @@ def test_the_guard_is_the_same_over_beams_stores_and_batched_corpora() -> None:
 
 
 def test_bad_fill_values_are_refused_by_name(tmp_path: Path, tiny_qnet: QNetwork) -> None:
-    with pytest.raises(SearchError, match="fill must be 'state', 'question' or 'model', got 'cosine'"):
+    with pytest.raises(SearchError, match=r"fill must be one of \['state', 'question', 'question_unguarded', 'model'\], "
+                                          r"got 'cosine'"):
         SearchConfig(fill="cosine").validate()  # type: ignore[arg-type]
     tiny_qnet.hop_settings = HopSettings(max_hops=2, stop_threshold=0.4, calibrated=True, fill="question")
     folder = tiny_qnet.save_pretrained(tmp_path / "m")
@@ -107,7 +108,8 @@ def test_bad_fill_values_are_refused_by_name(tmp_path: Path, tiny_qnet: QNetwork
     assert QNetwork.from_pretrained(folder).hop_settings.fill == "state"
     config["hops"]["fill"] = "cosine"
     (folder / "qrag_config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"hops.fill must be one of \['state', 'question'\], got 'cosine'"):
+    with pytest.raises(CheckpointError, match=r"hops.fill must be one of \['state', 'question', 'question_unguarded'\], "
+                                              r"got 'cosine'"):
         QNetwork.from_pretrained(folder)
 
 

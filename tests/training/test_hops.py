@@ -72,19 +72,22 @@ VECTORS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 def test_greedy_hops_follow_the_argmax_and_stop_where_told() -> None:
     net = TableNet(TABLE)
     corpora = hops.Corpora.shared(VECTORS, ["a", "b", "c"], 1)
-    assert hops.greedy_hops(net, ["q"], corpora, [3]) == [([2, 0, 1], [4.0, 2.0, 0.25])]  # type: ignore[arg-type]
-    assert hops.greedy_hops(net, ["q"], corpora, [2]) == [([2, 0], [4.0, 2.0])]  # type: ignore[arg-type]
+    def hopped(taken: list[int], q: list[float]) -> list[hops.Hopped]:
+        return [hops.Hopped(taken, q, q)]  # no lexical evidence: the scores are the Q-values
+
+    assert hops.greedy_hops(net, ["q"], corpora, [3]) == hopped([2, 0, 1], [4.0, 2.0, 0.25])  # type: ignore[arg-type]
+    assert hops.greedy_hops(net, ["q"], corpora, [2]) == hopped([2, 0], [4.0, 2.0])  # type: ignore[arg-type]
     # The stop rule refuses hop 2 (best Q 0.25 < 1) before taking it; min_hops keeps the first hops.
-    assert hops.greedy_hops(net, ["q"], corpora, [3], threshold=1.0) == [([2, 0], [4.0, 2.0])]  # type: ignore[arg-type]
-    assert hops.greedy_hops(net, ["q"], corpora, [3], threshold=5.0, min_hops=0) == [([], [])]  # type: ignore[arg-type]
-    assert hops.greedy_hops(net, ["q"], corpora, [3], threshold=5.0) == [([2], [4.0])]  # type: ignore[arg-type]
+    assert hops.greedy_hops(net, ["q"], corpora, [3], threshold=1.0) == hopped([2, 0], [4.0, 2.0])  # type: ignore[arg-type]
+    assert hops.greedy_hops(net, ["q"], corpora, [3], threshold=5.0, min_hops=0) == hopped([], [])  # type: ignore[arg-type]
+    assert hops.greedy_hops(net, ["q"], corpora, [3], threshold=5.0) == hopped([2], [4.0])  # type: ignore[arg-type]
     # `done` ends a question after the hop that completes it (evaluation: its facts are in).
-    assert hops.greedy_hops(net, ["q"], corpora, [3], done=lambda b, t: 0 in t) == [([2, 0], [4.0, 2.0])]  # type: ignore[arg-type]
+    assert hops.greedy_hops(net, ["q"], corpora, [3], done=lambda b, t: 0 in t) == hopped([2, 0], [4.0, 2.0])  # type: ignore[arg-type]
     # Document state order renders (c, a) as "a, c".
     doc = TableNet(TABLE, order="document")
     hops.greedy_hops(doc, ["q"], corpora, [3])  # type: ignore[arg-type]
     assert doc.seen == [("q", ()), ("q", ("c",)), ("q", ("a", "c"))]
-    assert hops.top_up(net, ["q"], corpora, [[2]], k=3) == [[(0, 2.0), (1, 0.5)]]  # type: ignore[arg-type]
+    assert hops.top_up(net, ["q"], corpora, [[2]], k=3) == [[(0, 2.0, 2.0), (1, 0.5, 0.5)]]  # type: ignore[arg-type]
     assert hops.top_up(net, ["q"], corpora, [[2, 0, 1]], k=3) == [[]]  # type: ignore[arg-type]
 
 
@@ -93,16 +96,18 @@ def test_beam_hops_keep_the_best_sequences_and_fill_up_after_the_last_hop() -> N
     corpora = hops.Corpora.shared(VECTORS, ["a", "b", "c"], 1)
     expand = hops.corpus_expand(net, ["q"], corpora)  # type: ignore[arg-type]
     # Greedy takes c (4) then a (2): 6. A beam of two also keeps a (3), and a then c is 3 + 6 = 9.
-    assert hops.beam_hops(expand, 1, [2], 1) == [hops.Beam((2, 0), (4.0, 2.0), 6.0)]
-    assert hops.beam_hops(expand, 1, [2], 2) == [hops.Beam((0, 2), (3.0, 6.0), 9.0)]
+    assert hops.beam_hops(expand, 1, [2], 1) == [hops.Beam((2, 0), (4.0, 2.0), (4.0, 2.0))]
+    assert hops.beam_hops(expand, 1, [2], 1)[0].total == 6.0
+    assert hops.beam_hops(expand, 1, [2], 2) == [hops.Beam((0, 2), (3.0, 6.0), (3.0, 6.0))]
     assert hops.beam_hops(expand, 1, [0], 2) == [hops.Beam()]
     # One beam is greedy search: the stop rule acts live (hop 1's best Q, 2, is below 2.5); wider beams leave it.
-    assert hops.beam_hops(expand, 1, [2], 1, threshold=2.5) == [hops.Beam((2,), (4.0,), 4.0)]
-    assert hops.beam_hops(expand, 1, [2], 2, threshold=50.0) == [hops.Beam((0, 2), (3.0, 6.0), 9.0)]
+    assert hops.beam_hops(expand, 1, [2], 1, threshold=2.5) == [hops.Beam((2,), (4.0,), (4.0,))]
+    assert hops.beam_hops(expand, 1, [2], 2, threshold=50.0) == [hops.Beam((0, 2), (3.0, 6.0), (3.0, 6.0))]
     # The chunks left after the last hop, best first, up to k results and at most the corpus.
-    assert hops.fill_up(expand, [(0, 2)], 3, [3]) == [[(1, 0.25)]]
+    assert hops.fill_up(expand, [(0, 2)], 3, [3]) == [[(1, 0.25, 0.25)]]
     assert hops.fill_up(expand, [(0, 2)], 2, [None]) == [[]]
-    assert hops.fill_up(expand, [(2,)], 5, [3]) == hops.top_up(net, ["q"], corpora, [[2]], k=5) == [[(0, 2.0), (1, 0.5)]]  # type: ignore[arg-type]
+    assert (hops.fill_up(expand, [(2,)], 5, [3]) == hops.top_up(net, ["q"], corpora, [[2]], k=5)  # type: ignore[arg-type]
+            == [[(0, 2.0, 2.0), (1, 0.5, 0.5)]])
 
 
 def test_stop_point_counts_the_hops_the_rule_keeps() -> None:
