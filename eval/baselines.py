@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -27,17 +27,22 @@ from qrag.training import hops
 from qrag.training.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
 from qrag.training.data import Episode
 from qrag.training.index import ChunkIndex
+from qrag.training.lexical import corpus_lexical, reciprocal_rank_fusion
 from qrag.training.qnet import CONFIG_FILE, QNetwork
 from qrag.training.search import FROM_MODEL, FromModel, SearchConfig, SearchResult, load_model, search_many
 from qrag.training.search_settings import Fill
 from qrag.training.shipped import resolve_checkpoint, shipped_names
 
-METHODS = ("bm25", "dense", "cosine", "multihop", "qrag", "qrag+stop", "oracle")
-"""Method names accepted by `make_retriever` (and `qrag-eval --methods`)."""
-NEEDS_CHECKPOINT = ("qrag", "qrag+stop")
+METHODS = ("bm25", "dense", "cosine", "hybrid", "multihop", "qrag", "qrag+stop", "init", "oracle")
+"""Method names accepted by `make_retriever` (and `qrag-eval --methods`); 'init' is the model the checkpoint was
+fine-tuned from (`qrag-train --init`), searched with its own saved settings."""
+NEEDS_CHECKPOINT = ("qrag", "qrag+stop", "init")
 ADAPTIVE = ("qrag+stop",)  # methods whose stop rule decides how many chunks they return
 BASELINES = ("bm25", "dense", "multihop")
 """The untrained methods a trained one is measured against (the oracle is a ceiling, not a baseline)."""
+FLOORS = ("hybrid", "cosine", "dense")
+"""Single-shot floors a sweep pairs every method against, the first present first (recall.md): on paragraph text
+the hybrid is what practitioners run, cosine a plain vector store, dense qrag's untrained inner product."""
 
 
 @dataclass(frozen=True)
@@ -84,41 +89,27 @@ class OracleRetriever:
 
 
 class BM25Retriever:
-    """Okapi BM25 over the episode's chunks (`bm25s`, English stop words), top `k`."""
+    """Okapi BM25 over the episode's chunks (`LexicalIndex`: bm25s, English stop words), top `k`. Episodes that share
+    one corpus (an open pool) share its index."""
 
     name = "bm25"
 
     def __init__(self, budget: int | None = None) -> None:
-        try:
-            import bm25s
-        except ImportError as e:
-            raise ImportError("the bm25 baseline needs `bm25s`: pip install 'qrag[eval]'.") from e
-        self._bm25s = bm25s
         self.budget = budget
-        self._corpus: tuple[str, ...] | None = None
-        self._index: object = None
-
-    def _index_of(self, chunks: tuple[str, ...]) -> object:
-        """The BM25 index of `chunks`; episodes that share one corpus (an open pool) share its index."""
-        if self._corpus is not chunks and self._corpus != chunks:
-            index = self._bm25s.BM25()
-            index.index(self._bm25s.tokenize(list(chunks), stopwords="en", show_progress=False), show_progress=False)
-            self._corpus, self._index = chunks, index
-        return self._index
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
         out = []
         for ep in episodes:
             start = time.perf_counter()
-            k = _budget(ep, self.budget)
-            tok = self._bm25s.tokenize
-            index: Any = self._index_of(ep.chunks)
-            # Token strings (not ids) for the query: ids from a second tokenize call use another vocabulary.
-            query = tok([ep.question], stopwords="en", return_ids=False, show_progress=False)
-            docs, scores = index.retrieve(query, k=k, show_progress=False)  # (1, k) each
-            out.append(Retrieval([int(i) for i in docs[0]], 0, [float(s) for s in scores[0]], 0,
-                                 time.perf_counter() - start))
+            top, rows = corpus_lexical(tuple(ep.chunks)).top([ep.question], _budget(ep, self.budget))  # (1, k) each
+            out.append(Retrieval(rows[0].tolist(), 0, top[0].tolist(), 0, time.perf_counter() - start))
         return out
+
+
+def _stable_top(scores: torch.Tensor, k: int) -> tuple[list[float], list[int]]:
+    """The k best of (N,) scores, best first, ties by position."""
+    order = torch.sort(scores, descending=True, stable=True).indices[:k]  # (k,)
+    return [float(scores[i]) for i in order], [int(i) for i in order]
 
 
 class _IndexCache:
@@ -179,7 +170,9 @@ class DenseRetriever:
         self.model, self.budget, self.name, self.cosine = model.eval(), budget, name, cosine
         self._cache = cache or _IndexCache()
 
-    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+    def rankings(self, episodes: Sequence[Episode]) -> list[tuple[torch.Tensor, tuple[float, int], float]]:
+        """Per episode: the (N,) scores of every chunk, the (seconds, chunks embedded) of its vectors, and the
+        question's share of the scoring time."""
         indexes, costs = self._cache.indexes(self.model, episodes)
         start = time.perf_counter()
         out = []
@@ -192,10 +185,38 @@ class DenseRetriever:
                     state, vectors = F.normalize(state, dim=-1), F.normalize(vectors, dim=-1)
                 corpus = hops.Corpora.shared(vectors, index.texts, 1)
                 scores, _ = hops.q_values(self.model, state[None], corpus, [0], [[]], names=[ep.question])  # (1, N)
-                top, rows = scores[0].topk(_budget(ep, self.budget))  # (k,)
-                out.append(([int(r) for r in rows.tolist()], [float(q) for q in top.tolist()]))
+                out.append(scores[0].float().cpu())
         each = (time.perf_counter() - start) / max(1, len(episodes))
-        return [Retrieval(rows, 0, q_values, 1, each, *cost) for (rows, q_values), cost in zip(out, costs, strict=True)]
+        return [(scores, cost, each) for scores, cost in zip(out, costs, strict=True)]
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        out = []
+        for ep, (scores, cost, seconds) in zip(episodes, self.rankings(episodes), strict=True):
+            top, rows = scores.topk(_budget(ep, self.budget))  # (k,)
+            out.append(Retrieval([int(r) for r in rows.tolist()], 0, [float(q) for q in top.tolist()], 1, seconds,
+                                 *cost))
+        return out
+
+
+class HybridRetriever:
+    """BM25 and cosine search with the same base encoder, fused by reciprocal rank (c = 60, equal weights) over
+    each one's whole ranking: what LangChain's `EnsembleRetriever` over BM25 and a vector store and LlamaIndex's
+    `QueryFusionRetriever` with `reciprocal_rerank` do. Scores are the fused ones."""
+
+    name = "hybrid"
+
+    def __init__(self, cosine: DenseRetriever, budget: int | None = None) -> None:
+        self.cosine, self.budget = cosine, budget
+
+    def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
+        dense = self.cosine.rankings(episodes)
+        out = []
+        for ep, (scores, cost, seconds) in zip(episodes, dense, strict=True):
+            start = time.perf_counter()
+            bm25 = corpus_lexical(tuple(ep.chunks)).scores([ep.question])[0]  # (N,)
+            top, rows = _stable_top(reciprocal_rank_fusion([bm25, scores]), _budget(ep, self.budget))
+            out.append(Retrieval(rows, 0, top, 1, seconds + time.perf_counter() - start, *cost))
+        return out
 
 
 class MultiHopRetriever:
@@ -210,15 +231,19 @@ class MultiHopRetriever:
         stop_threshold: The stop rule's threshold (adaptive search, and the guard's); 'model': the model's saved
             threshold.
         fill: What ranks the results past the hops (`SearchConfig.fill`); 'model': the model's saved choice.
+        lexical_weight: Weight of lexical evidence at every hop (`SearchConfig.lexical_weight`); 'model': the
+            model's saved weight.
     """
 
     def __init__(self, model: QNetwork, *, name: str, budget: int | None = None, adaptive: bool = False,
                  max_hops: int | None = None, stop_threshold: float | FromModel | None = FROM_MODEL,
-                 fill: Fill | FromModel = FROM_MODEL, cache: _IndexCache | None = None) -> None:
+                 fill: Fill | FromModel = FROM_MODEL, lexical_weight: float | FromModel = FROM_MODEL,
+                 cache: _IndexCache | None = None) -> None:
         self.model, self.name, self.budget, self.adaptive = model.eval(), name, budget, adaptive
-        cfg = (SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold, fill=fill).validate()
-               .resolved(model.hop_settings))
+        cfg = (SearchConfig(max_hops=max_hops, stop_threshold=stop_threshold, fill=fill,
+                            lexical_weight=lexical_weight).validate().resolved(model.hop_settings))
         self.max_hops, self.stop_threshold, self.fill = cfg.horizon, cfg.threshold, cfg.fill
+        self.lexical_weight = cfg.weight
         self._cache = cache or _IndexCache()
 
     def retrieve(self, episodes: Sequence[Episode]) -> list[Retrieval]:
@@ -227,7 +252,8 @@ class MultiHopRetriever:
         budgets = [None if self.adaptive else _budget(ep, self.budget) for ep in episodes]
         results: list[SearchResult | None] = [None] * len(episodes)
         for k in dict.fromkeys(budgets):  # questions with the same budget search together
-            cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=self.stop_threshold, fill=self.fill)
+            cfg = SearchConfig(k=k, max_hops=self.max_hops, stop_threshold=self.stop_threshold, fill=self.fill,
+                               lexical_weight=self.lexical_weight)
             group = [i for i, b in enumerate(budgets) if b == k]
             found = search_many(self.model, [episodes[i].question for i in group], [indexes[i] for i in group], cfg)
             for i, result in zip(group, found, strict=True):
@@ -262,6 +288,19 @@ def _untrained(encoder: str | QNetwork, trained: QNetwork | None, device: str | 
     return qnet.to(device) if device is not None else qnet
 
 
+def _init_model(trained: QNetwork, checkpoint: str | QNetwork | None, device: str | None) -> QNetwork:
+    """The model `trained` was fine-tuned from (its `model.init`), loaded to serve.
+
+    Raises:
+        ValueError: `trained` records none (it was trained from the bare encoder).
+    """
+    if trained.config.init is None:
+        name = checkpoint if isinstance(checkpoint, str) else "the checkpoint"
+        raise ValueError(f"method 'init' searches with the model --model was fine-tuned from, but {name!r} records "
+                         "none (it was trained from the bare encoder, not with qrag-train --init); drop 'init'.")
+    return load_model(trained.config.init, device=device)
+
+
 def _is_checkpoint(checkpoint: str | QNetwork) -> bool:
     return isinstance(checkpoint, QNetwork) or (resolve_checkpoint(checkpoint) / CONFIG_FILE).is_file()
 
@@ -275,6 +314,7 @@ def make_retrievers(
     max_hops: int | None = None,
     stop_threshold: float | None = None,
     fill: Fill | FromModel = FROM_MODEL,
+    lexical_weight: float | FromModel = FROM_MODEL,
     device: str | None = None,
     chunk_caches: Sequence[ChunkVectorCache] = (),
     chunk_vectors: ChunkVectorFolder | None = None,
@@ -293,8 +333,9 @@ def make_retrievers(
             baseline gets the same, so both search equally far), else `HopSettings`' default.
         stop_threshold: The stop rule's threshold for 'qrag+stop' and the guard (`fill='question'`); None: the
             checkpoint's saved threshold.
-        fill: What ranks the qrag methods' results past their hops ('state', 'question': the off-domain guard);
-            'model': the checkpoint's saved choice.
+        fill: What ranks the qrag methods' results past their hops ('state', 'question': the off-domain guard,
+            'question_unguarded'); 'model': the checkpoint's saved choice.
+        lexical_weight: The qrag methods' weight of lexical evidence at every hop; 'model': the checkpoint's.
         device: Torch device for the encoders (default: CPU).
         chunk_caches: Chunk vectors already computed, one cache per chunk tower (a model trained with
             `train_towers='state'` and its untrained start share one).
@@ -328,7 +369,7 @@ def make_retrievers(
     threshold: float | FromModel = FROM_MODEL if stop_threshold is None else stop_threshold
     with torch.no_grad():
         for m in methods:
-            if m in ("dense", "cosine", "multihop") and untrained is None:
+            if m in ("dense", "cosine", "hybrid", "multihop") and untrained is None:
                 untrained = _untrained(encoder, trained, device)
             if m == "oracle":
                 out.append(OracleRetriever())
@@ -337,11 +378,18 @@ def make_retrievers(
             elif m in ("dense", "cosine"):
                 assert untrained is not None
                 out.append(DenseRetriever(untrained, budget, cache, name=m, cosine=m == "cosine"))
+            elif m == "hybrid":
+                assert untrained is not None
+                out.append(HybridRetriever(DenseRetriever(untrained, budget, cache, name="cosine", cosine=True), budget))
             elif m == "multihop":
                 assert untrained is not None
                 out.append(MultiHopRetriever(untrained, name=m, budget=budget, max_hops=max_hops, cache=cache))
+            elif m == "init":
+                assert trained is not None
+                out.append(MultiHopRetriever(_init_model(trained, checkpoint, device), name=m, budget=budget, cache=cache))
             else:
                 assert trained is not None
                 out.append(MultiHopRetriever(trained, name=m, budget=budget, adaptive=m in ADAPTIVE,
-                                             max_hops=max_hops, stop_threshold=threshold, fill=fill, cache=cache))
+                                             max_hops=max_hops, stop_threshold=threshold, fill=fill,
+                                             lexical_weight=lexical_weight, cache=cache))
     return out

@@ -7,9 +7,14 @@ Examples:
     qrag-eval hotpotqa --data hotpot_dev_distractor_v1.json --model ckpt/ --methods qrag,bm25 --out runs/hp
     qrag-eval wiki --tasks bridge,single --model runs/wiki-cpu/best --methods dense,bm25,multihop,qrag --budget 8 --out runs/w
     qrag-eval jsonl --data my_corpus.jsonl --model runs/wiki-cpu/best --methods dense,bm25,multihop,qrag --budget 8 --out runs/c
+    qrag-eval corpus --data my_questions.jsonl --corpus my_passages.jsonl --model runs/ft/best \
+        --methods cosine,bm25,hybrid,init,qrag --budget 8 --out runs/mine
 
 With --budget 8 every method returns 8 passages per question and recall.md gives recall@2/4/8 of each
-method with its paired 95% interval against dense search (the first k of a greedy ranking are its top k).
+method with its paired 95% interval against the first single-shot floor the sweep runs (hybrid, cosine, dense;
+recall_vs_NAME.md against the others and against 'init', the model a fine-tune started from). The first k of a
+greedy ranking are its top k. `hybrid` fuses BM25 and cosine by reciprocal rank (c = 60), as LangChain's
+EnsembleRetriever and LlamaIndex's QueryFusionRetriever do.
 `dense` ranks by the inner product (qrag's untrained Q-value); `cosine` by the cosine of the same vectors,
 what a vector store with a cosine metric does with the base encoder: the floor a general-text model must beat.
 The table also gives latency per question, retrieval seconds per encoder call (one per hop) and the indexing
@@ -24,6 +29,7 @@ At scale, on a GPU box (--speed-lengths adds indexing throughput and per-hop lat
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +58,19 @@ def _samples_at(text: str) -> dict[str, int]:
             raise argparse.ArgumentTypeError(f"{part!r} is not LENGTH=SAMPLES (e.g. 10m=50)")
         out[label.strip()] = int(n)
     return out
+
+
+def _weight(text: str) -> float | str:
+    """'model' or a finite number >= 0."""
+    if text == FROM_MODEL:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a weight: pass a finite number >= 0, or 'model'")
+    return value
 
 
 def _hop_counts(text: str) -> tuple[int, ...]:
@@ -89,7 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--fill", choices=FILL_CHOICES, default=FROM_MODEL,
                        help="what ranks qrag's results past its hops: 'state' (the last state), 'question' (the "
                             "off-domain guard: hops stop where the stop rule says, the rest is the question's cosine "
-                            "ranking), 'model' (default: what the checkpoint saved)")
+                            "ranking), 'question_unguarded' (every hop, then the question's ranking), 'model' "
+                            "(default: what the checkpoint saved)")
+        p.add_argument("--lexical-weight", type=_weight, default=FROM_MODEL,
+                       help="weight of BM25 evidence beside qrag's Q-value at every hop (0: Q alone; default 'model': "
+                            "what the checkpoint saved)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--max-new-tokens", type=int, default=32)
         p.add_argument("--device", default=None)
@@ -118,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="questions the speed phase times one at a time (its batch is --batch-size)")
         if bench.needs_path:
             p.add_argument("--data", required=True, help="the data file (official format, or custom JSON Lines)")
+        if bench.source == "corpus":
+            p.add_argument("--corpus", required=True, help="your passages: a JSON Lines file of {\"id\", \"text\"} or a "
+                                                          "folder of .txt/.md files (--data holds the questions)")
         if bench.source == "babilong":
             p.add_argument("--filler-sentences", type=int, default=None, metavar="N",
                            help="draw every haystack's background from one pool of N test-split sentences (default: "
@@ -134,8 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = RunConfig(
         benchmark=args.benchmark, out=args.out, methods=args.methods, tasks=getattr(args, "tasks", None),
         lengths=getattr(args, "lengths", None), num_samples=args.num_samples, model=args.model,
-        encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None), budget=args.budget,
-        max_hops=args.max_hops, stop_threshold=args.stop_threshold, fill=args.fill, seed=args.seed,
+        encoder=args.encoder, reader=args.reader, data=getattr(args, "data", None),
+        corpus=getattr(args, "corpus", None), budget=args.budget,
+        max_hops=args.max_hops, stop_threshold=args.stop_threshold, fill=args.fill,
+        lexical_weight=args.lexical_weight, seed=args.seed,
         max_new_tokens=args.max_new_tokens,
         device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
         distractors=getattr(args, "distractors", None), precision=args.precision,

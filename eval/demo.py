@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from qrag.eval.baselines import ADAPTIVE, BASELINES, NEEDS_CHECKPOINT, make_retrievers
+from qrag.eval.baselines import ADAPTIVE, BASELINES, make_retrievers
 from qrag.eval.report import margins
 from qrag.eval.runner import read_results, run
 from qrag.eval.sweep import BABILONG_SENTENCES, RunConfig, cell_episodes
@@ -66,7 +66,7 @@ from qrag.training.trainer import Trainer
 PRESET = "babilong-cpu"
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 LENGTHS = ("1k", "4k", "32k")
-METHODS = BASELINES + NEEDS_CHECKPOINT
+METHODS = (*BASELINES, "qrag", "qrag+stop")
 HARD_TASKS = ("qa2", "qa3")
 PAPER_BUDGET = 6  # chunks per question, as the reference evaluates BabiLong before its reader answers
 JOB_FILE = "job.json"

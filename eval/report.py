@@ -15,7 +15,7 @@ from typing import Any
 
 SUMMARY_FILE, TABLE_FILE, PLOT_FILE, MARGINS_FILE = "summary.json", "table.md", "plot.png", "margins.md"
 DRIFT_FILE = "drift.md"
-RECALL_FILE, RECALL_JSON = "recall.md", "recall.json"
+RECALL_FILE = "recall.md"
 METRICS = ("accuracy", "answer_em", "answer_f1", "fact_f1", "fact_em", "fact_precision", "fact_recall",
            "recall_at_1", "num_retrieved", "hops", "encoder_calls", "num_tokens", "retrieval_s", "latency_s")
 RATES = ("encoder_call_s", "index_chunks_per_s")
@@ -269,11 +269,13 @@ def recall_table(rows: Sequence[dict[str, Any]], reference: str = "dense") -> st
 
 
 def write_recall(records: Sequence[dict[str, Any]], methods: Sequence[str], out: Path, ks: Sequence[int],
-                 reference: str = "dense") -> Path:
-    """Write recall.md and recall.json into `out` (`recall_rows` against `reference`)."""
+                 reference: str = "dense", suffix: str = "") -> Path:
+    """Write recall.md and recall.json into `out` (`recall_rows` against `reference`; `suffix` is added to both
+    names, e.g. '_vs_cosine')."""
     rows = recall_rows(records, methods, ks, reference)
-    (out / RECALL_JSON).write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    path = out / RECALL_FILE
+    stem = Path(RECALL_FILE).stem + suffix
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    path = out / f"{stem}.md"
     path.write_text(recall_table(rows, reference), encoding="utf-8")
     return path
 

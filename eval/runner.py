@@ -24,7 +24,15 @@ import torch
 from tqdm import tqdm
 
 from qrag.eval import metrics
-from qrag.eval.baselines import ADAPTIVE, BASELINES, NEEDS_CHECKPOINT, Retrieval, Retriever, make_retrievers
+from qrag.eval.baselines import (
+    ADAPTIVE,
+    BASELINES,
+    FLOORS,
+    NEEDS_CHECKPOINT,
+    Retrieval,
+    Retriever,
+    make_retrievers,
+)
 from qrag.eval.reader import Reader, build_prompt, load_reader
 from qrag.eval.report import summarize, write_drift, write_margins, write_paired, write_recall, write_reports
 from qrag.eval.speed import speed_model, speed_phase
@@ -41,11 +49,12 @@ RECALL_KS = (2, 4, 8)
 may name its own (`Benchmark.recall_ks`: hotpotqa_pool's 2, 5, 10, with --budget 10)."""
 FACT_EM_FILE = "fact_em_at_2"
 """hotpotqa_pool: fact EM of each method's first two chunks (both gold passages), paired against the reference."""
-SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "fill", "seed", "reader", "max_new_tokens",
-           "data", "distractors", "precision", "filler_sentences")
+SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "fill", "lexical_weight", "seed", "reader",
+           "max_new_tokens", "data", "corpus", "distractors", "precision", "filler_sentences")
 """RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
 resumed into the same folder must have the same values."""
-SHAPING_BEFORE = {"precision": "fp32", "filler_sentences": None, "fill": "model"}
+SHAPING_BEFORE = {"precision": "fp32", "filler_sentences": None, "fill": "model", "lexical_weight": "model",
+                  "corpus": None}
 """Values of SHAPING fields added later, for records written before them."""
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors", "speed_lengths", "speed_hops",
                 "speed_queries")
@@ -142,7 +151,7 @@ def run(cfg: RunConfig, *, retrievers: Sequence[Retriever] | None = None, reader
     if retrievers is None:
         retrievers = make_retrievers(cfg.methods, encoder=cfg.encoder, checkpoint=cfg.model, budget=cfg.budget,
                                      max_hops=cfg.max_hops, stop_threshold=cfg.stop_threshold,
-                                     fill=cfg.fill, device=cfg.device,
+                                     fill=cfg.fill, lexical_weight=cfg.lexical_weight, device=cfg.device,
                                      chunk_vectors=folder)
     if reader is None and cfg.reader is not None:
         reader = load_reader(cfg.reader, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
@@ -292,11 +301,15 @@ def _finish(cfg: RunConfig, path: Path) -> dict[str, Any]:
     baselines = [m for m in cfg.methods if m in BASELINES]
     if trained and baselines:
         write_margins(records, trained, baselines, cfg.out)
-    reference = next((m for m in ("dense", "cosine") if m in cfg.methods), None)  # single-hop dense search
-    if reference is not None and any("recall_at_2" in r for r in records):
-        write_recall(records, cfg.methods, cfg.out, BENCHMARKS[cfg.benchmark].recall_ks, reference)
-    if reference is not None and cfg.benchmark == "hotpotqa_pool":  # fact EM@2: both gold passages in the top 2
-        write_paired(records, cfg.methods, "fact_em_at_sf", cfg.out, FACT_EM_FILE, reference)
+    # Paired against each single-shot floor of the sweep, the first present in recall.md, and against the model a
+    # fine-tune started from: the others in recall_vs_NAME.md (the same for hotpotqa_pool's fact EM@2: both gold
+    # passages in the top 2).
+    for i, reference in enumerate(m for m in (*FLOORS, "init") if m in cfg.methods):
+        suffix = "" if i == 0 else f"_vs_{reference}"
+        if any("recall_at_2" in r for r in records):
+            write_recall(records, cfg.methods, cfg.out, BENCHMARKS[cfg.benchmark].recall_ks, reference, suffix)
+        if BENCHMARKS[cfg.benchmark].source == "hotpotqa_pool":
+            write_paired(records, cfg.methods, "fact_em_at_sf", cfg.out, FACT_EM_FILE + suffix, reference)
     if len(cfg.lengths_resolved) > 1:
         by_length = sorted(cfg.lengths_resolved, key=lambda label_value: label_value[1] or 0)
         write_drift(records, cfg.methods, [label for label, _ in by_length], cfg.out)

@@ -40,6 +40,8 @@ class Benchmark:
     """Tasks swept when none are given (None: all of `tasks`)."""
     recall_ks: tuple[int, ...] = (2, 4, 8)
     """The k of the recall@k columns (recorded where a method returned at least k chunks)."""
+    options: tuple[tuple[str, Any], ...] = ()
+    """Source options every cell of the benchmark loads with (e.g. its number and kind of distractors)."""
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -55,6 +57,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     "wiki": Benchmark("wiki", WIKI_KINDS, None),
     # The task names the rows searched: 'test' (9 000-9 999, evaluation only) or 'val' (held out of training).
     "hotpotqa_pool": Benchmark("hotpotqa_pool", ("test", "val"), None, default_tasks=("test",), recall_ks=(2, 5, 10)),
+    # HotpotQA's distractor setting over the same rows: the two gold passages and the pool's 8 BM25-nearest others.
+    # Your questions (--data) over your corpus (--corpus), each searching the whole corpus.
+    "corpus": Benchmark("corpus", None, None, needs_path=True),
+    "hotpotqa_distractor": Benchmark("hotpotqa_pool", ("test", "val"), None, default_tasks=("test",), recall_ks=(2,),
+                                     options=(("num_distractors", 8), ("negatives", "bm25"))),
 }
 
 BABILONG_SENTENCES = {"0k": 10, "1k": 50, "2k": 100, "4k": 160, "8k": 320, "16k": 600, "32k": 1200,
@@ -85,7 +92,10 @@ class RunConfig:
     reader: str | None = None
     """Reader LLM ('smollm2', 'vllm:NAME', a transformers folder/name); None: retrieval metrics only."""
     data: str | None = None
-    """Data file for file-based benchmarks (hotpotqa, musique, 2wiki, ruler_qa, jsonl)."""
+    """Data file for file-based benchmarks (hotpotqa, musique, 2wiki, ruler_qa, jsonl; corpus: the questions)."""
+    corpus: str | None = None
+    """`corpus` only: the passages the questions of `data` search (a JSON Lines file of {"id", "text"} or a folder
+    of .txt/.md files)."""
     budget: int | None = None
     """Chunks per question for non-adaptive methods; None: |SF| of each sample."""
     max_hops: int | None = None
@@ -94,7 +104,10 @@ class RunConfig:
     """Stop-rule threshold for 'qrag+stop' and the guard; None: the checkpoint's saved (calibrated) threshold."""
     fill: Fill | FromModel = FROM_MODEL
     """What ranks the qrag methods' results past their hops: 'state', 'question' (the off-domain guard, METHOD.md
-    §4.4) or 'model': the checkpoint's saved choice."""
+    §4.4), 'question_unguarded' or 'model': the checkpoint's saved choice."""
+    lexical_weight: float | FromModel = FROM_MODEL
+    """The qrag methods' weight of lexical evidence at every hop (METHOD.md §4.5; 0: Q alone), or 'model': the
+    checkpoint's saved weight."""
     seed: int = 0
     """Generator seed (split 'test')."""
     distractors: int | None = None
@@ -149,6 +162,11 @@ class RunConfig:
             raise ValueError(f"benchmark {self.benchmark!r} reads a file: pass --data PATH.")
         if self.data is not None and not Path(self.data).expanduser().exists():
             raise ValueError(f"data file {self.data!r} does not exist.")
+        if (self.corpus is not None) != (bench.source == "corpus"):
+            raise ValueError("--corpus goes with the corpus benchmark: qrag-eval corpus --data QUESTIONS --corpus PASSAGES"
+                             if self.corpus is not None else "benchmark 'corpus' needs --corpus PATH (your passages).")
+        if self.corpus is not None and not Path(self.corpus).expanduser().exists():
+            raise ValueError(f"corpus {self.corpus!r} does not exist.")
         for name, low in (("num_samples", 1), ("batch_size", 1), ("max_new_tokens", 1), ("budget", 1),
                           ("max_hops", 1), ("seed", 0), ("speed_queries", 1)):
             value = getattr(self, name)
@@ -173,6 +191,9 @@ class RunConfig:
             raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
         if self.fill not in FILL_CHOICES:
             raise ValueError(f"fill (--fill) must be one of {', '.join(FILL_CHOICES)}, got {self.fill!r}.")
+        w = self.lexical_weight
+        if w != FROM_MODEL and (isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0):
+            raise ValueError(f"lexical_weight (--lexical-weight) must be a finite number >= 0 or 'model', got {w!r}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision (--precision) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}.")
         if self.precision == "fp16" and not str(self.device or "cpu").startswith("cuda"):
@@ -229,6 +250,7 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samp
         kw["split"] = "test"
     if bench.source == "hotpotqa_pool":  # its tasks are its splits; every question searches the split's whole pool
         kw["split"] = kw.pop("task")
+    kw.update(bench.options)
     if cfg.distractors is not None:
         kw["num_distractors"] = cfg.distractors
     if cfg.filler_sentences is not None:
@@ -239,6 +261,8 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samp
         kw["num_tokens"] = length
     if cfg.data is not None:
         kw["path"] = str(Path(cfg.data).expanduser())
+    if cfg.corpus is not None:
+        kw["corpus"] = str(Path(cfg.corpus).expanduser())
     return load_episodes(bench.source, **kw)
 
 

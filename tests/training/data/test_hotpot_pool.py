@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.data import EpisodeError, load_episodes
+from qrag.training.data import EpisodeError, load_episodes, negatives
 from qrag.training.data import hotpot_pool as hp
 
 FIXTURE = Path(__file__).parent / "fixtures" / "halueval_qa_sample.jsonl"
@@ -19,11 +19,11 @@ def small_splits(monkeypatch: pytest.MonkeyPatch, tiny_encoder_path: Path) -> st
     random encoder."""
     monkeypatch.setattr(hp, "ROWS", {"train": range(0, 6), "val": range(6, 8), "test": range(8, 10)})
     monkeypatch.setattr(hp, "POOL_ROWS", {"train": range(0, 6), "val": range(0, 8), "test": range(0, 10)})
-    monkeypatch.setattr(hp, "NEIGHBOUR_ENCODER", str(tiny_encoder_path))
-    for cached in (hp.load_pool, hp._bm25, hp._embedded):
+    monkeypatch.setattr(negatives, "NEIGHBOUR_ENCODER", str(tiny_encoder_path))
+    for cached in (hp.load_pool, hp._neighbours):
         cached.cache_clear()
     yield str(FIXTURE)  # type: ignore[misc]
-    for cached in (hp.load_pool, hp._bm25, hp._embedded):
+    for cached in (hp.load_pool, hp._neighbours):
         cached.cache_clear()
 
 
