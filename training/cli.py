@@ -3,13 +3,17 @@
     qrag-train --preset babilong --data.task qa3 --trainer.output_dir runs/qa3
     qrag-train --config my.yaml --resume
     qrag-train --preset cpu-small --data.source jsonl --data.train_path my_qa.jsonl
+    qrag-train --init qrag/hotpotqa-minilm --preset corpus-cpu --data.corpus docs/ --data.train_path qa.jsonl
 
-Layers, later wins: defaults < --preset < --config < flags. Every flag is a config field written
+Layers, later wins: defaults < --preset < --config < --init < flags. Every flag is a config field written
 `--section.field` (see `qrag-train --help`).
 
 Entry flags:
     --preset NAME      start from a bundled preset (`--list-presets` lists them with what each is for)
     --config FILE      a YAML file of config sections, applied over the preset
+    --init MODEL       fine-tune a trained Q-network (a shipped qrag/NAME or a checkpoint folder) instead of the bare
+                       encoder: its model section (encoder, positions, truncation, trained part) and its horizon
+                       (env.max_hops) replace the preset's; its search settings (guard, lexical weight) travel with it
     --resume           continue the run in --trainer.output_dir from its last/ checkpoint
     --list-presets     print the bundled presets with one line each, then exit
 """
@@ -17,6 +21,7 @@ Entry flags:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import warnings
@@ -29,6 +34,7 @@ from qrag.training.checkpoint import ResumeError
 from qrag.training.config import (
     RENAMED_KEYS,
     ConfigError,
+    ModelConfig,
     TrainConfig,
     load_preset,
     load_yaml,
@@ -37,7 +43,9 @@ from qrag.training.config import (
 from qrag.training.data import EpisodeError
 from qrag.training.data.build import build_episodes
 from qrag.training.encoders import EncoderLoadError
+from qrag.training.persist import CONFIG_FILE, read_checkpoint_meta, read_hops, read_model_config
 from qrag.training.qnet import CheckpointError
+from qrag.training.shipped import resolve_checkpoint, shipped_names
 from qrag.training.validate import one_line
 
 
@@ -48,6 +56,7 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     pre.add_argument("--config", default=None)
     pre.add_argument("--resume", action="store_true")
     pre.add_argument("--list-presets", action="store_true")
+    pre.add_argument("--init", "--model.init", dest="init", default=None)
     known, rest = pre.parse_known_args(list(argv))
     if known.list_presets:
         described = preset_descriptions()
@@ -57,17 +66,53 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     config = load_preset(known.preset) if known.preset else TrainConfig()
     if known.config:
         config = load_yaml(known.config, base=config)
+    init = known.init or config.model.init
+    start = _init_model(init) if init else None
+    if start is not None:
+        config.model, config.env.max_hops = start
     rest = [_renamed_flag(a) for a in rest]
     config = tyro.cli(
         TrainConfig, default=config, args=rest, use_underscores=True, description=__doc__,
         prog="qrag-train",
     )
+    if start is not None:
+        _check_init(config, start[0])
     if known.resume:
         config.trainer.resume = True
     out = Path(config.trainer.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"trainer.output_dir {str(out)!r} is a file; pass a folder (it is created if missing).")
     return config.validate()
+
+
+def _init_model(init: str) -> tuple[ModelConfig, int]:
+    """The model section (recording `init`) and the horizon of the checkpoint `--init` names.
+
+    Raises:
+        ConfigError: `init` is not a trained qrag checkpoint, or its files are damaged.
+    """
+    try:
+        folder = resolve_checkpoint(init)
+        if not (folder / CONFIG_FILE).is_file():
+            raise CheckpointError(f"no {CONFIG_FILE} there")
+        meta = read_checkpoint_meta(folder)
+        model = read_model_config(folder, meta, None)
+        horizon = read_hops(meta, folder).max_hops
+    except (CheckpointError, ValueError) as e:
+        raise ConfigError(f"--init {init!r} is not a trained qrag checkpoint ({one_line(e)}); pass a checkpoint folder "
+                          f"(a run's best/) or a shipped name ({', '.join(shipped_names())}); to start from a bare "
+                          "encoder, pass --model.encoder instead.") from None
+    return dataclasses.replace(model, init=init), horizon
+
+
+def _check_init(config: TrainConfig, start: ModelConfig) -> None:
+    """A fine-tune keeps the network it starts from: every model field a flag or file set must agree with it."""
+    for f in dataclasses.fields(ModelConfig):
+        mine, theirs = getattr(config.model, f.name), getattr(start, f.name)
+        if mine != theirs:
+            raise ConfigError(f"--model.{f.name} {mine!r} differs from the --init model's {theirs!r} ({start.init}): a "
+                              "fine-tune keeps the network it starts from; drop the setting, or train from the bare "
+                              "encoder without --init.")
 
 
 def _renamed_flag(arg: str) -> str:

@@ -25,7 +25,7 @@ StateOrder = Literal["document", "selection"]
 ValueTarget = Literal["mean", "min"]
 Schedule = Literal["constant", "linear", "cosine"]
 MixedPrecision = Literal["no", "bf16", "fp16", "auto"]
-SelectOn = Literal["sf_em", "return"]
+SelectOn = Literal["sf_em", "return", "fact_recall"]
 TaskWeighting = Literal["uniform", "error"]
 MarginOver = Literal["best", "all"]
 
@@ -38,6 +38,10 @@ class ModelConfig:
 
     encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
     """Hugging Face encoder both towers start from: a local folder or a hub id."""
+    init: str | None = None
+    """A trained Q-network to start from instead of the bare encoder (`qrag-train --init`): a shipped name
+    (qrag/NAME) or a checkpoint folder; the rest of this section is then that network's, and a checkpoint records
+    it as the model it was fine-tuned from."""
     position_mode: PositionMode = "none"
     """Chunk positions: 'none' (passage sets), 'relative' (long single documents), 'absolute' (index)."""
     state_order: StateOrder = "selection"
@@ -226,7 +230,10 @@ class DataConfig:
     task: str | None = "qa2"
     """Task or subtask within the source (e.g. qa1..qa5, niah_multivalue); comma-separated to mix."""
     train_path: str | None = None
-    """Training file (file-based sources such as jsonl, hotpotqa)."""
+    """Training file (file-based sources such as jsonl, hotpotqa; the `corpus` source's questions)."""
+    corpus: str | None = None
+    """`corpus` source: your passages, a JSON Lines file of {"id", "text"} or a folder of .txt/.md files (the
+    questions of `train_path` name their supporting passages by id)."""
     val_path: str | None = None
     """Validation file; without it a validation split is generated or held out from training."""
     num_sentences: int | None = 100
@@ -239,7 +246,8 @@ class DataConfig:
     """Seed of the data generators."""
     num_distractors: int | None = None
     """`wiki` source: non-gold pages per episode (None: the source's default, 30). Larger pools are closer to
-    searching a whole corpus. `hotpotqa_pool`: hard and random negatives per episode (None: the split's whole pool)."""
+    searching a whole corpus. `hotpotqa_pool` and `corpus`: hard and random negatives per episode (None: the whole
+    pool or corpus)."""
     filler_sentences: int | None = None
     """`babilong` source: draw every haystack's background from one pool of this many sentences per split
     (training and validation share one, the test split has its own); None: all of the text sources."""
@@ -249,10 +257,14 @@ class DataConfig:
             value = getattr(self, name)
             if value < 0:
                 raise ConfigError(f"data.{name} must be >= 0 (0: all of a file), got {value}.")
+        if (self.corpus is None) != (self.source != "corpus"):
+            raise ConfigError("data.corpus goes with data.source corpus (your questions over your passages): pass "
+                              f"both --data.source corpus and --data.corpus PATH (got source {self.source!r}, corpus "
+                              f"{self.corpus!r}).")
         if self.num_distractors is not None:
-            if self.source not in ("wiki", "hotpotqa_pool"):
-                raise ConfigError(f"data.num_distractors applies to the wiki and hotpotqa_pool sources only, not "
-                                  f"{self.source!r}: leave it unset.")
+            if self.source not in ("wiki", "hotpotqa_pool", "corpus"):
+                raise ConfigError(f"data.num_distractors applies to the wiki, hotpotqa_pool and corpus sources only, "
+                                  f"not {self.source!r}: leave it unset.")
             if self.num_distractors < 0:
                 raise ConfigError(f"data.num_distractors must be >= 0, got {self.num_distractors}.")
         if self.filler_sentences is not None:
@@ -309,8 +321,9 @@ class TrainerConfig:
     progress: bool = True
     """Show a console progress bar."""
     select_on: SelectOn = "sf_em"
-    """best/ is chosen on 'sf_em' (per-task fact EM at exactly |SF| greedy hops, averaged over tasks) or on
-    the mean 'return' with max_hops hops."""
+    """best/ is chosen on 'sf_em' (per-task fact EM at exactly |SF| greedy hops, averaged over tasks), on the mean
+    'return' with max_hops hops, or on 'fact_recall' (the share of each question's supporting chunks its max_hops
+    hops find: questions with more supporting chunks than hops, as fan-out questions have)."""
     select_tolerance: float | None = None
     """best/ keeps the latest network whose score is within this much of the highest trained score so far (and
     above the starting network's); None: one standard error of that score on the validation episodes; 0: the

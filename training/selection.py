@@ -67,8 +67,8 @@ def standard_error(result: dict[str, float], select_on: str, episodes: Sequence[
     """One standard error of the selection metric `result[select_on]` measured on `episodes`.
 
     'sf_em' is a mean of per-task proportions p_t over n_t episodes: SE = sqrt(Σ_t p_t(1 − p_t)/n_t) / T.
-    'return' lies in [0, 1], so its variance is at most m(1 − m) for mean m: SE ≤ sqrt(m(1 − m)/n), which is
-    what is returned (an upper bound).
+    'return' and 'fact_recall' lie in [0, 1], so their variance is at most m(1 − m) for mean m: SE ≤ sqrt(m(1 − m)/n),
+    which is what is returned (an upper bound).
     """
     counts: dict[str, int] = defaultdict(int)
     for ep in episodes:

@@ -93,7 +93,13 @@ class Trainer(Resumable):
         self.output_dir = Path(tc.output_dir)
         self.val_episodes = list(val_episodes)
 
-        online = qnet if qnet is not None else QNetwork.from_config(config.model)
+        if qnet is not None:
+            online = qnet
+        elif config.model.init is not None:  # a fine-tune: the trained network, its lineage recorded in its config
+            online = QNetwork.from_pretrained(config.model.init)
+            online.config = config.model
+        else:
+            online = QNetwork.from_config(config.model)
         online.hop_settings = dataclasses.replace(online.hop_settings, max_hops=config.env.max_hops)  # saved with it
         self.target = copy.deepcopy(online).eval().requires_grad_(False)
         self.params = [p for p in online.parameters() if p.requires_grad]

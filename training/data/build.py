@@ -48,6 +48,8 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
                                   else {"task": task})
         if data.num_distractors is not None:
             common["num_distractors"] = data.num_distractors
+        if data.corpus is not None:
+            common["corpus"] = data.corpus
         if data.filler_sentences is not None:
             common["filler_sentences"] = data.filler_sentences
         n_train = max(1, data.num_train // len(tasks)) if data.num_train else None

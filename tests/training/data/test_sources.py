@@ -67,7 +67,7 @@ def test_babi_file_and_jsonl_by_name(tmp_path: Path) -> None:
 def test_every_source_is_listed() -> None:
     assert set(SOURCES) == {
         "babi", "babi_file", "babilong", "babilong_file", "ruler_niah", "ruler_qa", "hotpotqa", "2wiki",
-        "musique", "jsonl", "wiki", "hotpotqa_pool",
+        "musique", "jsonl", "wiki", "hotpotqa_pool", "corpus",
     }
 
 
