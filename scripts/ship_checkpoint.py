@@ -3,6 +3,8 @@
     python scripts/ship_checkpoint.py runs/gpu/qa15/best babilong-minilm
     python scripts/ship_checkpoint.py runs/demo30/train/best babilong-minilm-cpu --rank 32
     python scripts/ship_checkpoint.py runs/hp-q/best hotpotqa-minilm --rank 32 --fill question --stop-threshold 0.425
+    python scripts/ship_checkpoint.py runs/hp-q/best hotpotqa-minilm --rank 32 --fill question_unguarded \
+        --lexical-weight 0.2
 
 A LoRA or top-layers checkpoint is re-based: the trained part is moved onto the bundled fp32 encoder and the
 encoder name becomes the bundled alias. `--trained-on DIR` loads a checkpoint whose base encoder is not where
@@ -12,8 +14,9 @@ its own: `--trained-on` that folder; same weights up to fp16 rounding). A full f
 (`qrag-eval babilong --model qrag/NAME`) against the full model before relying on it.
 
 `--fill question --stop-threshold T` saves the off-domain guard as the model's search default (docs/METHOD.md
-§4.4; T chosen on validation data, e.g. by experiments/hop_guard.py); otherwise the checkpoint's own hop settings
-travel with it.
+§4.4; T chosen on validation data, e.g. by experiments/hop_guard.py); `--lexical-weight W` saves the weight of
+lexical evidence at every hop (§4.5; chosen on validation data, e.g. by experiments/lexical_levers.py); otherwise
+the checkpoint's own hop settings travel with it.
 
 The result is written (atomically) to `training/checkpoints/NAME`, loadable as `qrag/NAME`; the checkpoint's
 eval.json is copied beside it. The model card (MODEL_CARD.md) and scores.json are written by hand.
@@ -53,6 +56,8 @@ def main() -> int:
                         "('question': the off-domain guard); default: the checkpoint's")
     parser.add_argument("--stop-threshold", type=float, default=None,
                         help="the stop threshold saved with the model (the guard's, with --fill question)")
+    parser.add_argument("--lexical-weight", type=float, default=None,
+                        help="the weight of lexical evidence at every hop saved with the model (0: Q alone)")
     args = parser.parse_args()
     trained = QNetwork.from_pretrained(args.checkpoint, encoder=args.trained_on)
     if trained.config.train_mode == "full":
@@ -71,15 +76,15 @@ def main() -> int:
             parser.error(f"--rank applies to full fine-tunes; {args.checkpoint} is train_mode "
                          f"{trained.config.train_mode!r} and ships as it is.")
         shipped = rebase(trained)
-    if args.fill is not None or args.stop_threshold is not None:
-        settings = shipped.hop_settings
-        try:
-            shipped.hop_settings = dataclasses.replace(
-                settings, fill=settings.fill if args.fill is None else args.fill,
-                stop_threshold=settings.stop_threshold if args.stop_threshold is None else args.stop_threshold,
-            ).validate()
-        except ConfigError as e:
-            parser.error(f"--stop-threshold {args.stop_threshold}: {e}")
+    settings = shipped.hop_settings
+    try:
+        shipped.hop_settings = dataclasses.replace(
+            settings, fill=settings.fill if args.fill is None else args.fill,
+            stop_threshold=settings.stop_threshold if args.stop_threshold is None else args.stop_threshold,
+            lexical_weight=settings.lexical_weight if args.lexical_weight is None else args.lexical_weight,
+        ).validate()
+    except ConfigError as e:
+        parser.error(str(e))
     target = CHECKPOINTS_DIR / args.name
     shipped.save_pretrained(target)
     evaluation = Path(args.checkpoint) / "eval.json"
