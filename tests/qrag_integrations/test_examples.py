@@ -1,4 +1,5 @@
-"""The examples run offline end to end on paragraph text, printing recall beside the cosine store (slow)."""
+"""The examples run offline end to end on paragraph text, printing recall beside the cosine store and (LangChain's)
+the BM25 + cosine hybrid (slow)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,5 @@ def test_example_runs_offline(script: str) -> None:
     out = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--questions", "8"], env=env,
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert "recall of the gold paragraphs qrag" in out and "cosine InMemoryVectorStore" in out and "answer:" in out
+    if script == "langchain_chain.py":
+        assert "BM25 + cosine hybrid" in out

@@ -189,3 +189,15 @@ def test_the_eval_init_method_needs_a_fine_tune(files: dict[str, Path], init_mod
     assert eval_main(["corpus", "--data", str(files["questions"]), "--corpus", str(files["corpus"]), "--model",
                       str(init_model), "--methods", "init", "--out", str(tmp_path / "e"), "--no-progress"]) == 2
     assert "records none (it was trained from the bare encoder" in capsys.readouterr().err
+
+
+def test_qrag_data_lists_a_folders_passages_with_their_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.training.data.cli import main as data_main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("One.\n\nTwo.\n", encoding="utf-8")
+    assert data_main(["corpus", "--corpus", str(docs), "--out", str(tmp_path / "p.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert rows == [{"id": "a.txt#0", "text": "One. Two."}]
+    assert data_main(["corpus"]) == 2 and "needs --corpus PATH" in capsys.readouterr().err

@@ -4,6 +4,8 @@ Examples:
     qrag-data babilong --task qa2 --num-sentences 4600 --num-samples 100 --seed 0 --out qa2-128k.jsonl
     qrag-data ruler_niah --task niah_multivalue --num-tokens 4k --num-samples 10 --out niah.jsonl
     qrag-data hotpotqa --path hotpot_dev_distractor_v1.json --out hotpot-dev.jsonl
+    qrag-data corpus --corpus docs/ --out passages.jsonl      # your passages with their ids, to label questions
+    qrag-data corpus --corpus docs/ --path questions.jsonl --num-distractors 20 --out episodes.jsonl
     qrag-data --list
 """
 
@@ -38,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--hub-config", help="hub configuration name (e.g. distractor)")
     ap.add_argument("--length", help="official BabiLong length config (0k, 1k, ... 128k)")
     ap.add_argument("--num-docs", type=int, help="RULER QA: documents per episode")
+    ap.add_argument("--corpus", help="corpus source: your passages (JSON Lines of {id, text} or a folder of .txt/.md); "
+                                     "without --path, the passages are written with their ids")
+    ap.add_argument("--num-distractors", type=int, help="corpus, hotpotqa_pool, wiki: other passages per episode")
     ap.add_argument("--out", help="output .jsonl file (default: stdout)")
     return ap
 
@@ -50,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             value = getattr(args, flag)
             if value is not None and value < 1:
                 raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}.")
+        if args.num_distractors is not None and args.num_distractors < 0:
+            raise ValueError(f"--num-distractors must be >= 0, got {args.num_distractors}.")
         if args.out is not None:
             check_out_path(args.out, "--out", folder=False)
     except ValueError as e:
@@ -60,8 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             tasks = ", ".join(s.tasks) if s.tasks else "-"
             print(f"{s.name:14} {s.description}\n{'':14} tasks: {tasks}; options: {', '.join(s.options) or '-'}")
         return 0
+    if args.source == "corpus" and args.path is None:
+        return _write_passages(args.corpus, args.out)
     options: dict[str, Any] = {}
-    for name in ("token_count", "hub_id", "hub_config", "length", "num_docs"):
+    for name in ("token_count", "hub_id", "hub_config", "length", "num_docs", "corpus", "num_distractors"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     if args.sources:
@@ -90,6 +99,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     where = args.out or "stdout"
     print(f"qrag-data: wrote {count} episodes to {where} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _write_passages(corpus: str | None, out: str | None) -> int:
+    """`qrag-data corpus --corpus PATH`: the passages as {"id", "text"} lines, the ids questions name."""
+    import json
+
+    from qrag.training.data.corpus import read_corpus
+
+    try:
+        if corpus is None:
+            raise ValueError("qrag-data corpus needs --corpus PATH (a JSON Lines file of {id, text} or a folder of "
+                             ".txt/.md files).")
+        docs = read_corpus(corpus)
+        lines = "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in zip(docs.ids, docs.texts,
+                                                                                                     strict=True))
+        if out:
+            from pathlib import Path
+
+            Path(out).write_text(lines, encoding="utf-8")
+        else:
+            sys.stdout.write(lines)
+    except (ValueError, OSError, EpisodeError) as e:
+        print(f"qrag-data: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(f"qrag-data: wrote {len(docs.ids)} passages of {corpus} to {out or 'stdout'}", file=sys.stderr)
     return 0
 
 
