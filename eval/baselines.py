@@ -23,6 +23,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from qrag.eval.methods import ADAPTIVE, BASELINES, FLOORS, METHODS, NEEDS_CHECKPOINT
 from qrag.training import hops
 from qrag.training.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
 from qrag.training.data import Episode
@@ -33,16 +34,7 @@ from qrag.training.search import FROM_MODEL, FromModel, SearchConfig, SearchResu
 from qrag.training.search_settings import Fill
 from qrag.training.shipped import resolve_checkpoint, shipped_names
 
-METHODS = ("bm25", "dense", "cosine", "hybrid", "multihop", "qrag", "qrag+stop", "init", "oracle")
-"""Method names accepted by `make_retriever` (and `qrag-eval --methods`); 'init' is the model the checkpoint was
-fine-tuned from (`qrag-train --init`), searched with its own saved settings."""
-NEEDS_CHECKPOINT = ("qrag", "qrag+stop", "init")
-ADAPTIVE = ("qrag+stop",)  # methods whose stop rule decides how many chunks they return
-BASELINES = ("bm25", "dense", "multihop")
-"""The untrained methods a trained one is measured against (the oracle is a ceiling, not a baseline)."""
-FLOORS = ("hybrid", "cosine", "dense")
-"""Single-shot floors a sweep pairs every method against, the first present first (recall.md): on paragraph text
-the hybrid is what practitioners run, cosine a plain vector store, dense qrag's untrained inner product."""
+__all__ = ["ADAPTIVE", "BASELINES", "FLOORS", "METHODS", "NEEDS_CHECKPOINT", "make_retrievers"]
 
 
 @dataclass(frozen=True)

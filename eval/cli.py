@@ -34,15 +34,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from qrag.eval.baselines import METHODS
-from qrag.eval.reader import ReaderLoadError
+from qrag.eval.methods import METHODS
 from qrag.eval.report import DRIFT_FILE, PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
-from qrag.eval.runner import RESULTS_FILE, run
-from qrag.eval.speed import SPEED_TABLE
 from qrag.eval.sweep import BENCHMARKS, FILL_CHOICES, RunConfig
+from qrag.training.config import PRECISIONS
 from qrag.training.search_settings import FROM_MODEL
-from qrag.training.towers import PRECISIONS
 from qrag.training.validate import one_line
+
+# The model libraries (torch, transformers) load after the arguments are parsed: --help and a bad flag answer at
+# once (qrag.eval.runner, reader and speed import them).
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -171,6 +171,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         samples_at=getattr(args, "samples_at", {}), speed_lengths=getattr(args, "speed_lengths", ()),
         speed_hops=getattr(args, "speed_hops", None), speed_queries=getattr(args, "speed_queries", 20),
     )
+    try:
+        cfg.validate()  # every flag checked before the model libraries load
+    except ValueError as e:
+        print(f"qrag-eval: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    from qrag.eval.reader import ReaderLoadError
+    from qrag.eval.runner import RESULTS_FILE, run
+    from qrag.eval.speed import SPEED_TABLE
+
     try:
         summary = run(cfg)
     except (ValueError, ReaderLoadError, OSError, ImportError) as e:

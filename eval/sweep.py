@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qrag.eval.baselines import METHODS
+from qrag.eval.methods import METHODS
+from qrag.training.config import PRECISIONS
 from qrag.training.data import Episode, load_episodes
 from qrag.training.data.wiki import KINDS as WIKI_KINDS
 from qrag.training.search_settings import FILLS, FROM_MODEL, Fill, FromModel
-from qrag.training.towers import PRECISIONS
 from qrag.training.validate import check_out_path
 
 FILL_CHOICES = (FROM_MODEL, *FILLS)

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import tyro
 
-from qrag.training.checkpoint import ResumeError
 from qrag.training.config import (
     RENAMED_KEYS,
     ConfigError,
@@ -41,12 +40,10 @@ from qrag.training.config import (
     preset_descriptions,
 )
 from qrag.training.data import EpisodeError
-from qrag.training.data.build import build_episodes
-from qrag.training.encoders import EncoderLoadError
-from qrag.training.persist import CONFIG_FILE, read_checkpoint_meta, read_hops, read_model_config
-from qrag.training.qnet import CheckpointError
 from qrag.training.shipped import resolve_checkpoint, shipped_names
 from qrag.training.validate import one_line
+
+# The model libraries (torch, transformers) load once the flags are parsed: --help and a bad flag answer at once.
 
 
 def parse_config(argv: Sequence[str]) -> TrainConfig:
@@ -91,6 +88,14 @@ def _init_model(init: str) -> tuple[ModelConfig, int]:
     Raises:
         ConfigError: `init` is not a trained qrag checkpoint, or its files are damaged.
     """
+    from qrag.training.persist import (
+        CONFIG_FILE,
+        CheckpointError,
+        read_checkpoint_meta,
+        read_hops,
+        read_model_config,
+    )
+
     try:
         folder = resolve_checkpoint(init)
         if not (folder / CONFIG_FILE).is_file():
@@ -127,11 +132,19 @@ def _renamed_flag(arg: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from qrag.training.trainer import Trainer, read_best_eval
-
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         config = parse_config(args)
+    except (ConfigError, EpisodeError, OSError, ValueError) as e:
+        print(f"qrag-train: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    from qrag.training.checkpoint import ResumeError
+    from qrag.training.data.build import build_episodes
+    from qrag.training.encoders import EncoderLoadError
+    from qrag.training.qnet import CheckpointError
+    from qrag.training.trainer import Trainer, read_best_eval
+
+    try:
         train, val = build_episodes(config.data)
         trainer = Trainer(config, train, val)
         print(f"qrag-train: {len(train)} training / {len(val)} validation episodes, encoder "

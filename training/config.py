@@ -15,9 +15,13 @@ from typing import Any, Literal
 import yaml
 
 from qrag.training.overlay import ConfigError, overlay
-from qrag.training.positions import PositionMode
 from qrag.training.search_settings import HopSettings as HopSettings  # saved with a model
 
+PositionMode = Literal["none", "relative", "absolute"]
+Precision = Literal["fp32", "bf16", "fp16", "auto"]
+"""An encoder's arithmetic; 'auto' is bf16 where the device has native bf16 and fp32 otherwise
+(`qrag.training.precision`)."""
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]
 StateAnchor = Literal["none", "question", "first_hop", "passages"]

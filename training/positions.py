@@ -10,11 +10,9 @@ sits at `p = 20·k + 18·j/(L−1)` (`20·k` when alone). Positions stay floats 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
-PositionMode = Literal["none", "relative", "absolute"]
+from qrag.training.config import PositionMode as PositionMode  # the modes, named where the configs are
 
 GAP_STRIDE = 20.0  # distance between the starts of consecutive gaps
 GAP_SPAN = 18.0  # a gap's chunks spread over [20k, 20k + 18]

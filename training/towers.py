@@ -13,7 +13,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +23,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from qrag.training.config import ConfigError, ModelConfig
+from qrag.training.config import PRECISIONS as PRECISIONS
+from qrag.training.config import ConfigError, ModelConfig, Precision
 from qrag.training.precision import choose_precision
 
 # Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
@@ -226,10 +227,6 @@ def tensors_digest(tensors: Sequence[tuple[str, torch.Tensor]], algorithm: str, 
     return h.hexdigest()[:hex_chars]
 
 
-Precision = Literal["fp32", "bf16", "fp16", "auto"]
-"""An encoder's arithmetic; 'auto' is bf16 where the device has native bf16 and fp32 otherwise
-(`qrag.training.precision`)."""
-PRECISIONS: tuple[str, ...] = get_args(Precision)
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISION_OF_DTYPE: dict[torch.dtype, Precision] = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
