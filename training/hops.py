@@ -36,7 +36,7 @@ import torch
 from qrag.training.config import StateOrder
 from qrag.training.index import Chunk, ChunkStore
 from qrag.training.lexical import LexicalIndex, lexical_evidence, state_text
-from qrag.training.positions import rotate_halves
+from qrag.training.positions import fused_scoring, rotate_halves
 from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 
@@ -137,7 +137,8 @@ def q_values(
 
     Returns:
         The masked Q-values and the (R, N) positions they were rotated by (None in position mode 'none').
-        Rotary scores are computed in slices of rows that keep `ROTATE_BUDGET` floats of temporaries at once.
+        Rotary scores are computed in slices of rows that keep `ROTATE_BUDGET` floats of temporaries at once, or all
+        rows in one pass where the compiled form serves (`positions.fused_scoring`: large corpora, no gradients).
 
     Raises:
         SearchError: the model produced NaN or infinite values for a real chunk.
@@ -159,7 +160,8 @@ def q_values(
     if rotate is None:
         scores = model.score(states, _corpus_rows(vectors, rows), None, heads=heads)
     else:
-        step = max(1, ROTATE_BUDGET // max(1, n * model.dim))
+        fused = fused_scoring(n) and not (torch.is_grad_enabled() and states.requires_grad)
+        step = len(rows) if fused else max(1, ROTATE_BUDGET // max(1, n * model.dim))
         parts = []
         for i in range(0, len(rows), step):
             part = _corpus_rows(vectors, rows[i : i + step])  # (N, D) | (S, N, D)

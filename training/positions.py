@@ -10,6 +10,10 @@ sits at `p = 20·k + 18·j/(L−1)` (`20·k` when alone). Positions stay floats 
 
 from __future__ import annotations
 
+import os
+import warnings
+from typing import Any
+
 import torch
 
 from qrag.training.config import PositionMode as PositionMode  # the modes, named where the configs are
@@ -83,14 +87,24 @@ def rotate_halves(vectors: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
     return out.flatten(-3).to(vectors.dtype)
 
 
+FUSED_MIN_CHUNKS = 16384
+"""From this many chunks on, gradient-free rotary scores run as one compiled pass (`fused_rotary_scores`)."""
+_FUSED: dict[str, Any] = {}  # the compiled kernel, or the reason it is off in this process
+
+
 def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor, heads: bool = False) -> torch.Tensor:
     """⟨state, R(p)·chunk⟩ for every state and chunk, without building the rotated chunks.
 
     Per head and frequency m, with (x1, x2) a chunk's pair and (s1, s2) the state's:
     ⟨s, R(p)x⟩ = cos(p·θ_m)·(s1·x1 + s2·x2) + sin(p·θ_m)·(s2·x1 − s1·x2). The two brackets are products with
-    the unrotated chunks, so a hop builds (B, N, H/2) angles and no rotated (B, N, D) copy (1.5–1.7 ms against
-    2.3–2.6 ms per hop at 2 000 chunks on one CPU core, in place; experiments/NOTEBOOK.md). Equal to `rotate_halves`
-    followed by inner products up to float rounding.
+    the unrotated chunks, so no rotated (B, N, D) copy is built. Equal to `rotate_halves` followed by inner products
+    up to float rounding.
+
+    Over `FUSED_MIN_CHUNKS` chunks or more, without gradients, the sum runs as one compiled pass over the chunk
+    vectors (`fused_rotary_scores`: torch.compile, a C++/OpenMP loop on a CPU, a Triton kernel on a GPU), the
+    angles, cosines and sines computed in registers: about one plain inner-product pass over the same vectors
+    (docs/RESULTS.md, "Position-aware scoring"). Where it cannot compile (no C++ compiler, `QRAG_FUSED_SCORES=0`),
+    the eager form below serves, with a warning once.
 
     Args:
         states: (B, D) state vectors.
@@ -101,6 +115,21 @@ def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.T
     Returns:
         (B, N) Q-values, or (2, B, N) per head.
     """
+    grad = torch.is_grad_enabled() and (states.requires_grad or chunks.requires_grad)
+    if not grad and chunks.shape[-2] >= FUSED_MIN_CHUNKS:
+        kernel = _fused_kernel()
+        if kernel is not None:
+            try:
+                per_head = kernel(states.float(), chunks.float(), positions.float(), rope_frequencies(
+                    states.shape[-1] // 2, device=states.device))  # (2, B, N)
+                return per_head if heads else per_head.sum(dim=0)
+            except Exception as e:  # noqa: BLE001 - a compiler or backend failure: the eager form is exact too
+                _fused_off(f"its compiled pass failed ({type(e).__name__}: {str(e)[:200]})")
+    return _eager_rotary_scores(states, chunks, positions, heads)
+
+
+def _eager_rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor,
+                         heads: bool) -> torch.Tensor:
     half = states.shape[-1] // 2
     freqs = rope_frequencies(half, device=states.device)  # (H/2,)
     angles = positions.float().unsqueeze(-1) * freqs  # (B, N, H/2)
@@ -113,3 +142,52 @@ def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.T
     across = (x * turned.unsqueeze(1)).sum(dim=-2)  # (B, N, head, H/2): s2·x1 − s1·x2
     per_head = (along * angles.cos().unsqueeze(-2) + across * angles.sin().unsqueeze(-2)).sum(dim=-1)  # (B, N, head)
     return per_head.movedim(-1, 0) if heads else per_head.sum(dim=-1)
+
+
+def fused_rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor,
+                        freqs: torch.Tensor) -> torch.Tensor:
+    """(2, B, N) per-head rotary scores as elementwise arithmetic and one reduction over the frequencies: the form
+    torch.compile fuses into one loop per (state, chunk), reading each chunk vector once.
+
+    Args:
+        states: (B, D) float32.
+        chunks: (N, D) float32, or (B, N, D) per state.
+        positions: (B, N) float32.
+        freqs: (H/2,) the rotary frequencies θ_m.
+    """
+    b, d = states.shape
+    q = d // 4
+    angles = positions.unsqueeze(-1) * freqs  # (B, N, H/2)
+    cos, sin = angles.cos(), angles.sin()  # (B, N, H/2) each
+    x = chunks.reshape(-1, chunks.shape[-2], 2, 2, q)  # (1 | B, N, head, pair, H/2)
+    s = states.reshape(b, 1, 2, 2, q)  # (B, 1, head, pair, H/2)
+    x1, x2, s1, s2 = x[:, :, :, 0], x[:, :, :, 1], s[:, :, :, 0], s[:, :, :, 1]  # (·, ·, head, H/2) each
+    along = x1 * s1 + x2 * s2  # (B, N, head, H/2)
+    across = x1 * s2 - x2 * s1  # (B, N, head, H/2)
+    per_head = (along * cos.unsqueeze(2) + across * sin.unsqueeze(2)).sum(dim=-1)  # (B, N, head)
+    return per_head.movedim(-1, 0)  # (2, B, N)
+
+
+def fused_scoring(num_chunks: int) -> bool:
+    """Whether gradient-free rotary scores over `num_chunks` chunks take the compiled one-pass form (no (B, N, D)
+    temporaries: every state row can be scored at once)."""
+    return num_chunks >= FUSED_MIN_CHUNKS and "off" not in _FUSED and os.environ.get("QRAG_FUSED_SCORES", "1") != "0"
+
+
+def _fused_kernel() -> Any:
+    """The compiled `fused_rotary_scores`, built once per process; None where it is off."""
+    if "kernel" not in _FUSED and "off" not in _FUSED:
+        if os.environ.get("QRAG_FUSED_SCORES", "1") == "0":
+            _FUSED["off"] = "QRAG_FUSED_SCORES=0"
+        else:
+            _FUSED["kernel"] = torch.compile(fused_rotary_scores, dynamic=True)
+    return _FUSED.get("kernel")
+
+
+def _fused_off(reason: str) -> None:
+    """Serve the eager form from now on in this process, and say why once."""
+    _FUSED.pop("kernel", None)
+    _FUSED["off"] = reason
+    warnings.warn(f"position-aware scoring runs its eager form (several passes over the chunk vectors) because "
+                  f"{reason}; it gives the same Q-values, more slowly. A C++ compiler (gcc or clang) on the PATH lets "
+                  "torch.compile build the one-pass form.", RuntimeWarning, stacklevel=3)

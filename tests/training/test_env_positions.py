@@ -188,3 +188,62 @@ def test_rotary_scores_equal_rotating_then_inner_products_with_gradients(shared:
     rotated = rotate_halves(chunks, positions).expand(3, -1, -1)
     torch.testing.assert_close(per_head[0], torch.einsum("bd,bnd->bn", states[:, :16], rotated[..., :16]), atol=1e-5, rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_fused_form_is_the_rotated_inner_product(shared: bool) -> None:
+    """`fused_rotary_scores` (what torch.compile fuses into one pass) against rotating then inner products, eagerly:
+    both heads, a shared corpus and one corpus per state, relative positions with several gaps."""
+    from qrag.training.positions import fused_rotary_scores, rope_frequencies
+
+    gen = torch.Generator().manual_seed(2)
+    states = torch.randn(3, 32, generator=gen)
+    chunks = torch.randn(*(() if shared else (3,)), 40, 32, generator=gen)
+    selected = torch.zeros(3, 40, dtype=torch.bool)
+    selected[0, 7], selected[1, [3, 30]], selected[2, [0, 12, 39]] = True, True, True
+    positions = relative_positions(selected)  # (3, 40)
+    rotated = rotate_halves(chunks, positions).expand(3, -1, -1)  # (3, 40, 32)
+    got = fused_rotary_scores(states, chunks, positions, rope_frequencies(16))  # (2, 3, 40)
+    for h, part in enumerate((slice(0, 16), slice(16, 32))):
+        torch.testing.assert_close(got[h], torch.einsum("bd,bnd->bn", states[:, part], rotated[..., part]),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_a_failing_compiled_pass_falls_back_to_the_eager_form_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qrag.training import positions
+
+    def broken(*args: object) -> torch.Tensor:
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(positions, "FUSED_MIN_CHUNKS", 4)
+    monkeypatch.setattr(positions, "_FUSED", {"kernel": broken})
+    gen = torch.Generator().manual_seed(3)
+    states, chunks = torch.randn(2, 16, generator=gen), torch.randn(9, 16, generator=gen)
+    pos = relative_positions(torch.zeros(2, 9, dtype=torch.bool))
+    with pytest.warns(RuntimeWarning, match="its compiled pass failed \\(RuntimeError: no compiler here\\)"):
+        got = rotary_scores(states, chunks, pos)
+    torch.testing.assert_close(got, positions._eager_rotary_scores(states, chunks, pos, False))
+    assert not positions.fused_scoring(9)  # off for the rest of the process: no second warning
+    monkeypatch.setattr(positions, "_FUSED", {})
+    monkeypatch.setenv("QRAG_FUSED_SCORES", "0")
+    assert not positions.fused_scoring(9) and positions._fused_kernel() is None
+
+
+@pytest.mark.slow
+def test_the_compiled_pass_gives_the_eager_q_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile of the fused form (a C++/OpenMP loop on this CPU) against the eager form, within float
+    rounding: shared and per-state corpora, both heads, several gaps (compiles once, about 20 s)."""
+    from qrag.training import positions
+
+    monkeypatch.setattr(positions, "FUSED_MIN_CHUNKS", 64)
+    monkeypatch.setattr(positions, "_FUSED", {})
+    gen = torch.Generator().manual_seed(4)
+    for shape in ((300, 384), (2, 300, 384)):
+        states, chunks = torch.randn(2, 384, generator=gen), torch.randn(*shape, generator=gen)
+        selected = torch.zeros(2, 300, dtype=torch.bool)
+        selected[0, 100], selected[1, [5, 200, 299]] = True, True
+        pos = relative_positions(selected)
+        with torch.no_grad():
+            fused = rotary_scores(states, chunks, pos, heads=True)
+        assert "kernel" in positions._FUSED  # the compiled pass served
+        torch.testing.assert_close(fused, positions._eager_rotary_scores(states, chunks, pos, True), atol=1e-4, rtol=1e-5)

@@ -1,0 +1,112 @@
+"""What one hop costs at scale, beside its floor: position-aware scoring against one plain inner-product pass.
+
+For each corpus size N, over N random unit chunk vectors of the model's dimension (scoring does not look at the
+texts), one question with two chunks taken:
+
+- **floor**: one plain inner-product pass over the same vectors, `states @ vectors.T`, the least a hop can read;
+- **scoring**: one hop's Q-values through the one place a hop scores, `QNetwork.score(states, vectors,
+  model.positions(selected))`, as served now (the compiled one-pass form from `positions.FUSED_MIN_CHUNKS` chunks
+  on), and the eager form beside it in the same run (`QRAG_FUSED_SCORES=0`'s path);
+- **state pass**: the state tower on that question's two-hop state alone;
+- **hops**: single-question latency of greedy search taking exactly 1…H hops (no stop rule) over an index of those
+  vectors, with synthetic texts for the states (median over `queries` questions, after one warm-up each).
+
+Medians of `repeats` calls after a warm-up; the GPU synchronised before every clock read. `scripts/bench_scoring.py`
+prints the table and writes the JSON.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from qrag.training import positions
+from qrag.training.index import ChunkIndex
+from qrag.training.qnet import QNetwork
+from qrag.training.search import MultiHopSearcher
+
+QUESTIONS = ("Where is the milk?", "Where was the apple before the kitchen?", "Who gave the football to Mary?",
+             "What is north of the garden?", "Where is Daniel?")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    """Median milliseconds of `repeats` calls of `fn`, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def scoring_row(model: QNetwork, n: int, *, repeats: int, hops: tuple[int, ...], queries: int,
+                device: torch.device) -> dict[str, Any]:
+    """The figures of one corpus size N (module docstring)."""
+    gen = torch.Generator().manual_seed(n)
+    vectors = torch.nn.functional.normalize(torch.randn(n, model.dim, generator=gen), dim=-1).to(device)  # (N, D)
+    selected = torch.zeros(1, n, dtype=torch.bool, device=device)  # (1, N)
+    selected[0, [n // 3, 2 * n // 3]] = True  # two chunks taken
+    state = model.embed_states([QUESTIONS[0]], [["Mary took the milk there.", "Mary went to the kitchen."]])  # (1, D)
+    row: dict[str, Any] = {"chunks": n}
+    with torch.no_grad():
+        row["floor_ms"] = median_ms(lambda: state @ vectors.T, repeats, device)
+        row["scoring_ms"] = median_ms(lambda: model.score(state, vectors, model.positions(selected)), repeats, device)
+        row["scoring_form"] = "fused" if positions.fused_scoring(n) and model.config.position_mode != "none" else "eager"
+        held = dict(positions._FUSED)
+        positions._FUSED.clear()
+        positions._FUSED["off"] = "the eager form, timed beside the served one"
+        try:
+            row["eager_scoring_ms"] = median_ms(lambda: model.score(state, vectors, model.positions(selected)),
+                                                repeats, device)
+        finally:
+            positions._FUSED.clear()
+            positions._FUSED.update(held)
+        row["state_pass_ms"] = median_ms(lambda: model.embed_states(
+            [QUESTIONS[0]], [["Mary took the milk there.", "Mary went to the kitchen."]]), repeats, device)
+    row["scoring_over_floor"] = row["scoring_ms"] / row["floor_ms"]
+    row["eager_over_floor"] = row["eager_scoring_ms"] / row["floor_ms"]
+    index = ChunkIndex(vectors, [f"Sentence number {i} of the haystack." for i in range(n)], ordered=True)
+    searcher = MultiHopSearcher(model, index)
+    asked = [QUESTIONS[i % len(QUESTIONS)] for i in range(queries)]
+    row["hop_ms"] = {}
+    for h in hops:
+        def one(q: str, h: int = h) -> None:
+            searcher.search_one(q, k=h, max_hops=h, stop_threshold=None)
+
+        one(asked[0])
+        times = []
+        for q in asked:
+            _sync(device)
+            start = time.perf_counter()
+            one(q)
+            _sync(device)
+            times.append(1000 * (time.perf_counter() - start))
+        row["hop_ms"][h] = statistics.median(times)
+    if 1 in row["hop_ms"] and 3 in row["hop_ms"]:
+        row["three_over_one_hop"] = row["hop_ms"][3] / row["hop_ms"][1]
+    return row
+
+
+def scoring_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per N the floor, the scoring as served and eager, the state pass and the hop latencies."""
+    hops = sorted({h for r in rows for h in r["hop_ms"]})
+    head = " | ".join(f"{h} hop{'s' if h > 1 else ''} ms" for h in hops)
+    lines = [f"| chunks | floor ms | scoring ms (form) | × floor | eager ms | × floor | state pass ms | {head} |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(hops)]
+    for r in rows:
+        lines.append(f"| {r['chunks']:,} | {r['floor_ms']:.2f} | {r['scoring_ms']:.2f} ({r['scoring_form']}) | "
+                     f"{r['scoring_over_floor']:.2f} | {r['eager_scoring_ms']:.2f} | {r['eager_over_floor']:.1f} | "
+                     f"{r['state_pass_ms']:.2f} | " + " | ".join(f"{r['hop_ms'][h]:.1f}" for h in hops) + " |")
+    return "\n".join(lines) + "\n"

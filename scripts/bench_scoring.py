@@ -1,0 +1,66 @@
+"""One hop's position-aware scoring against its floor (one plain inner-product pass), the state pass, 1-6 hops.
+
+    python scripts/bench_scoring.py --model qrag/babilong-minilm-cpu --threads 2 --out results/bench_scoring.json
+    python scripts/bench_scoring.py --device cuda --out bench_scoring_gpu.json            # on a GPU box
+
+Per corpus size (`--chunks`, default 2 000, 50 000 and 400 000: a 10M-token haystack) the figures of
+`qrag.eval.scoring_speed` (its docstring says what each is), medians of `--repeats`; prints a Markdown table and
+writes JSON with the machine (CPU flags, threads, torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from qrag.eval.scoring_speed import scoring_row, scoring_table
+from qrag.training.search import load_model
+
+
+def cpu_flags() -> list[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    return sorted({f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in text})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qrag/babilong-minilm-cpu", help="a position-aware checkpoint")
+    parser.add_argument("--chunks", default="2000,50000,400000", help="corpus sizes, comma-separated")
+    parser.add_argument("--hops", default="1-6", help="hop counts timed, e.g. 1-6 or 1,3")
+    parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    lo, sep, hi = args.hops.partition("-")
+    hops = tuple(range(int(lo), int(hi) + 1)) if sep else tuple(int(h) for h in args.hops.split(","))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    model = load_model(args.model, device=device)
+    rows = []
+    for n in (int(x) for x in args.chunks.split(",")):
+        rows.append(scoring_row(model, n, repeats=args.repeats, hops=hops, queries=args.queries, device=device))
+        print(f"{n} chunks done", flush=True)
+    table = scoring_table(rows)
+    machine = {"device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+               "cpu_flags": cpu_flags(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+               "python": platform.python_version()}
+    print(table)
+    print(json.dumps(machine))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"model": args.model, "machine": machine, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
