@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from hop_guard import ranked  # experiments/hop_guard.py: the items taken, then a ranking's next ones
 
 from qrag.training import hops
 from qrag.training.data.hotpot_pool import iter_hotpot_pool
@@ -37,7 +38,7 @@ from qrag.training.data.wiki import iter_wiki
 from qrag.training.search import load_model
 
 RRF_C = 60
-KEEP = 10
+KEEP = 10  # results per question the simulated searches rank (hop_guard's)
 WIKI_K = {"single": 2, "mix": 2, "fanout": 4, "category": 4, "inlink": 4}  # each off-domain set at its k
 WEIGHTS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.5)
 
@@ -196,16 +197,6 @@ def load_signals(path: Path) -> dict[str, list[dict]]:
         name, i, field = key.split("/")
         sets[name][int(i)][field] = data[key]
     return sets
-
-
-def ranked(first: list[int], then: list[int], k: int = KEEP) -> list[int]:
-    out = list(dict.fromkeys(first))
-    for i in then:
-        if len(out) >= k:
-            break
-        if i not in out:
-            out.append(i)
-    return out[:k]
 
 
 def top(scores: np.ndarray, k: int = KEEP + 2) -> list[int]:

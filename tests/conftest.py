@@ -36,11 +36,12 @@ def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int
     return folder
 
 
-@pytest.fixture(autouse=True)
-def _bf16_as_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests of bf16 paths run them on any CPU: without native bf16 the library would run fp32 instead
-    (`qrag.training.precision`), so the tests treat the CPU as having it; tests/training/test_precision.py
-    checks the real choice with mocked CPU flags."""
+@pytest.fixture()
+def bf16_as_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For the tests about bf16 paths only (`@pytest.mark.usefixtures("bf16_as_native")`): they run those paths on
+    any CPU, which without native bf16 would run fp32 instead (`qrag.training.precision`). Every other test runs
+    what the machine chooses, so an AVX2-only CPU is not made to emulate bf16 (several times slower);
+    tests/training/test_precision.py checks the real choice with mocked CPU flags."""
     from qrag.training import precision
 
     monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (True, "treated as native in the tests"))

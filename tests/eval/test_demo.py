@@ -113,6 +113,7 @@ def test_the_plan_keeps_every_sample_when_training_keeps_its_share_and_scales_th
     assert demo.plan_samples(900, 60, 30, 5, 15, 3000) == (5, 605)  # fewer asked than the floor: as asked
 
 
+@pytest.mark.usefixtures("bf16_as_native")
 def test_in_fp32_the_state_tower_trains_its_blocks_not_its_embeddings(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, int, str]] = []

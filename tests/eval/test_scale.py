@@ -60,6 +60,7 @@ def test_speed_phase_and_samples_at_end_to_end(tmp_path: Path, tiny_encoder_path
     assert all(1 <= int(r[2]) <= 2 for r in rows)
 
 
+@pytest.mark.usefixtures("bf16_as_native")
 def test_bf16_records_are_their_own_settings(tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "run"
     base = _args(out, tiny_encoder_path, "--methods", "dense", "--lengths", "12", "--num-samples", "2")

@@ -138,6 +138,7 @@ def test_bad_input_gets_clear_errors(texts: list[str], tmp_path: Path, tiny_sear
         QRAGRetriever.load_local(folder)
 
 
+@pytest.mark.usefixtures("bf16_as_native")
 def test_from_documents_and_model_from_checkpoint_path(texts: list[str], questions: list[str], tmp_path: Path, tiny_searcher: MultiHopSearcher) -> None:
     tiny_searcher.model.save_pretrained(tmp_path / "ckpt")
     docs = [Document(page_content=t, metadata={"src": i}, id=f"d{i}") for i, t in enumerate(texts)]

@@ -124,6 +124,7 @@ def test_documents_and_bad_input(texts: list[str], questions: list[str], adapter
         r.retrieve("  ")
 
 
+@pytest.mark.usefixtures("bf16_as_native")
 def test_bf16_precision_indexes_and_serves_in_bf16(texts: list[str], questions: list[str], tiny_encoder_path: Path) -> None:
     nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(texts)]
     fp32 = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3)

@@ -58,6 +58,7 @@ def test_from_texts_embeds_once_with_chunk_tower(tiny_qnet) -> None:  # type: ig
     assert index.chunk(4).metadata == {"i": 4} and index.chunk(4).position == 4
 
 
+@pytest.mark.usefixtures("bf16_as_native")
 def test_bf16_indexing_is_close_to_fp32_and_bad_precisions_are_named(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
     texts = ["Mary went to the kitchen.", "John took the apple there.", "The milk is in the fridge."]
     exact = ChunkIndex.from_texts(tiny_qnet, texts)

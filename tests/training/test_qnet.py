@@ -177,6 +177,7 @@ def test_served_lora_checkpoint_is_merged_same_scores_same_save(tiny_encoder_pat
     assert any("lora_" in n for n, _ in load_model(tmp_path / "untrained").named_parameters())  # nothing folded
 
 
+@pytest.mark.usefixtures("bf16_as_native")
 @pytest.mark.parametrize("anchor", ["none", "first_hop"])
 def test_serve_in_bf16_serves_close_to_fp32_and_leaves_training_and_saves_in_fp32(
     tiny_encoder_path: Path, tmp_path: Path, anchor: str

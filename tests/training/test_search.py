@@ -239,6 +239,7 @@ def test_searcher_save_load_round_trip(tiny_qnet: QNetwork, tmp_path) -> None:  
         MultiHopSearcher.load(tmp_path / "s")
 
 
+@pytest.mark.usefixtures("bf16_as_native")
 def test_a_saved_searcher_keeps_its_serving_precision(tiny_encoder_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 
