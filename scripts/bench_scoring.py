@@ -1,7 +1,8 @@
 """One hop's position-aware scoring against its floor (one plain inner-product pass), the state pass, 1-6 hops.
 
     python scripts/bench_scoring.py --model qrag/babilong-minilm-cpu --threads 2 --out results/bench_scoring.json
-    python scripts/bench_scoring.py --device cuda --out bench_scoring_gpu.json            # on a GPU box
+    python scripts/bench_scoring.py --device cuda --index-chunks 200000 --out bench_scoring_gpu.json   # a GPU box
+    python scripts/bench_scoring.py --random-minilm --device cuda ...   # MiniLM's shape, random weights
 
 Per corpus size (`--chunks`, default 2 000, 50 000 and 400 000: a 10M-token haystack) the figures of
 `qrag.eval.scoring_speed` (its docstring says what each is), medians of `--repeats`; prints a Markdown table and
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from qrag.eval.scoring_speed import scoring_row, scoring_table
+from qrag.eval.scoring_speed import indexing_rate, random_minilm, scoring_row, scoring_table
 from qrag.training.search import load_model
 
 
@@ -38,6 +39,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--index-chunks", type=int, default=0, help="also time indexing this many sentences (0: no)")
+    parser.add_argument("--precision", default="bf16", help="indexing precision (fp32, bf16, fp16 on a GPU)")
+    parser.add_argument("--random-minilm", action="store_true",
+                        help="time a network of MiniLM's shape with random weights instead of --model (same cost)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     lo, sep, hi = args.hops.partition("-")
@@ -45,12 +50,22 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    model = load_model(args.model, device=device)
+    if args.random_minilm:
+        import tempfile
+
+        tokenizer = Path(__file__).resolve().parents[1] / "training" / "checkpoints" / "babilong-minilm-cpu" / "tokenizer"
+        model = random_minilm(tempfile.mkdtemp(prefix="minilm-shape-"), str(tokenizer)).to(device)
+        args.model = "random weights of all-MiniLM-L6-v2's shape"
+    else:
+        model = load_model(args.model, device=device)
     rows = []
     for n in (int(x) for x in args.chunks.split(",")):
         rows.append(scoring_row(model, n, repeats=args.repeats, hops=hops, queries=args.queries, device=device))
         print(f"{n} chunks done", flush=True)
     table = scoring_table(rows)
+    if args.index_chunks:
+        rate = indexing_rate(model, args.index_chunks, args.precision, device)
+        table += f"\nindexing {args.index_chunks:,} sentences in {args.precision}: {rate:,.0f} chunks/s\n"
     machine = {"device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                "cpu_flags": cpu_flags(), "threads": torch.get_num_threads(), "torch": torch.__version__,
                "python": platform.python_version()}
@@ -58,7 +73,9 @@ def main() -> int:
     print(json.dumps(machine))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"model": args.model, "machine": machine, "rows": rows}, indent=1))
+        index = {"chunks": args.index_chunks, "precision": args.precision, "chunks_per_s": rate} if args.index_chunks else None
+        args.out.write_text(json.dumps({"model": args.model, "machine": machine, "rows": rows, "indexing": index},
+                                       indent=1))
     return 0
 
 

@@ -85,6 +85,7 @@ class QNetwork(CheckpointMixin, ServingMixin):
         self._checked_rows: tuple[tuple[str, ...], list[list[int]]] | None = None  # check_chunk_lengths → embed_chunks
         self._adapters: dict[str, torch.Tensor] | None = None  # the LoRA tensors, once merged for serving
         self._serving: tuple[Precision, Tower] | None = None  # `serve_in`: a low-precision copy of the state tower
+        self._graphed = None  # `serve_graphed`: state passes replayed as CUDA graphs
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -302,7 +303,7 @@ class QNetwork(CheckpointMixin, ServingMixin):
             raise ValueError(f"got {len(questions)} questions but {len(selected_chunks)} lists of selected chunks.")
         lengths = [len(q) + sum(len(c) for c in sel) for q, sel in zip(questions, selected_chunks, strict=True)]
         return self._embed(
-            self.state_vectors,
+            self._state_pass(),
             lambda idx: self.tokenize_states([questions[i] for i in idx], [selected_chunks[i] for i in idx]),
             lengths,
             batch_size,

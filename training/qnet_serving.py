@@ -1,17 +1,19 @@
-"""What serving adds to a `QNetwork`: state passes on a low-precision copy of the state tower (`serve_in`) and
-LoRA adapters folded into the weights (`merge_adapters`). Training never sees either: `train()` drops the copy
-and refuses a network whose adapters were merged.
+"""What serving adds to a `QNetwork`: state passes on a low-precision copy of the state tower (`serve_in`), replayed
+as CUDA graphs on a GPU (`serve_graphed`), and LoRA adapters folded into the weights (`merge_adapters`). Training
+never sees any of them: `train()` drops the copy and the graphs and refuses a network whose adapters were merged.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from typing import TYPE_CHECKING, Self
 
 import torch
 from torch import nn
 
 from qrag.training.config import ModelConfig
+from qrag.training.graphed import GraphedPass
 from qrag.training.towers import PRECISION_OF_DTYPE, Precision, Tower, low_precision_dtype
 
 
@@ -22,10 +24,16 @@ class ServingMixin(nn.Module):
     config: ModelConfig
     _serving: tuple[Precision, Tower] | None  # `serve_in`: a low-precision copy of the state tower
     _adapters: dict[str, torch.Tensor] | None  # the LoRA tensors, once merged for serving
+    _graphed: GraphedPass | None  # `serve_graphed`: state passes replayed as CUDA graphs
 
     if TYPE_CHECKING:  # defined by QNetwork
         @property
         def device(self) -> torch.device: ...
+
+        @property
+        def pad_id(self) -> int: ...
+
+        def state_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
         @property
         def untrained(self) -> bool: ...
@@ -51,6 +59,7 @@ class ServingMixin(nn.Module):
             ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.
         """
         dtype = low_precision_dtype(self.device, precision)
+        self._graphed = None if self._graphed is None else GraphedPass(self.state_vectors, self.pad_id)  # recapture
         if dtype is None:
             self._serving = None
             return self
@@ -59,6 +68,19 @@ class ServingMixin(nn.Module):
                              "passes keep the fp32 state tower.")
         self._serving = (PRECISION_OF_DTYPE[dtype], copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
         return self
+
+    def serve_graphed(self) -> Self:
+        """On a GPU, replay every gradient-free state pass from a CUDA graph captured once per padded shape
+        (`qrag.training.graphed`): a served hop then costs its arithmetic, not a few hundred kernel launches. The
+        same vectors up to float rounding. Call it last, once the network is on its GPU and in its serving precision
+        (`load_model` does); a no-op on a CPU or with `QRAG_CUDA_GRAPHS=0`. Returns self."""
+        if self.device.type == "cuda" and os.environ.get("QRAG_CUDA_GRAPHS", "1") != "0" and not self.training:
+            self._graphed = GraphedPass(self.state_vectors, self.pad_id)
+        return self
+
+    def _state_pass(self) -> object:
+        """What encodes states in a gradient-free pass: the graphed pass when serving on a GPU, else the plain one."""
+        return self._graphed if self._graphed is not None and not self.training else self.state_vectors
 
     def _state_tower_for_pass(self) -> Tower:
         """The serving copy in a gradient-free pass, moved to the network's device if the network moved; else the
@@ -93,4 +115,5 @@ class ServingMixin(nn.Module):
                                "(load_model does that); load the checkpoint with QNetwork.from_pretrained to train it.")
         if mode:
             self._serving = None  # a network that trains serves from the tower it trains
+            self._graphed = None
         return super().train(mode)

@@ -417,7 +417,8 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
 
     `precision='bf16'` (or 'fp16' on a GPU) serves the state passes from a low-precision copy of the state tower
     (`QNetwork.serve_in`: faster hops on hardware with bf16 units; a passed-in network is changed in place, as by
-    `.to(device)`); the default 'fp32' leaves the network's serving precision as it is.
+    `.to(device)`); the default 'fp32' leaves the network's serving precision as it is. On a GPU the state passes
+    are replayed as CUDA graphs (`QNetwork.serve_graphed`; `QRAG_CUDA_GRAPHS=0` keeps them eager).
 
     Raises:
         CheckpointError / EncoderLoadError: the path or name cannot be loaded (the message says why).
@@ -436,4 +437,5 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
             f"model must be a QNetwork, a checkpoint folder or an encoder name, got {type(model).__name__}."
         )
     qnet = qnet.to(device) if device is not None else qnet
-    return qnet.eval().serve_in(precision) if precision != "fp32" else qnet
+    qnet = qnet.eval().serve_in(precision) if precision != "fp32" else qnet
+    return qnet.eval().serve_graphed() if qnet.device.type == "cuda" else qnet
