@@ -150,7 +150,7 @@ def q_values(
         if t:
             selected[r, list(t)] = True
     valid = corpora.valid[list(rows)].to(device) if corpora.valid is not None else None  # (R, N) | None
-    positions = model.positions(selected, valid)  # (R, N) | None
+    positions = model.positions(selected, valid, max((len(t) for t in taken), default=0) + 1)  # (R, N) | None
     vectors = corpora.vectors  # (N, D) | (B, N, D)
     mode = model.config.position_mode
     if mode == "absolute" and vectors.dim() == 2 and positions is not None:
@@ -166,10 +166,12 @@ def q_values(
         for i in range(0, len(rows), step):
             part = _corpus_rows(vectors, rows[i : i + step])  # (N, D) | (S, N, D)
             parts.append(model.score(states[i : i + step], part, rotate[i : i + step], heads=heads))
-        scores = torch.cat(parts, dim=-2)  # (R, N) | (2, R, N)
-    real = valid if valid is not None else torch.ones_like(selected)  # (R, N)
-    check_finite_q(scores.masked_fill(~real, 0.0).reshape(-1, len(rows), n).sum(dim=0), names)
-    return scores.masked_fill(selected | ~real, -math.inf), positions
+        scores = torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]  # (R, N) | (2, R, N)
+    if valid is None:  # a shared corpus: every row is real (no mask to build)
+        check_finite_q(scores.sum(dim=0) if heads else scores, names)
+        return scores.masked_fill(selected, -math.inf), positions
+    check_finite_q(scores.masked_fill(~valid, 0.0).reshape(-1, len(rows), n).sum(dim=0), names)
+    return scores.masked_fill(selected | ~valid, -math.inf), positions
 
 
 def _corpus_rows(vectors: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:

@@ -331,11 +331,13 @@ class QNetwork(CheckpointMixin, ServingMixin):
                                         desc=f"embedding {what}", show=show)
 
     # ------------------------------------------------------------------ scoring
-    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor | None:
-        """(B, N) chunk positions for the model's position mode, or None in 'none' mode."""
+    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None,
+                  num_gaps: int | None = None) -> torch.Tensor | None:
+        """(B, N) chunk positions for the model's position mode, or None in 'none' mode (`num_gaps`: at least
+        every row's selected chunks + 1, when known: `relative_positions` then does not count them on the device)."""
         mode = self.config.position_mode
         if mode == "relative":
-            return relative_positions(selected, valid)
+            return relative_positions(selected, valid, num_gaps)
         if mode == "absolute":
             return absolute_positions(selected.shape[1], selected.shape[0], selected.device)
         return None

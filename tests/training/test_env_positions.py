@@ -247,3 +247,23 @@ def test_the_compiled_pass_gives_the_eager_q_values(monkeypatch: pytest.MonkeyPa
             fused = rotary_scores(states, chunks, pos, heads=True)
         assert "kernel" in positions._FUSED  # the compiled pass served
         torch.testing.assert_close(fused, positions._eager_rotary_scores(states, chunks, pos, True), atol=1e-4, rtol=1e-5)
+
+
+def test_relative_positions_with_the_number_of_gaps_given_are_the_same() -> None:
+    selected = torch.zeros(3, 12, dtype=torch.bool)
+    selected[0, 5], selected[1, [0, 11]], selected[2, [2, 3, 8]] = True, True, True
+    valid = torch.ones(3, 12, dtype=torch.bool)
+    valid[1, 10:] = False
+    want = relative_positions(selected, valid)
+    assert torch.equal(relative_positions(selected, valid, num_gaps=4), want)  # every row's selected + 1, at most
+    assert torch.equal(relative_positions(selected, valid, num_gaps=7), want)  # a looser bound changes nothing
+
+
+def test_gap_sizes_by_one_hot_sum_and_by_scatter_agree() -> None:
+    from qrag.training.positions import gap_sizes
+
+    gap = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [0, 1, 1, 1, 1, 1, 1, 1, 1]])
+    avail = torch.tensor([[1, 1, 0, 1, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    want = torch.tensor([[2, 1, 3], [0, 5, 0]])
+    assert torch.equal(gap_sizes(gap, avail, 3, one_hot=True), want)
+    assert torch.equal(gap_sizes(gap, avail, 3, one_hot=False), want)

@@ -29,7 +29,7 @@ class TableNet:
         self.seen += [(q, tuple(p)) for q, p in zip(questions, pieces, strict=True)]
         return torch.tensor([self.table[(q, tuple(p))] for q, p in zip(questions, pieces, strict=True)])
 
-    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None, num_gaps: int | None = None) -> None:
         return None
 
     def score(self, states: torch.Tensor, chunks: torch.Tensor, positions: None = None, heads: bool = False) -> torch.Tensor:

@@ -50,7 +50,7 @@ class FakeQNet:
         self.state_calls.append(len(questions))
         return torch.tensor([self.states(q, tuple(s)) for q, s in zip(questions, selected, strict=True)])
 
-    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+    def positions(self, selected: torch.Tensor, valid: torch.Tensor | None = None, num_gaps: int | None = None) -> None:
         return None  # position mode 'none'
 
     def score(self, states: torch.Tensor, chunks: torch.Tensor, positions: None = None,
