@@ -142,8 +142,7 @@ def indexing_rate(model: QNetwork, n: int, precision: str, device: torch.device)
     ChunkIndex.from_texts(model, texts[:2000], precision=precision, show_progress=False)  # type: ignore[arg-type]
     _sync(device)
     start = time.perf_counter()
-    ChunkIndex.from_texts(model, texts, precision=precision, batch_size=1024 if device.type == "cuda" else 128,
-                          show_progress=False)  # type: ignore[arg-type]
+    ChunkIndex.from_texts(model, texts, precision=precision, show_progress=False)  # type: ignore[arg-type]
     _sync(device)
     return n / (time.perf_counter() - start)
 

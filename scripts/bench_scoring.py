@@ -1,7 +1,7 @@
 """One hop's position-aware scoring against its floor (one plain inner-product pass), the state pass, 1-6 hops.
 
     python scripts/bench_scoring.py --model qrag/babilong-minilm-cpu --threads 2 --out results/bench_scoring.json
-    python scripts/bench_scoring.py --device cuda --index-chunks 200000 --out bench_scoring_gpu.json   # a GPU box
+    python scripts/bench_scoring.py --device cuda --precision bf16 --index-chunks 200000 --out bench_gpu.json  # GPU
     python scripts/bench_scoring.py --random-minilm --device cuda ...   # MiniLM's shape, random weights
 
 Per corpus size (`--chunks`, default 2 000, 50 000 and 400 000: a 10M-token haystack) the figures of
@@ -40,7 +40,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--index-chunks", type=int, default=0, help="also time indexing this many sentences (0: no)")
-    parser.add_argument("--precision", default="bf16", help="indexing precision (fp32, bf16, fp16 on a GPU)")
+    parser.add_argument("--precision", default="fp32",
+                        help="indexing and serving precision (fp32, bf16, fp16 on a GPU): the state passes run on a "
+                             "copy of the state tower in it (QNetwork.serve_in)")
     parser.add_argument("--random-minilm", action="store_true",
                         help="time a network of MiniLM's shape with random weights instead of --model (same cost)")
     parser.add_argument("--out", type=Path, default=None)
@@ -58,6 +60,7 @@ def main() -> int:
         args.model = "random weights of all-MiniLM-L6-v2's shape"
     else:
         model = load_model(args.model, device=device)
+    model = model.eval().serve_in(args.precision)
     rows = []
     for n in (int(x) for x in args.chunks.split(",")):
         rows.append(scoring_row(model, n, repeats=args.repeats, hops=hops, queries=args.queries, device=device))

@@ -51,7 +51,7 @@ class ChunkVectorCache:
     def __contains__(self, text: object) -> bool:
         return text in self._row
 
-    def vectors(self, model: QNetwork, texts: Sequence[str], *, batch_size: int = 128,
+    def vectors(self, model: QNetwork, texts: Sequence[str], *, batch_size: int | None = None,
                 show_progress: bool = False) -> torch.Tensor:
         """(N, D) chunk vectors of `texts` on the model's device, embedding only the texts not seen before.
 

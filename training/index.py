@@ -177,7 +177,7 @@ class ChunkIndex:
         ids: Iterable[str] | None = None,
         metadatas: Iterable[Mapping[str, Any]] | None = None,
         *,
-        batch_size: int = 128,
+        batch_size: int | None = None,
         show_progress: bool | None = None,
         backend: Backend = "torch",
         ordered: bool = False,
@@ -191,7 +191,7 @@ class ChunkIndex:
             texts: The chunks, in document order (any iterable, read once).
             ids: Unique ids (default: their positions as strings).
             metadatas: One JSON-serialisable dict per chunk.
-            batch_size: Chunks per encoder batch.
+            batch_size: Chunks per encoder batch (None: the model's default for its device, `QNetwork.embed_chunks`).
             show_progress: Progress bar; None shows it from 10 000 chunks on.
             backend: "torch" (exact) or "faiss".
             ordered: Declare the texts one document in reading order (position-aware models need it).
