@@ -7,7 +7,8 @@ texts), one question with two chunks taken:
 - **scoring**: one hop's Q-values through the one place a hop scores, `QNetwork.score(states, vectors,
   model.positions(selected))`, as served now (the compiled one-pass form from `positions.FUSED_MIN_CHUNKS` chunks
   on), and the eager form beside it in the same run (`QRAG_FUSED_SCORES=0`'s path);
-- **state pass**: the state tower on that question's two-hop state alone;
+- **state pass**: the state tower on that question's two-hop state alone, eager (and on a GPU replayed from its
+  CUDA graph, `QNetwork.serve_graphed`);
 - **hops**: single-question latency of greedy search taking exactly 1…H hops (no stop rule) over an index of those
   vectors, with synthetic texts for the states (median over `queries` questions, after one warm-up each);
 - **indexing** (optional): chunks per second of `ChunkIndex.from_texts` over `index_chunks` synthetic sentences of
@@ -81,8 +82,10 @@ def scoring_row(model: QNetwork, n: int, *, repeats: int, hops: tuple[int, ...],
         finally:
             positions._FUSED.clear()
             positions._FUSED.update(held)
+        graphed, model._graphed = model._graphed, None  # the eager pass, whatever an earlier row left on
         row["state_pass_ms"] = median_ms(lambda: model.embed_states(
             [QUESTIONS[0]], [["Mary took the milk there.", "Mary went to the kitchen."]]), repeats, device)
+        model._graphed = graphed
     row["scoring_over_floor"] = row["scoring_ms"] / row["floor_ms"]
     row["eager_over_floor"] = row["eager_scoring_ms"] / row["floor_ms"]
     index = ChunkIndex(vectors, [f"Sentence number {i} of the haystack." for i in range(n)], ordered=True)
