@@ -41,14 +41,12 @@ from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 
 __all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Hopped", "Item", "Order",
-           "SearchConfig", "SearchError", "Scored", "beam_hops", "check_finite_q", "corpus_expand", "encode_states",
+           "SearchConfig", "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states",
            "fill_up", "greedy_hops", "hop_scores", "q_values", "question_expand", "state_pieces", "stop_point", "stops",
            "store_expand", "store_question_expand", "top_up"]
 
 ROTATE_BUDGET = 1 << 25  # elements of (rows, N, D) rotary-scoring temporaries built at once (128 MiB fp32)
 Item = TypeVar("Item")  # what a hop takes: a row of the hop engine's corpora (int) or an external store's Chunk
-Scored = tuple[Item, float, float]
-"""One candidate of a hop: (item, Q-value, ranking score); the score is Q plus any lexical evidence (§4.5)."""
 
 
 @dataclass(frozen=True)

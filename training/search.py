@@ -171,6 +171,7 @@ class MultiHopSearcher:
         elif not callable(getattr(store, "search", None)):
             raise SearchError(f"{type(store).__name__} is not a ChunkStore: it has no search(queries, k, exclude).")
         self._lock = model_lock(model)
+        self._warned_lexical = False
         self._lexical_for(self.config.resolved(model.hop_settings).weight)
 
     def _lexical_for(self, weight: float) -> float:
@@ -181,7 +182,7 @@ class MultiHopSearcher:
         if isinstance(self.store, ChunkIndex):
             self.store.with_lexical()
             return weight
-        if not getattr(self, "_warned_lexical", False):
+        if not self._warned_lexical:
             self._warned_lexical = True
             warnings.warn(
                 f"this search weighs lexical evidence (lexical_weight={weight:g}: BM25 of the state's text beside the "
