@@ -134,6 +134,7 @@ def test_a_fine_tune_starts_from_the_init_model_and_records_it(files: dict[str, 
             "--data.train_path", str(files["questions"]), "--data.num_val", "2", "--data.num_distractors", "3",
             "--trainer.total_transitions", "8", "--trainer.output_dir", str(out), *TINY]
     assert train_main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
     start, tuned = QNetwork.from_pretrained(init_model), QNetwork.from_pretrained(out / "best")
     assert tuned.config == dataclasses.replace(start.config, init=str(init_model))  # the same network, its lineage
     assert tuned.config.train_mode == "lora" and tuned.hop_settings.max_hops == 2  # the preset's section is not used
@@ -141,6 +142,12 @@ def test_a_fine_tune_starts_from_the_init_model_and_records_it(files: dict[str, 
     assert (kept.fill, kept.lexical_weight, kept.calibrated) == ("question_unguarded", 0.3, True)
     eval_json = json.loads((out / "best" / "eval.json").read_text())
     assert "fact_recall" in eval_json  # the corpus preset selects on the share of supporting passages found
+    # An interrupted fine-tune resumes from its last/ checkpoint, not from the model it started from.
+    more = [*argv[: argv.index("--trainer.total_transitions")], "--trainer.total_transitions", "16",
+            *argv[argv.index("--trainer.total_transitions") + 2:], "--resume"]
+    assert train_main(more) == 0, capsys.readouterr().err
+    resumed = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert resumed["transitions"] == 16 and resumed["resumed_from"] is not None
 
     # The fine-tune in both retrievers, by its folder, with its lexical index built.
     from llama_index.core.schema import TextNode
