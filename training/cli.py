@@ -147,7 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         train, val = build_episodes(config.data)
         trainer = Trainer(config, train, val)
-        print(f"qrag-train: {len(train)} training / {len(val)} validation episodes, encoder "
+        rehearsing = (f" ({config.data.rehearse_share:.0%} of them {config.data.rehearse}'s)" if config.data.rehearse
+                      else "")
+        print(f"qrag-train: {len(train)} training{rehearsing} / {len(val)} validation episodes, encoder "
               f"{config.model.encoder!r} ({config.model.train_mode}), output {config.trainer.output_dir}")
         summary = trainer.train()
     except (ConfigError, EpisodeError, EncoderLoadError, CheckpointError, ResumeError, OSError, ValueError) as e:

@@ -255,6 +255,12 @@ class DataConfig:
     filler_sentences: int | None = None
     """`babilong` source: draw every haystack's background from one pool of this many sentences per split
     (training and validation share one, the test split has its own); None: all of the text sources."""
+    rehearse: str | None = None
+    """A generated source (`NAME` or `NAME:TASK`, e.g. hotpotqa_pool, what qrag/hotpotqa-minilm learned on) whose
+    training episodes are mixed into the training set, so that a fine-tune keeps what its starting model knew
+    (rehearsal); validation stays yours. None: your episodes alone."""
+    rehearse_share: float = 0.3
+    """With `rehearse`: the share of the training episodes drawn from it (0 < share < 1)."""
 
     def validate(self) -> None:
         for name in ("num_train", "num_val"):
@@ -279,6 +285,8 @@ class DataConfig:
                 raise ConfigError(f"data.filler_sentences must be >= 1, got {self.filler_sentences}.")
         if self.num_sentences is not None and self.num_sentences < 1:
             raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
+        if not 0 < self.rehearse_share < 1:
+            raise ConfigError(f"data.rehearse_share must be between 0 and 1 (exclusive), got {self.rehearse_share}.")
 
 
 @dataclass

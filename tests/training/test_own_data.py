@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from qrag.training.cli import main as train_main
-from qrag.training.data import EpisodeError, load_episodes
+from qrag.training.config import ConfigError, DataConfig
+from qrag.training.data import EpisodeError, build_episodes, load_episodes
 from qrag.training.data import negatives as negatives_module
 from qrag.training.data.corpus import read_corpus, read_questions, split_document
 from qrag.training.qnet import QNetwork
@@ -115,6 +116,34 @@ def test_bad_corpus_lines_are_named(tmp_path: Path, rows: list, message: str) ->
 def test_bad_question_lines_are_named(files: dict[str, Path], tmp_path: Path, rows: list, message: str) -> None:
     with pytest.raises(EpisodeError, match=message):
         read_questions(_lines(tmp_path / "qa.jsonl", rows), read_corpus(files["corpus"]))
+
+
+def test_rehearsal_mixes_a_generated_sources_episodes_into_training_only(files: dict[str, Path]) -> None:
+    data = DataConfig(source="corpus", corpus=str(files["corpus"]), train_path=str(files["questions"]), task=None,
+                      num_sentences=None, num_train=0, num_val=1, num_distractors=3, rehearse="babi:qa1",
+                      rehearse_share=0.5)
+    train, val = build_episodes(data)
+    own = [e for e in train if e.metadata.get("source") != "babi"]
+    rehearsed = [e for e in train if e.metadata.get("source") == "babi"]
+    assert len(own) == 5 and len(rehearsed) == 5  # half of the training set: as many as the 5 own episodes
+    assert len(val) == 1 and val[0].metadata.get("source") != "babi"  # validation stays the data's own
+    assert [e.question for e in rehearsed] == [e.question for e in load_episodes("babi", task="qa1", num_samples=5)]
+    data.rehearse_share = 0.25  # one rehearsed episode for every three of the data's own, rounded
+    assert sum(e.metadata.get("source") == "babi" for e in build_episodes(data)[0]) == 2
+
+
+@pytest.mark.parametrize(("rehearse", "share", "message"), [
+    ("corpus", 0.3, r"data.rehearse 'corpus' is not a generated source; pass one of babi, babilong"),
+    ("babi", 0.3, r"data.rehearse 'babi' needs one of babi's tasks: babi:qa1, babi:qa2"),
+    ("hotpotqa_pool:x", 0.3, r"the hotpotqa_pool source has no tasks; pass 'hotpotqa_pool'"),
+    ("babi:qa1", 1.0, r"data.rehearse_share must be between 0 and 1 \(exclusive\), got 1.0"),
+])
+def test_bad_rehearsal_settings_are_named(files: dict[str, Path], rehearse: str, share: float, message: str) -> None:
+    data = DataConfig(source="corpus", corpus=str(files["corpus"]), train_path=str(files["questions"]), task=None,
+                      num_sentences=None, num_train=0, num_val=1, rehearse=rehearse, rehearse_share=share)
+    with pytest.raises(ConfigError, match=message):
+        data.validate()
+        build_episodes(data)
 
 
 @pytest.fixture()

@@ -4,7 +4,9 @@
 
 Generated sources (babilong, ruler_niah, ...) give validation episodes from the training distribution with a
 disjoint seed (`VALIDATION_SEED_OFFSET`); never the test split. File sources read `data.val_path`, or hold
-out `data.num_val` shuffled episodes of the training file, at most `MAX_HELD_OUT_SHARE` of it.
+out `data.num_val` shuffled episodes of the training file, at most `MAX_HELD_OUT_SHARE` of it. With
+`data.rehearse`, training episodes of a generated source are mixed in (`rehearsal_episodes`); validation stays the
+data's own.
 """
 
 from __future__ import annotations
@@ -71,4 +73,37 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
                   f"(data.num_val={data.num_val} is capped at {MAX_HELD_OUT_SHARE:.0%} of the file; pass "
                   "--data.val_path for a separate validation file).", file=sys.stderr)
         val, train = train[:held_out], train[held_out:]
+    if data.rehearse:
+        train += rehearsal_episodes(data, len(train))
     return train, val
+
+
+def rehearsal_episodes(data: DataConfig, own: int) -> list[Episode]:
+    """Training episodes of the generated source `data.rehearse` (`NAME` or `NAME:TASK`), as many as make them
+    `data.rehearse_share` of a training set that holds `own` episodes of its own (at least one).
+
+    A fine-tune that sees only a team's questions drifts from what its starting model did well; replaying that
+    model's own training distribution beside them (rehearsal, as in continual learning) holds it there.
+
+    Raises:
+        ConfigError: `data.rehearse` is not a generated source, or its task is missing or unknown.
+    """
+    assert data.rehearse is not None
+    name, _, task = data.rehearse.partition(":")
+    info = SOURCES.get(name)
+    if info is None or not info.generator:
+        generated = ", ".join(n for n, s in SOURCES.items() if s.generator)
+        raise ConfigError(f"data.rehearse {data.rehearse!r} is not a generated source; pass one of {generated} "
+                          "(NAME, or NAME:TASK where the source has tasks).")
+    if info.tasks is not None and task not in info.tasks:
+        raise ConfigError(f"data.rehearse {data.rehearse!r} needs one of {name}'s tasks: "
+                          f"{', '.join(f'{name}:{t}' for t in info.tasks)}.")
+    if info.tasks is None and task:
+        raise ConfigError(f"data.rehearse {data.rehearse!r}: the {name} source has no tasks; pass {name!r}.")
+    count = max(1, round(own * data.rehearse_share / (1 - data.rehearse_share)))
+    options: dict[str, Any] = {}
+    if data.num_distractors is not None and "num_distractors" in info.options:
+        options["num_distractors"] = data.num_distractors
+    if data.num_sentences is not None:
+        options["num_sentences"] = data.num_sentences
+    return load_episodes(name, task=task or None, split="train", num_samples=count, seed=data.seed, **options)
