@@ -287,6 +287,10 @@ class DataConfig:
             raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
         if not 0 < self.rehearse_share < 1:
             raise ConfigError(f"data.rehearse_share must be between 0 and 1 (exclusive), got {self.rehearse_share}.")
+        if self.rehearse is not None:
+            from qrag.training.data.build import rehearsed_source
+
+            rehearsed_source(self)
 
 
 @dataclass

@@ -142,8 +142,17 @@ def test_bad_rehearsal_settings_are_named(files: dict[str, Path], rehearse: str,
     data = DataConfig(source="corpus", corpus=str(files["corpus"]), train_path=str(files["questions"]), task=None,
                       num_sentences=None, num_train=0, num_val=1, rehearse=rehearse, rehearse_share=share)
     with pytest.raises(ConfigError, match=message):
-        data.validate()
-        build_episodes(data)
+        data.validate()  # before any data is read
+
+
+def test_a_bad_rehearsal_source_is_refused_before_the_corpus_is_read(files: dict[str, Path], tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code = train_main(["--preset", "corpus-cpu", "--data.corpus", str(files["corpus"]), "--data.train_path",
+                       str(files["questions"]), "--data.rehearse", "hotpotqa", "--trainer.output_dir",
+                       str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "data.rehearse 'hotpotqa' is not a generated source" in err
+    assert "embedding" not in err and not (tmp_path / "run").exists()
 
 
 @pytest.fixture()

@@ -18,7 +18,7 @@ from typing import Any
 
 from qrag.training.config import ConfigError, DataConfig
 from qrag.training.data.episode import Episode
-from qrag.training.data.sources import SOURCES, load_episodes
+from qrag.training.data.sources import SOURCES, SourceInfo, load_episodes
 
 VALIDATION_SEED_OFFSET = 1_000_003  # generated validation sets use a seed disjoint from the training set's
 MAX_HELD_OUT_SHARE = 0.2  # a file without --data.val_path lends at most this share of itself to validation
@@ -88,6 +88,23 @@ def rehearsal_episodes(data: DataConfig, own: int) -> list[Episode]:
     Raises:
         ConfigError: `data.rehearse` is not a generated source, or its task is missing or unknown.
     """
+    name, task, info = rehearsed_source(data)
+    count = max(1, round(own * data.rehearse_share / (1 - data.rehearse_share)))
+    options: dict[str, Any] = {}
+    if data.num_distractors is not None and "num_distractors" in info.options:
+        options["num_distractors"] = data.num_distractors
+    if data.num_sentences is not None:
+        options["num_sentences"] = data.num_sentences
+    return load_episodes(name, task=task, split="train", num_samples=count, seed=data.seed, **options)
+
+
+def rehearsed_source(data: DataConfig) -> tuple[str, str | None, SourceInfo]:
+    """`data.rehearse` as (source name, task or None, the source), checked (`DataConfig.validate` calls it, so a
+    bad value is refused before any data is read).
+
+    Raises:
+        ConfigError: not a generated source, or its task is missing or unknown.
+    """
     assert data.rehearse is not None
     name, _, task = data.rehearse.partition(":")
     info = SOURCES.get(name)
@@ -100,10 +117,4 @@ def rehearsal_episodes(data: DataConfig, own: int) -> list[Episode]:
                           f"{', '.join(f'{name}:{t}' for t in info.tasks)}.")
     if info.tasks is None and task:
         raise ConfigError(f"data.rehearse {data.rehearse!r}: the {name} source has no tasks; pass {name!r}.")
-    count = max(1, round(own * data.rehearse_share / (1 - data.rehearse_share)))
-    options: dict[str, Any] = {}
-    if data.num_distractors is not None and "num_distractors" in info.options:
-        options["num_distractors"] = data.num_distractors
-    if data.num_sentences is not None:
-        options["num_sentences"] = data.num_sentences
-    return load_episodes(name, task=task or None, split="train", num_samples=count, seed=data.seed, **options)
+    return name, task or None, info
