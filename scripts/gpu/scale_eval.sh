@@ -34,7 +34,7 @@ part() {  # one qrag-eval sweep (through offline.py, which serves $QRAG_TEXT_PAC
   "$PY" scripts/gpu/offline.py eval "$@" 2>&1 | tee -a "$LOG"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 }
-METHODS=qrag,qrag+stop,dense,bm25
+METHODS=qrag,qrag+stop,dense,cosine,bm25
 # shellcheck disable=SC2086  # *_ARGS are lists of flags
 part babilong --model "$QA_MODEL" --methods "$METHODS" --lengths 32k,128k,1m,10m --num-samples 100 --samples-at 10m=50 \
   --speed-lengths 1m,10m --speed-hops 1-6 --batch-size 64 --device "$DEVICE" --precision "$PRECISION" --no-progress \
