@@ -16,7 +16,7 @@ Six phases, each resumable (interrupt it with Ctrl-C or kill, run the same comma
 3. training: soft Q(λ) until the training budget is spent, with a live progress bar and periodic
    validation; the best validated model is OUT/train/best.
 4. chunk vectors of the held-out haystacks (not needed for training, so after it).
-5. held-out evaluation: qrag, qrag+stop (the stop rule), BM25, single-hop dense and untrained multi-hop on
+5. held-out evaluation: qrag, qrag+stop (the stop rule), BM25, single-hop dense and cosine, untrained multi-hop on
    the same test samples, each retrieving the paper's budget of 6 chunks per question (qrag+stop as many as
    its rule keeps); one retrieval gives two tables, because a greedy method's first |SF| chunks are its
    |SF|-budget retrieval: fact EM at exactly |SF| chunks and at 6 chunks, with qrag's paired margin over the
