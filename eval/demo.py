@@ -79,9 +79,9 @@ FP32_TRAINABLE_LAYERS = 6
 blocks but not its embeddings (`model.train_mode: top_layers`): no dense embedding gradient, AdamW over half the
 parameters, about 1.12x the transitions at the same accuracy per transition (docs/RESULTS.md, "The main job")."""
 EVAL_SENTENCES_PER_SAMPLE = 32.0
-"""The held-out evaluation of one test sample (six methods, six chunks each; cosine reuses dense's vectors) costs at most about as much time as
-embedding this many sentences in phase 2 (the runs in docs/RESULTS.md, "The main job on 2 CPU cores, with and
-without native bf16", measured about 24 without native bf16)."""
+"""The held-out evaluation of one test sample (six methods, six chunks each; cosine reuses dense's vectors) costs
+at most about as much time as embedding this many sentences in phase 2 (the runs in docs/RESULTS.md, "The main job
+on 2 CPU cores, with and without native bf16", measured about 24 without native bf16)."""
 CHAIN_SECONDS = 45.0
 """Phase 6 (loading the reader, one chain): an allowance, not a measurement of this machine."""
 SLACK_SECONDS = 20.0
