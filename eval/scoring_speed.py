@@ -71,17 +71,11 @@ def scoring_row(model: QNetwork, n: int, *, repeats: int, hops: tuple[int, ...],
         row["scoring_ms"] = median_ms(lambda: model.score(state, vectors, model.positions(selected)), repeats, device)
         row["scoring_form"] = "fused" if positions.fused_scoring(n) and model.config.position_mode != "none" else "eager"
         served = model.score(state, vectors, model.positions(selected))  # (1, N)
-        held = dict(positions._FUSED)
-        positions._FUSED.clear()
-        positions._FUSED["off"] = "the eager form, timed beside the served one"
-        try:
+        with positions.eager_scoring():
             row["eager_scoring_ms"] = median_ms(lambda: model.score(state, vectors, model.positions(selected)),
                                                 repeats, device)
             eager = model.score(state, vectors, model.positions(selected))  # (1, N)
-            row["scoring_max_abs_diff"] = float((served - eager).abs().max())  # the served form against the eager
-        finally:
-            positions._FUSED.clear()
-            positions._FUSED.update(held)
+        row["scoring_max_abs_diff"] = float((served - eager).abs().max())  # the served form against the eager
         graphed, model._graphed = model._graphed, None  # the eager pass, whatever an earlier row left on
         row["state_pass_ms"] = median_ms(lambda: model.embed_states(
             [QUESTIONS[0]], [["Mary took the milk there.", "Mary went to the kitchen."]]), repeats, device)
@@ -92,14 +86,8 @@ def scoring_row(model: QNetwork, n: int, *, repeats: int, hops: tuple[int, ...],
     asked = [QUESTIONS[i % len(QUESTIONS)] for i in range(queries)]
     if device.type == "cuda":  # as served (CUDA graphs, fused scoring) and with both eager, side by side
         model._graphed = None
-        held = dict(positions._FUSED)
-        positions._FUSED.clear()
-        positions._FUSED["off"] = "the eager form, timed beside the served one"
-        try:
+        with positions.eager_scoring():
             row["hop_ms_eager_state"] = hop_latency(MultiHopSearcher(model, index), asked, hops, device)
-        finally:
-            positions._FUSED.clear()
-            positions._FUSED.update(held)
         states = ([QUESTIONS[i] for i in range(5)], [[f"Sentence number {j} of the haystack." for j in range(i)]
                                                      for i in range(5)])
         with torch.no_grad():

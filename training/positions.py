@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -195,6 +197,20 @@ def _fused_kernel() -> Any:
         else:
             _FUSED["kernel"] = torch.compile(fused_rotary_scores, dynamic=True)
     return _FUSED.get("kernel")
+
+
+@contextmanager
+def eager_scoring() -> Iterator[None]:
+    """Within it, rotary scores take the eager form in this process (to time or check it beside the served one);
+    on leaving, the compiled pass, or the reason it is off, is back as it was."""
+    held = dict(_FUSED)
+    _FUSED.clear()
+    _FUSED["off"] = "the eager form was asked for"
+    try:
+        yield
+    finally:
+        _FUSED.clear()
+        _FUSED.update(held)
 
 
 def _fused_off(reason: str) -> None:

@@ -229,6 +229,25 @@ def test_a_failing_compiled_pass_falls_back_to_the_eager_form_with_one_warning(m
     assert not positions.fused_scoring(9) and positions._fused_kernel() is None
 
 
+def test_eager_scoring_serves_the_eager_form_and_puts_the_compiled_pass_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qrag.training import positions
+
+    def kernel(*args: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("the compiled pass ran inside eager_scoring")
+
+    monkeypatch.setattr(positions, "FUSED_MIN_CHUNKS", 8)
+    monkeypatch.setattr(positions, "_FUSED", {"kernel": kernel})
+    monkeypatch.delenv("QRAG_FUSED_SCORES", raising=False)
+    states, chunks = torch.randn(2, 8), torch.randn(9, 8)
+    pos = relative_positions(torch.zeros(2, 9, dtype=torch.bool))
+    with positions.eager_scoring():
+        assert not positions.fused_scoring(9)
+        with torch.no_grad():
+            got = rotary_scores(states, chunks, pos)
+    torch.testing.assert_close(got, positions._eager_rotary_scores(states, chunks, pos, False))
+    assert positions._FUSED == {"kernel": kernel} and positions.fused_scoring(9)
+
+
 @pytest.mark.slow
 def test_the_compiled_pass_gives_the_eager_q_values(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.compile of the fused form (a C++/OpenMP loop on this CPU) against the eager form, within float
