@@ -57,7 +57,7 @@ def test_train_resume_and_scale_eval_scripts(tmp_path: Path, tiny_encoder_path: 
     _run("scale_eval.sh", env3)
     scale = runs / "scale"
     assert sorted(p.name for p in scale.iterdir()) == ["babilong", "niah", "scale_eval.log"]
-    methods = ["qrag", "qrag+stop", "dense", "bm25"]
+    methods = ["qrag", "qrag+stop", "dense", "cosine", "bm25"]
     babilong = json.loads((scale / "babilong" / "summary.json").read_text())
     assert babilong["methods"] == methods and babilong["lengths"] == ["1k"]
     assert babilong["settings"]["model"] == str(runs / "qa15" / "best") and babilong["settings"]["precision"] == "fp32"
