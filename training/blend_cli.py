@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="folder for the blends, one blend-W/ each (default: the run folder, or beside "
                                   "the checkpoint)")
     ap.add_argument("--batch-size", type=int, default=128, help="texts per encoder pass while scoring")
+    ap.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
+                    help="while scoring: auto is bf16 where the CPU or GPU has it natively, else fp32")
     return ap
 
 
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{args.tuned!r} names no network it started from (model.init is empty: it was not "
                              "trained with --init); pass --start MODEL.")
         start = QNetwork.from_pretrained(start_name)
-        rows = blend_all(start, start_name, tuned, weights, out, config, args.batch_size)
+        rows = blend_all(start, start_name, tuned, weights, out, config, args.batch_size, args.precision)
     except (ConfigError, EpisodeError, EncoderLoadError, CheckpointError, OSError, ValueError) as e:
         print(f"qrag-blend: error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -97,19 +99,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def blend_all(start: Any, start_name: str, tuned: Any, weights: Sequence[float], out: Path, config: Any,
-              batch_size: int) -> list[dict[str, Any]]:
+              batch_size: int = 128, precision: str = "auto") -> list[dict[str, Any]]:
     """Write `out`/blend-W for each weight, recording `start_name` as its model.init (what `qrag-eval`'s `init`
     method loads); with a run's `config`, calibrate and score each on the run's validation episodes."""
+    import torch
+
     from qrag.training.blend import blend_networks
+    from qrag.training.policy import frozen_chunk_cache
+    from qrag.training.towers import precision_autocast
 
     val = _validation(config) if config is not None else []
     rows: list[dict[str, Any]] = []
+    store = None  # a frozen chunk tower's vectors, embedded once for every blend
     for w in weights:
         blended = blend_networks(start, tuned, w)
         blended.config = dataclasses.replace(blended.config, init=start_name)
         report: dict[str, Any] = {"weight": w, "start": start_name, "folder": str(out / f"blend-{w:g}")}
         if val:
-            report.update(_score(blended, val, config, batch_size))
+            store = frozen_chunk_cache(blended, store)
+            with precision_autocast(torch.device("cpu"), precision):
+                report.update(_score(blended, val, config, batch_size, store))
         extra = {"eval.json": json.dumps(report, indent=1)} if val else None
         blended.save_pretrained(out / f"blend-{w:g}", extra_files=extra)
         rows.append(report)
@@ -123,15 +132,16 @@ def _validation(config: Any) -> list[Any]:
     return build_episodes(dataclasses.replace(config.data, rehearse=None))[1]
 
 
-def _score(qnet: Any, val: Sequence[Any], config: Any, batch_size: int) -> dict[str, Any]:
+def _score(qnet: Any, val: Sequence[Any], config: Any, batch_size: int, store: Any) -> dict[str, Any]:
     """The trainer's validation of best/ (greedy hops, fact EM at |SF|) and its stop-rule calibration."""
     from qrag.training.policy import evaluate
     from qrag.training.selection import calibrate_stop_rule, evaluate_at_sf
 
     num_envs = config.trainer.num_envs * 4
-    result = evaluate(qnet, val, config.env, num_envs, batch_size)
-    result.update(evaluate_at_sf(evaluate, qnet, val, config.env, num_envs=num_envs, batch_size=batch_size))
-    result.update(calibrate_stop_rule(qnet, val))
+    result = evaluate(qnet, val, config.env, num_envs, batch_size, store)
+    result.update(evaluate_at_sf(evaluate, qnet, val, config.env, num_envs=num_envs, batch_size=batch_size,
+                                 store=store))
+    result.update(calibrate_stop_rule(qnet, val, store))
     return result
 
 
