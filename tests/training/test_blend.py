@@ -144,8 +144,12 @@ def test_qrag_blend_writes_calibrates_and_scores_each_weight(run: Path, capsys: 
         assert saved == row and 0.0 <= row["fact_recall"] <= 1.0 and "stop/threshold" in row and "sf_em" in row
         hops = QNetwork.from_pretrained(row["folder"]).hop_settings
         assert hops.calibrated and hops.stop_threshold == pytest.approx(row["stop/threshold"])
-    # A blend keeps the lineage of the fine-tune: its start.
+    # A blend keeps the lineage of the fine-tune (its start), and serves by its folder like any checkpoint.
     assert QNetwork.from_pretrained(run / "blend-1").config.init == str(run.parent / "start")
+    from qrag.integrations import QRAGRetriever
+
+    docs = QRAGRetriever.from_texts([t for _, t in PASSAGES], model=str(run / "blend-0.5"), k=2).invoke("who has the cup?")
+    assert len(docs) == 2
 
 
 def test_qrag_blend_refuses_bad_arguments(run: Path, tiny_encoder_path: Path, tmp_path: Path,
