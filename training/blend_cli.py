@@ -109,6 +109,10 @@ def blend_all(start: Any, start_name: str, tuned: Any, weights: Sequence[float],
     from qrag.training.towers import precision_autocast
 
     val = _validation(config) if config is not None else []
+    if not val:
+        print("qrag-blend: no validation episodes (a checkpoint folder, or a run without validation data): the blends' "
+              "stop rules are left uncalibrated; blend the run folder (its config.yaml names the validation data) to "
+              "calibrate them, or search with an explicit k.", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     store = None  # a frozen chunk tower's vectors, embedded once for every blend
     for w in weights:

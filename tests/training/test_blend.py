@@ -165,6 +165,7 @@ def test_qrag_blend_refuses_bad_arguments(run: Path, tiny_encoder_path: Path, tm
     assert blend_main([str(plain), "--start", str(run.parent / "start"), "--weights", "0.5"]) == 0
     beside = QNetwork.from_pretrained(tmp_path / "blend-0.5")
     assert not beside.hop_settings.calibrated and beside.config.init == str(run.parent / "start")
+    assert "stop rules are left uncalibrated" in capsys.readouterr().err
     assert blend_main([str(plain), "--start", str(tiny_encoder_path), "--weights", "0.5"]) == 2
     assert "qrag-blend: error:" in capsys.readouterr().err
     assert not any(run.glob("blend-*"))  # nothing written by the refusals
