@@ -64,6 +64,9 @@ def blend_networks(start: QNetwork, tuned: QNetwork, weight: float) -> QNetwork:
 
 
 def _check_compatible(start: QNetwork, tuned: QNetwork) -> None:
+    if start._adapters is not None or tuned._adapters is not None:
+        raise ValueError("cannot blend a network whose adapters are merged for serving (merge_adapters, load_model): "
+                         "load both with QNetwork.from_pretrained.")
     for name in SHARED_FIELDS:
         a, b = getattr(start.config, name), getattr(tuned.config, name)
         if a != b:

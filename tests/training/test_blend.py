@@ -96,6 +96,8 @@ def test_what_cannot_be_blended_is_refused(tiny_encoder_path: Path, tmp_path: Pa
             blend_networks(start, tuned, weight)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"differ in model.max_chunk_tokens \(64 against 16\)"):
         blend_networks(start, lora_net(tiny_encoder_path, 1, max_chunk_tokens=16), 0.5)
+    with pytest.raises(ValueError, match="merged for serving"):
+        blend_networks(start, lora_net(tiny_encoder_path, 1).merge_adapters(), 0.5)
     other_base = make_tiny_encoder(tmp_path / "other", seed=1)
     with pytest.raises(ValueError, match="different base encoder weights"):
         blend_networks(start, lora_net(other_base, 1), 0.5)
