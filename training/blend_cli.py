@@ -130,21 +130,18 @@ def blend_all(start: Any, start_name: str, tuned: Any, weights: Sequence[float],
 
 
 def _validation(config: Any) -> list[Any]:
-    """The run's validation episodes (rehearsal adds training episodes only, so its source is not built)."""
+    """The run's validation episodes, as its trainer built them."""
     from qrag.training.data.build import build_episodes
 
-    return build_episodes(dataclasses.replace(config.data, rehearse=None))[1]
+    return build_episodes(config.data, validation_only=True)[1]
 
 
 def _score(qnet: Any, val: Sequence[Any], config: Any, batch_size: int, store: Any) -> dict[str, Any]:
     """The trainer's validation of best/ (greedy hops, fact EM at |SF|) and its stop-rule calibration."""
-    from qrag.training.policy import evaluate
-    from qrag.training.selection import calibrate_stop_rule, evaluate_at_sf
+    from qrag.training.policy import validation_scores
+    from qrag.training.selection import calibrate_stop_rule
 
-    num_envs = config.trainer.num_envs * 4
-    result = evaluate(qnet, val, config.env, num_envs, batch_size, store)
-    result.update(evaluate_at_sf(evaluate, qnet, val, config.env, num_envs=num_envs, batch_size=batch_size,
-                                 store=store))
+    result = validation_scores(qnet, val, config.env, config.trainer.num_envs * 4, batch_size, store)
     result.update(calibrate_stop_rule(qnet, val, store))
     return result
 

@@ -19,6 +19,7 @@ from qrag.training.data.episode import Episode
 from qrag.training.env import EpisodeState, RetrievalEnv
 from qrag.training.lexical import corpus_lexical
 from qrag.training.qnet import QNetwork
+from qrag.training.selection import evaluate_at_sf
 
 
 class ChunkCache:
@@ -146,6 +147,16 @@ def evaluate(
         "fact_em": sum(s.completed for s in done) / n,
         "steps": sum(s.steps for s in done) / n,
     }
+
+
+def validation_scores(qnet: QNetwork, episodes: Sequence[Episode], env_config: EnvConfig, num_envs: int = 16,
+                      batch_size: int = 128, store: ChunkVectorCache | None = None) -> dict[str, float]:
+    """What the trainer scores a network on when it validates (METHOD.md §3.8): `evaluate`'s greedy pass up to
+    `max_hops`, and fact EM with exactly |SF| hops per task (`sf_em/<task>`) and on average (`sf_em`)."""
+    result = evaluate(qnet, episodes, env_config, num_envs, batch_size, store)
+    result.update(evaluate_at_sf(evaluate, qnet, episodes, env_config, num_envs=num_envs, batch_size=batch_size,
+                                 store=store))
+    return result
 
 
 def replay(episodes: Sequence[Episode], actions: Sequence[list[int]], env_config: EnvConfig,

@@ -33,7 +33,10 @@ from qrag.training.config import TrainConfig
 from qrag.training.data.episode import Episode
 from qrag.training.distributed import any_process, max_over_processes, shard
 from qrag.training.env import RetrievalEnv
-from qrag.training.policy import ChunkCache, evaluate, frozen_chunk_cache, observe
+from qrag.training.policy import ChunkCache, frozen_chunk_cache, observe, validation_scores
+from qrag.training.policy import (
+    evaluate as evaluate,  # re-exported: tests and experiments import it from here
+)
 from qrag.training.precision import accelerate_precision
 from qrag.training.qnet import QNetwork
 from qrag.training.resume import Resumable
@@ -41,7 +44,6 @@ from qrag.training.selection import (
     Selection,
     TaskSampler,
     calibrate_stop_rule,
-    evaluate_at_sf,
     standard_error,
 )
 
@@ -452,10 +454,8 @@ class Trainer(Resumable):
             return {}
         tc = self.config.trainer
         with self.accelerator.autocast():
-            result = evaluate(self.online, self.val_episodes, self.config.env, tc.num_envs * 4, tc.encode_batch_size,
-                              self.chunk_cache)
-            result.update(evaluate_at_sf(evaluate, self.online, self.val_episodes, self.config.env,
-                                         num_envs=tc.num_envs * 4, batch_size=tc.encode_batch_size, store=self.chunk_cache))
+            result = validation_scores(self.online, self.val_episodes, self.config.env, tc.num_envs * 4,
+                                       tc.encode_batch_size, self.chunk_cache)
         if self.task_sampler is not None:
             self.task_sampler.set_errors({k[len("sf_em/"):]: 1.0 - v for k, v in result.items() if k.startswith("sf_em/")})
             result.update({f"task_p/{t}": p for t, p in self.task_sampler.probabilities().items()})

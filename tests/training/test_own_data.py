@@ -14,6 +14,7 @@ import pytest
 from qrag.training.cli import main as train_main
 from qrag.training.config import ConfigError, DataConfig
 from qrag.training.data import EpisodeError, build_episodes, load_episodes
+from qrag.training.data import build as build_module
 from qrag.training.data import negatives as negatives_module
 from qrag.training.data.corpus import read_corpus, read_questions, split_document
 from qrag.training.qnet import QNetwork
@@ -130,6 +131,28 @@ def test_rehearsal_mixes_a_generated_sources_episodes_into_training_only(files: 
     assert [e.question for e in rehearsed] == [e.question for e in load_episodes("babi", task="qa1", num_samples=5)]
     data.rehearse_share = 0.25  # one rehearsed episode for every three of the data's own, rounded
     assert sum(e.metadata.get("source") == "babi" for e in build_episodes(data)[0]) == 2
+
+
+def test_validation_only_builds_the_same_validation_and_nothing_to_train_on(files: dict[str, Path],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    held = DataConfig(source="corpus", corpus=str(files["corpus"]), train_path=str(files["questions"]), num_val=2,
+                      num_distractors=3, rehearse="babi:qa1")
+    full_val = build_episodes(held)[1]
+    loads: list[str | None] = []
+    load = build_module.load_episodes
+
+    def counted(*args: object, **kwargs: object) -> object:
+        loads.append(kwargs.get("split"))  # type: ignore[arg-type]
+        return load(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build_module, "load_episodes", counted)
+    monkeypatch.setattr(build_module, "rehearsal_episodes", lambda *a: pytest.fail("rehearsal built for validation"))
+    assert build_episodes(held, validation_only=True) == ([], full_val)  # held out of the file: it is read
+    assert loads == ["train"]
+    own_file = dataclasses.replace(held, val_path=str(files["questions"]), num_val=0, rehearse=None)
+    loads.clear()
+    assert build_episodes(own_file, validation_only=True)[1] == build_episodes(own_file)[1]
+    assert loads == [None, "train", None]  # the validation file each time, the training file for the full build only
 
 
 @pytest.mark.parametrize(("rehearse", "share", "message"), [

@@ -206,7 +206,7 @@ def test_the_starting_network_is_evaluated_and_kept_when_training_never_beats_it
 def test_best_keeps_the_latest_network_within_one_standard_error(
     tiny_encoder_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tolerance: float | None, kept_at: int
 ) -> None:
-    import qrag.training.trainer as trainer_module
+    import qrag.training.policy as policy_module
 
     scores = iter([0.5, 0.9, 0.85])  # the start, then two trained networks, the later one a little lower
 
@@ -214,7 +214,7 @@ def test_best_keeps_the_latest_network_within_one_standard_error(
         v = next(scores)
         return {"sf_em/all": v, "sf_em": v}
 
-    monkeypatch.setattr(trainer_module, "evaluate_at_sf", scripted)
+    monkeypatch.setattr(policy_module, "evaluate_at_sf", scripted)  # what the trainer's validation_scores calls
     cfg = small_config(tiny_encoder_path, tmp_path, eval_every=8, select_tolerance=tolerance)
     cfg.trainer.calibrate_stop = False
     summary = Trainer(cfg, make_two_hop_episodes(20, 0), make_two_hop_episodes(6, 1)).train()

@@ -24,12 +24,15 @@ VALIDATION_SEED_OFFSET = 1_000_003  # generated validation sets use a seed disjo
 MAX_HELD_OUT_SHARE = 0.2  # a file without --data.val_path lends at most this share of itself to validation
 
 
-def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
+def build_episodes(data: DataConfig, *, validation_only: bool = False) -> tuple[list[Episode], list[Episode]]:
     """Training and validation episodes for a data config (validation is never the test split).
 
     Generated sources draw validation from their validation split (`SourceInfo.val_split`: the training
     distribution, or the `wiki` source's val pages) with a disjoint seed; file
     sources read `val_path`, or hold out `num_val` shuffled episodes of the training file.
+
+    `validation_only`: the same validation episodes and no training ones (the first list is empty); the training
+    file is read only where validation is held out of it, and rehearsal, which adds training episodes, is not built.
     """
     tasks: Sequence[str | None] = [t.strip() for t in data.task.split(",")] if data.task else [None]
     info = SOURCES.get(data.source)
@@ -43,6 +46,7 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
             f"--data.train_path/--data.val_path name a file, but data.source={data.source!r} generates its own "
             f"episodes and would ignore it: pass --data.source jsonl for qrag's JSON Lines (or the file's format: {files})."
         )
+    holds_out = not data.val_path and data.train_path is not None and bool(data.num_val)
     train: list[Episode] = []
     val: list[Episode] = []
     for task in tasks:
@@ -55,14 +59,15 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
         if data.filler_sentences is not None:
             common["filler_sentences"] = data.filler_sentences
         n_train = max(1, data.num_train // len(tasks)) if data.num_train else None
-        train += load_episodes(data.source, split="train", num_samples=n_train, seed=data.seed, path=data.train_path,
-                               **common)
+        if holds_out or not validation_only:
+            train += load_episodes(data.source, split="train", num_samples=n_train, seed=data.seed,
+                                   path=data.train_path, **common)
         if data.val_path:
             val += load_episodes(data.source, num_samples=data.num_val or None, path=data.val_path, **common)
         elif data.train_path is None:
             val += load_episodes(data.source, split=info.val_split, num_samples=max(1, data.num_val // len(tasks)),
                                  seed=data.seed + VALIDATION_SEED_OFFSET, **common)
-    if not data.val_path and data.train_path is not None and data.num_val:
+    if holds_out:
         random.Random(data.seed).shuffle(train)
         if len(train) < 2:
             raise ConfigError(f"{data.train_path!r} has {len(train)} episode(s): training needs at least 2 (one "
@@ -73,6 +78,8 @@ def build_episodes(data: DataConfig) -> tuple[list[Episode], list[Episode]]:
                   f"(data.num_val={data.num_val} is capped at {MAX_HELD_OUT_SHARE:.0%} of the file; pass "
                   "--data.val_path for a separate validation file).", file=sys.stderr)
         val, train = train[:held_out], train[held_out:]
+    if validation_only:
+        return [], val
     if data.rehearse:
         train += rehearsal_episodes(data, len(train))
     return train, val
