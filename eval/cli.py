@@ -36,7 +36,7 @@ from pathlib import Path
 
 from qrag.eval.methods import METHODS
 from qrag.eval.report import DRIFT_FILE, PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
-from qrag.eval.sweep import BENCHMARKS, FILL_CHOICES, RunConfig
+from qrag.eval.sweep import BENCHMARKS, FILL_CHOICES, GENERATED, SPLITS, RunConfig
 from qrag.training.config import PRECISIONS
 from qrag.training.search_settings import FROM_MODEL
 from qrag.training.validate import one_line
@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
         if bench.source == "corpus":
             p.add_argument("--corpus", required=True, help="your passages: a JSON Lines file of {\"id\", \"text\"} or a "
                                                           "folder of .txt/.md files (--data holds the questions)")
+        if bench.source in GENERATED:
+            p.add_argument("--split", choices=SPLITS, default="test",
+                           help="'test' (default), or 'val': the episodes a training run of the same --seed validates "
+                                "on, to choose between models without reading the test split")
         if bench.source == "babilong":
             p.add_argument("--filler-sentences", type=int, default=None, metavar="N",
                            help="draw every haystack's background from one pool of N test-split sentences (default: "
@@ -167,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_new_tokens=args.max_new_tokens,
         device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
         distractors=getattr(args, "distractors", None), precision=args.precision,
-        filler_sentences=getattr(args, "filler_sentences", None),
+        filler_sentences=getattr(args, "filler_sentences", None), split=getattr(args, "split", "test"),
         samples_at=getattr(args, "samples_at", {}), speed_lengths=getattr(args, "speed_lengths", ()),
         speed_hops=getattr(args, "speed_hops", None), speed_queries=getattr(args, "speed_queries", 20),
     )

@@ -15,11 +15,17 @@ from typing import Any
 from qrag.eval.methods import METHODS
 from qrag.training.config import PRECISIONS
 from qrag.training.data import Episode, load_episodes
+from qrag.training.data.build import VALIDATION_SEED_OFFSET
+from qrag.training.data.sources import SOURCES
 from qrag.training.data.wiki import KINDS as WIKI_KINDS
 from qrag.training.search_settings import FILLS, FROM_MODEL, Fill, FromModel
 from qrag.training.validate import check_out_path
 
 FILL_CHOICES = (FROM_MODEL, *FILLS)
+SPLITS = ("test", "val")
+"""`--split`: the test split, or the validation episodes of a training run of the same seed."""
+GENERATED = ("babilong", "ruler_niah", "wiki")
+"""Sources whose episodes the sweep generates, and so can draw from either split."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,11 @@ class RunConfig:
     """The qrag methods' weight of lexical evidence at every hop (METHOD.md §4.5; 0: Q alone), or 'model': the
     checkpoint's saved weight."""
     seed: int = 0
-    """Generator seed (split 'test')."""
+    """Generator seed."""
+    split: str = "test"
+    """Generated benchmarks (babilong, niah, wiki): 'test', or 'val', the episodes a training run of the same seed
+    validates on (`qrag.training.data.build`: the training distribution or val pages, with a disjoint seed), to
+    choose between models or settings without reading the test split."""
     distractors: int | None = None
     """`wiki` only: non-gold passages per question, from the test pages (None: the source's default, 30); 1 000
     or more makes each question search all of the test split's pages, a corpus rather than a short list."""
@@ -180,6 +190,12 @@ class RunConfig:
                 raise ValueError(f"--distractors applies to the wiki benchmark only, not {self.benchmark!r}.")
             if isinstance(self.distractors, bool) or not isinstance(self.distractors, int) or self.distractors < 0:
                 raise ValueError(f"distractors (--distractors) must be an integer >= 0, got {self.distractors!r}.")
+        if self.split not in SPLITS:
+            raise ValueError(f"split (--split) must be one of {', '.join(SPLITS)}, got {self.split!r}.")
+        if self.split != "test" and bench.source not in GENERATED:
+            raise ValueError(f"--split {self.split} applies to the generated benchmarks only ("
+                             f"{', '.join(b for b, x in BENCHMARKS.items() if x.source in GENERATED)}), not "
+                             f"{self.benchmark!r}, whose file holds its own split.")
         if self.filler_sentences is not None:
             if bench.source != "babilong":
                 raise ValueError(f"--filler-sentences applies to the babilong benchmark only, not {self.benchmark!r}.")
@@ -246,8 +262,11 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samp
     `num_samples` defaults to the sweep's."""
     bench = BENCHMARKS[cfg.benchmark]
     kw: dict[str, Any] = {"task": task, "num_samples": num_samples or cfg.num_samples, "seed": cfg.seed}
-    if bench.source in ("babilong", "ruler_niah", "wiki"):
+    if bench.source in GENERATED:
         kw["split"] = "test"
+        if cfg.split == "val":  # what a training run of this seed validates on (build_episodes)
+            kw["split"] = SOURCES[bench.source].val_split
+            kw["seed"] = cfg.seed + VALIDATION_SEED_OFFSET
     if bench.source == "hotpotqa_pool":  # its tasks are its splits; every question searches the split's whole pool
         kw["split"] = kw.pop("task")
     kw.update(bench.options)

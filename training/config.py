@@ -255,6 +255,10 @@ class DataConfig:
     filler_sentences: int | None = None
     """`babilong` source: draw every haystack's background from one pool of this many sentences per split
     (training and validation share one, the test split has its own); None: all of the text sources."""
+    confusers: float = 0.0
+    """`babilong` source: the share of each training and validation haystack's background slots given to sentences
+    of the text sources that name the story's people, rooms or objects (`qrag.training.data.confusers`), what a
+    10M-token haystack is full of; 0: the background as it comes. The test split never has them."""
     rehearse: str | None = None
     """A generated source (`NAME` or `NAME:TASK`, e.g. hotpotqa_pool, what qrag/hotpotqa-minilm learned on) whose
     training episodes are mixed into the training set, so that a fine-tune keeps what its starting model knew
@@ -283,6 +287,13 @@ class DataConfig:
                                   "leave it unset.")
             if self.filler_sentences < 1:
                 raise ConfigError(f"data.filler_sentences must be >= 1, got {self.filler_sentences}.")
+        if self.confusers:
+            if self.source != "babilong":
+                raise ConfigError(f"data.confusers applies to the babilong source only, not {self.source!r}: leave it "
+                                  "unset.")
+            if not 0 <= self.confusers < 1:
+                raise ConfigError(f"data.confusers must be a share in [0, 1) of each haystack's background, got "
+                                  f"{self.confusers}.")
         if self.num_sentences is not None and self.num_sentences < 1:
             raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
         if not 0 < self.rehearse_share < 1:

@@ -81,6 +81,32 @@ def test_filler_pool_records_are_their_own_settings(tmp_path: Path, tiny_encoder
     assert "--filler-sentences) must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
+def test_the_val_split_is_what_a_training_run_validates_on_and_its_records_say_so(
+        tmp_path: Path, tiny_encoder_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.eval.sweep import cell_episodes
+    from qrag.training.config import DataConfig
+    from qrag.training.data.build import build_episodes
+
+    cfg = RunConfig(benchmark="babilong", out=tmp_path / "o", tasks=("qa2",), lengths=("60",), num_samples=3,
+                    split="val").validate()
+    _, val = build_episodes(DataConfig(source="babilong", task="qa2", num_sentences=60, num_train=1, num_val=3))
+    assert cell_episodes(cfg, "qa2", 60) == val  # the same episodes, not the test split's
+    test = cell_episodes(RunConfig(benchmark="babilong", out=tmp_path / "t", tasks=("qa2",), lengths=("60",),
+                                   num_samples=3).validate(), "qa2", 60)
+    assert {e.id for e in test}.isdisjoint({e.id for e in val})
+    assert [e.chunks for e in test] != [e.chunks for e in val]
+    out = tmp_path / "run"
+    base = _args(out, tiny_encoder_path, "--methods", "dense", "--lengths", "60", "--num-samples", "2")
+    assert main([*base, "--split", "val"]) == 0
+    assert {r["settings"]["split"] for r in read_results(out / "results.jsonl")} == {"val"}
+    assert main(base) == 2  # resuming the validation records as the test split is refused
+    assert "split: 'val' there, 'test' now" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--split val applies to the generated benchmarks only"):
+        RunConfig(benchmark="hotpotqa", out=tmp_path / "h", data=str(tmp_path), split="val").validate()
+    with pytest.raises(ValueError, match=r"split \(--split\) must be one of test, val, got 'dev'"):
+        RunConfig(benchmark="babilong", out=tmp_path / "d", lengths=("12",), split="dev").validate()
+
+
 def test_records_without_precision_resume_as_fp32(tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "run"
     base = _args(out, tiny_encoder_path, "--methods", "dense", "--lengths", "12", "--num-samples", "2")

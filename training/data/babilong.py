@@ -124,11 +124,14 @@ def babilong_episode(
     id: str = "",
     token_count: TokenCount = "estimate",
     background: Sequence[str] | None = None,
+    confusers: float = 0.0,
 ) -> Episode:
     """Hide one bAbI sample in a haystack of `num_sentences` chunks (facts included).
 
     `background`, when given, replaces the text sources: your own sentences (PG19, say), read from a
-    random offset and cycled when the haystack is longer than them.
+    random offset and cycled when the haystack is longer than them. `confusers` > 0 gives that share of the
+    background slots to sentences of the text sources that name the story's people, rooms or objects
+    (`confusers.with_confusers`); 0 leaves the episode exactly as without it.
 
     Raises:
         ValueError: `num_sentences` is smaller than the sample's number of facts.
@@ -147,6 +150,10 @@ def babilong_episode(
     else:
         start = rng.randrange(len(background))
         bg = [background[(start + i) % len(background)] for i in range(need)]
+    if confusers > 0:
+        from qrag.training.data.confusers import with_confusers
+
+        bg = with_confusers(bg, confusers, (*sample.facts, sample.question), rng, sources)
     chunks, slots = place_facts(sample.facts, bg, rng)
     meta: dict[str, Any] = {
         "source": "babilong",
@@ -157,6 +164,8 @@ def babilong_episode(
         "token_count": "words*1.3" if token_count == "estimate" else "minilm-wordpiece",
         "background": list(dict.fromkeys(sources)) if background is None else "user",
     }
+    if confusers > 0:
+        meta["confusers"] = confusers
     return Episode(sample.question, tuple(chunks), tuple(slots[j] for j in sample.supporting), sample.answer, id, meta)
 
 
@@ -190,11 +199,13 @@ def iter_babilong(
     token_count: TokenCount = "estimate",
     background: Sequence[str] | None = None,
     filler_sentences: int | None = None,
+    confusers: float = 0.0,
 ) -> Iterator[Episode]:
     """An endless deterministic stream of BabiLong-style episodes (see `generate_babilong`).
 
     `filler_sentences`, when given, draws every haystack's background from the split's `filler_pool` of that
-    many sentences instead of all of the text sources.
+    many sentences instead of all of the text sources. `confusers`: the share of each haystack's background
+    given to sentences that name its story's people, rooms or objects (`babilong_episode`).
 
     Samples with more facts than the haystack has sentences are skipped (a qa5 story holds up to 126
     facts, a 1K haystack 50 sentences), so the stream is biased toward shorter stories at short lengths;
@@ -205,6 +216,8 @@ def iter_babilong(
         ValueError: `MAX_CONSECUTIVE_SKIPS` samples in a row do not fit (the length is too small for the task).
     """
     t = check_task(task)
+    if not 0 <= confusers < 1:
+        raise ValueError(f"confusers must be a share in [0, 1), got {confusers!r}.")
     if num_sentences is not None and num_tokens is not None:
         raise ValueError("give num_sentences or num_tokens, not both.")
     if filler_sentences is not None:
@@ -237,7 +250,8 @@ def iter_babilong(
         # One generator per sample: sample i is the same whatever num_samples was asked for.
         rng = random.Random(f"qrag-babilong/{t}/{split}/{seed}/{i}")
         yield babilong_episode(
-            sample, n, rng, sources=sources, id=eid, token_count=token_count, background=background
+            sample, n, rng, sources=sources, id=eid, token_count=token_count, background=background,
+            confusers=confusers,
         )
 
 

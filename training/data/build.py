@@ -58,6 +58,8 @@ def build_episodes(data: DataConfig, *, validation_only: bool = False) -> tuple[
             common["corpus"] = data.corpus
         if data.filler_sentences is not None:
             common["filler_sentences"] = data.filler_sentences
+        if data.confusers:
+            common["confusers"] = data.confusers
         n_train = max(1, data.num_train // len(tasks)) if data.num_train else None
         if holds_out or not validation_only:
             train += load_episodes(data.source, split="train", num_samples=n_train, seed=data.seed,

@@ -74,7 +74,7 @@ SOURCES: dict[str, SourceInfo] = {
         SourceInfo("babi_file", "original bAbI text files (ID text / question<TAB>answer<TAB>ids)", None, True, False),
         SourceInfo(
             "babilong", "generated BabiLong haystacks in real background text", _babi_tasks(), False, True,
-            ("sources", "token_count", "background", "filler_sentences"),
+            ("sources", "token_count", "background", "filler_sentences", "confusers"),
         ),
         SourceInfo("babilong_file", "official BabiLong release ({input, question, target})", _babi_tasks(), False,
                    False, ("hub_id", "length")),
@@ -212,6 +212,7 @@ def _babilong(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: 
         task, num_sentences=ns, num_tokens=nt, seed=seed, split=_split(split),
         sources=tuple(o.get("sources", TEXT_SOURCES)), token_count=o.get("token_count", "estimate"),
         background=o.get("background"), filler_sentences=o.get("filler_sentences"),
+        confusers=float(o.get("confusers", 0.0)),
     )
 
 
