@@ -89,7 +89,7 @@ def _minilm_tokenizer() -> Any:
 def count_tokens(chunks: Sequence[str], how: TokenCount = "estimate") -> int:
     """Tokens in `chunks`: words × 1.3 (`estimate`, fast) or the bundled MiniLM WordPiece tokenizer."""
     if how == "estimate":
-        return sum(estimate_tokens(c) for c in chunks)
+        return sum(map(estimate_tokens, chunks))
     if how == "minilm":
         tok = _minilm_tokenizer()
         return sum(len(ids) for ids in tok(list(chunks), add_special_tokens=False)["input_ids"])
