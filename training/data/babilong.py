@@ -130,8 +130,8 @@ def babilong_episode(
 
     `background`, when given, replaces the text sources: your own sentences (PG19, say), read from a
     random offset and cycled when the haystack is longer than them. `confusers` > 0 gives that share of the
-    background slots to sentences of the text sources that name the story's people, rooms or objects
-    (`confusers.with_confusers`); 0 leaves the episode exactly as without it.
+    background slots to sentences of the text sources (`sources`, also when `background` is given) that name the
+    story's people, rooms or objects (`confusers.with_confusers`); 0 leaves the episode exactly as without it.
 
     Raises:
         ValueError: `num_sentences` is smaller than the sample's number of facts.
