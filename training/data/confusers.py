@@ -1,10 +1,10 @@
 """Confusers: background sentences that name a bAbI story's people, rooms and objects.
 
-At 10M tokens a BabiLong haystack holds every sentence of the text sources several times over, among them
-a few hundred that name the story's people ("Jesus saith unto her, Mary.", "A second Daniel, a Daniel, Jew!"),
-rooms or objects. A short training haystack of random background almost never holds one, so a network
-trained on them has never been asked to rank "Mary moved to the office." above "Jesus saith unto her, Mary.";
-at 10M it is asked on every question (docs/LEARNER.md, "Confusers").
+At 10M tokens a BabiLong haystack holds every sentence of the text sources several times over, among them the
+1 307 that name bAbI's people ("Jesus saith unto her, Mary.", "A second Daniel, a Daniel, Jew!"), rooms or
+objects. A short training haystack of random background almost never holds one, so a network trained on them has
+never been asked to rank "Mary moved to the office." above "Jesus saith unto her, Mary."; at 10M most questions
+ask it (docs/LEARNER.md, "Confusers").
 
 `confuser_index` finds, once per process, every distinct sentence of the text sources that mentions a word of
 the bAbI vocabulary (`CONFUSER_WORDS`: whole words; names as written, rooms and objects in any case);
