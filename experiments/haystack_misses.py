@@ -19,10 +19,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from qrag.eval.sweep import BENCHMARKS, parse_length
+from qrag.eval.sweep import RunConfig, cell_episodes
 from qrag.training.data.babi import parse_fact
-from qrag.training.data.babilong import iter_babilong
-from qrag.training.data.build import VALIDATION_SEED_OFFSET
 from qrag.training.data.confusers import mentions
 
 
@@ -50,15 +48,13 @@ def main() -> int:
     counts: Counter[tuple[str, str, str]] = Counter()
     for (task, length), by_id in sorted(missed.items()):
         settings = next(iter(by_id.values()))["settings"]
-        split = settings.get("split", "test")
-        seed = settings["seed"] + (VALIDATION_SEED_OFFSET if split == "val" else 0)
-        last = max(int(i.rsplit("-", 1)[1]) for i in by_id)
-        episodes = iter_babilong(task, num_sentences=parse_length(length, BENCHMARKS["babilong"]), seed=seed,
-                                 split="train" if split == "val" else "test",
-                                 filler_sentences=settings.get("filler_sentences"))
-        for ep in episodes:
-            if int(ep.id.rsplit("-", 1)[1]) > last:
-                break
+        # The run's own cell, rebuilt as the sweep builds it (split, seed, pool): sample i is the same whatever
+        # the count, so the first max-index + 1 samples hold every missed one.
+        cfg = RunConfig(benchmark="babilong", out=args.results.parent, tasks=(task,), lengths=(length,),
+                        seed=settings["seed"], split=settings.get("split", "test"),
+                        filler_sentences=settings.get("filler_sentences")).validate()
+        count = max(int(i.rsplit("-", 1)[1]) for i in by_id) + 1
+        for ep in cell_episodes(cfg, task, cfg.lengths_resolved[0][1], count):
             rec = by_id.get(ep.id)
             if rec is None:
                 continue
