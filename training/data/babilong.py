@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from qrag.training.data.babi import BabiSample, Split, check_task, infer_sample, iter_samples, parse_fact
+from qrag.training.data.confusers import with_confusers
 from qrag.training.data.episode import Episode, EpisodeError, open_utf8, read_utf8
 from qrag.training.data.text_sources import TEXT_SOURCES, background_sentences, estimate_tokens
 
@@ -151,8 +152,6 @@ def babilong_episode(
         start = rng.randrange(len(background))
         bg = [background[(start + i) % len(background)] for i in range(need)]
     if confusers > 0:
-        from qrag.training.data.confusers import with_confusers
-
         bg = with_confusers(bg, confusers, (*sample.facts, sample.question), rng, sources)
     chunks, slots = place_facts(sample.facts, bg, rng)
     meta: dict[str, Any] = {
