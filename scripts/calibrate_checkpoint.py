@@ -43,7 +43,7 @@ def main() -> int:
     model = QNetwork.from_pretrained(folder)
     if args.preset is not None:
         data = load_preset(args.preset).data
-        episodes = build_episodes(data)[1]
+        episodes = build_episodes(data, validation_only=True)[1]
         args.source, args.task, split, seed = data.source, data.task, "validation of the preset", data.seed
     else:
         info = SOURCES.get(args.source)
