@@ -48,9 +48,9 @@ def confuser_index(sources: tuple[str, ...] = TEXT_SOURCES) -> dict[str, tuple[s
     for name in dict.fromkeys(sources):
         pool = sentence_pool(name)
         pool.split_all()  # from the disk cache when there: seconds, not pysbd over every paragraph
-        for d, doc in enumerate(pool.documents):
-            for p in range(len(doc.paragraphs)):
-                seen.update(dict.fromkeys(pool.sentences(d, p)))
+        for paragraphs in pool.by_paragraph():
+            for sentences in paragraphs:
+                seen.update(dict.fromkeys(sentences))
     index: dict[str, list[str]] = {w: [] for w in CONFUSER_WORDS}
     for sentence in seen:
         for w in mentions(sentence):
@@ -65,13 +65,20 @@ def pick_confusers(texts: Iterable[str], k: int, rng: random.Random,
     words = set().union(*(mentions(t) for t in texts)) if k > 0 else set()
     if not words:
         return []
-    index = confuser_index(tuple(sources))
-    candidates = sorted({s for w in words for s in index[w]})  # sorted: the same draw in any process
+    candidates = _candidates(frozenset(words), tuple(sources))
     if not candidates:
         return []
     if k <= len(candidates):
         return rng.sample(candidates, k)
     return [rng.choice(candidates) for _ in range(k)]
+
+
+@lru_cache(maxsize=4096)
+def _candidates(words: frozenset[str], sources: tuple[str, ...]) -> tuple[str, ...]:
+    """The distinct sentences of `sources` that mention any of `words`, sorted (the same draw in any process);
+    memoised, since thousands of training stories share a few hundred word sets."""
+    index = confuser_index(sources)
+    return tuple(sorted({s for w in words for s in index[w]}))
 
 
 def with_confusers(background: list[str], share: float, texts: Iterable[str], rng: random.Random,

@@ -40,8 +40,7 @@ def write_text_pack(path: str | Path, sources: tuple[str, ...] | None = None, pr
         blob["sources"][name] = {
             "package_version": ts._package_version(pool.source),
             "titles": [doc.title for doc in pool.documents],
-            "sentences": [[list(pool.sentences(d, p)) for p in range(len(doc.paragraphs))]
-                          for d, doc in enumerate(pool.documents)],
+            "sentences": pool.by_paragraph(),
         }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

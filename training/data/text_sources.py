@@ -214,6 +214,10 @@ class SentencePool:
             hit = self._memo[key] = tuple(split_sentences(self.documents[doc].paragraphs[para]))
         return hit
 
+    def by_paragraph(self) -> list[list[list[str]]]:
+        """Every book's paragraphs as their sentences, in reading order (split here where not memoised yet)."""
+        return [[list(self.sentences(d, p)) for p in range(len(doc.paragraphs))] for d, doc in enumerate(self.documents)]
+
     def split_all(self) -> int:
         """Split every paragraph (from the disk cache when present, else writing it). Returns the count."""
         if not self._complete:
@@ -234,9 +238,7 @@ class SentencePool:
                     return
             except (OSError, ValueError, TypeError):
                 pass  # a broken cache is rebuilt below
-        data = [
-            [list(self.sentences(d, p)) for p in range(len(doc.paragraphs))] for d, doc in enumerate(self.documents)
-        ]
+        data = self.by_paragraph()
         try:
             f.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(f, json.dumps(data, ensure_ascii=False))
