@@ -19,6 +19,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from qrag.eval.runner import read_results
 from qrag.eval.sweep import RunConfig, cell_episodes
 from qrag.training.data.babi import parse_fact
 from qrag.training.data.confusers import mentions
@@ -36,8 +37,7 @@ def main() -> int:
     ap.add_argument("--method", default="qrag")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    rows = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = [r for r in rows if r["method"] == args.method]
+    rows = [r for r in read_results(args.results) if r["method"] == args.method]
     if not rows:
         print(f"no records of method {args.method!r} in {args.results}", file=sys.stderr)
         return 2
