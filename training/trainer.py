@@ -16,7 +16,7 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,8 @@ class Trainer(Resumable):
             chunk_cache: With `model.train_towers='state'`, chunk vectors already computed (they are kept
                 for the whole run either way; pass one to share it with other work).
         """
-        self.created = time.perf_counter()  # a time budget counts from here: set-up is part of the run
+        self.clock: Callable[[], float] = time.perf_counter  # what the time budget reads (tests set their own)
+        self.created = self.clock()  # a time budget counts from here: set-up is part of the run
         self.config = config.validate()
         tc = config.trainer
         if tc.threads:
@@ -158,7 +159,7 @@ class Trainer(Resumable):
         tc = self.config.trainer
         p = self.transitions / tc.total_transitions
         if tc.max_minutes:
-            p = max(p, (time.perf_counter() - self.created) / (60 * tc.max_minutes))
+            p = max(p, (self.clock() - self.created) / (60 * tc.max_minutes))
         return min(1.0, p)
 
     @property
@@ -369,7 +370,7 @@ class Trainer(Resumable):
         next_log = self._next_multiple(tc.log_every)
         next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
         next_save = self._next_multiple(tc.save_every)
-        started, start_transitions = time.perf_counter(), self.transitions
+        started, start_transitions = self.clock(), self.transitions
         last_eval: dict[str, float] = {}
         deadline = self.created + 60 * tc.max_minutes if tc.max_minutes else math.inf
         # The run must end within the budget, its final evaluation and checkpoint included: stop once the time
@@ -378,22 +379,22 @@ class Trainer(Resumable):
         if self.transitions == 0 and tc.eval_every and self.val_episodes:
             # The starting point competes for best/ too: a run whose training never beats it on validation
             # keeps the network it started from (for an anchored model, the base encoder's own search).
-            tick = time.perf_counter()
+            tick = self.clock()
             last_eval = self._evaluate_and_keep_best(writer)
-            eval_s = time.perf_counter() - tick
+            eval_s = self.clock() - tick
         while self.transitions < tc.total_transitions:
-            before, tick = self.transitions, time.perf_counter()
+            before, tick = self.transitions, self.clock()
             stats = self.update(self.collect_rollout())
-            step_s = time.perf_counter() - tick
+            step_s = self.clock() - tick
             if budget_s:
-                bar.update(min(round(time.perf_counter() - self.created), budget_s) - bar.n)
+                bar.update(min(round(self.clock() - self.created), budget_s) - bar.n)
             else:
                 bar.update(min(self.transitions, tc.total_transitions) - min(before, tc.total_transitions))
             postfix.update(tr=str(self.transitions), loss=f"{stats['losses/td_loss']:.4f}")
             bar.set_postfix(postfix, refresh=False)
             if self.transitions >= next_log:
                 next_log = self._next_multiple(tc.log_every)
-                sps = (self.transitions - start_transitions) / max(1e-9, time.perf_counter() - started)
+                sps = (self.transitions - start_transitions) / max(1e-9, self.clock() - started)
                 stats.update(self._episode_stats())
                 temperature, epsilon = self.acting()  # one reading of the time-keyed schedule for both figures
                 stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
@@ -406,28 +407,28 @@ class Trainer(Resumable):
                 bar.set_postfix(postfix)
             # Each process measures its own clock: any process out of time stops them all, in step.
             out_of_time = bool(tc.max_minutes) and any_process(
-                self.accelerator, time.perf_counter() + step_s + eval_s + save_s >= deadline)
+                self.accelerator, self.clock() + step_s + eval_s + save_s >= deadline)
             finished = self.transitions >= tc.total_transitions or out_of_time
-            tick = time.perf_counter()
+            tick = self.clock()
             if self.transitions >= next_eval or (finished and self.val_episodes):
                 next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
                 last_eval = self._evaluate_and_keep_best(writer)
                 if last_eval:
                     postfix["val_em"] = f"{last_eval['fact_em']:.3f}"
                     bar.set_postfix(postfix)
-                eval_s = time.perf_counter() - tick
+                eval_s = self.clock() - tick
             if self.transitions >= next_save or finished:
-                tick = time.perf_counter()
+                tick = self.clock()
                 next_save = self._next_multiple(tc.save_every)
                 self.save_checkpoint()
-                save_s = time.perf_counter() - tick
+                save_s = self.clock() - tick
             if out_of_time:
                 break
         bar.close()
         if writer is not None:
             writer.close()
         return {"transitions": self.transitions, "updates": self.updates, "eval": last_eval,
-                "best_metric": self.selection.kept, "seconds": time.perf_counter() - started,
+                "best_metric": self.selection.kept, "seconds": self.clock() - started,
                 "resumed_from": str(self.resumed_from) if self.resumed_from is not None else None}
 
     def _next_multiple(self, every: int) -> float:

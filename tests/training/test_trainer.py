@@ -230,33 +230,29 @@ def test_best_keeps_the_latest_network_within_one_standard_error(
 
 
 def test_acting_schedule_follows_the_time_budget(tiny_encoder_path: Path, tmp_path: Path) -> None:
-    import time
-
     cfg = small_config(tiny_encoder_path, tmp_path, total_transitions=100000, max_minutes=1.0)
     cfg.rl.act_temperature, cfg.rl.act_temperature_final, cfg.rl.act_epsilon = 0.5, 0.1, 0.4
     cfg.rl.explore_fraction, cfg.rl.alpha_final = 0.5, 0.01
     trainer = Trainer(cfg, make_two_hop_episodes(4, 0))
-    trainer.created = time.perf_counter()
+    now = [1000.0]  # the budget reads this clock: exact shares however slow the machine
+    trainer.clock, trainer.created = lambda: now[0], 1000.0
     assert trainer.acting() == (pytest.approx(0.5), pytest.approx(0.4))
-    trainer.created = time.perf_counter() - 15  # a quarter of the minute: half of explore_fraction
-    temperature, epsilon = trainer.acting()
-    assert temperature == pytest.approx(0.3, abs=0.01) and epsilon == pytest.approx(0.2, abs=0.01)
-    assert trainer.alpha == pytest.approx(0.05 + (0.01 - 0.05) * 0.25, abs=0.001)
-    trainer.created = time.perf_counter() - 40  # past explore_fraction: final temperature, no ε
+    now[0] = 1015.0  # a quarter of the minute: half of explore_fraction
+    assert trainer.acting() == (pytest.approx(0.3), pytest.approx(0.2))
+    assert trainer.alpha == pytest.approx(0.05 + (0.01 - 0.05) * 0.25)
+    now[0] = 1040.0  # past explore_fraction: final temperature, no ε
     assert trainer.acting() == (pytest.approx(0.1), 0.0)
 
 
 def test_learning_rate_decays_over_the_time_budget(tiny_encoder_path: Path, tmp_path: Path) -> None:
-    import time
-
     cfg = small_config(tiny_encoder_path, tmp_path, total_transitions=100000, max_minutes=1.0)
     cfg.optim.schedule, cfg.optim.warmup_steps = "linear", 0
     trainer = Trainer(cfg, make_two_hop_episodes(4, 0))
     batch = trainer.collect_rollout()
-    trainer.created = time.perf_counter() - 45  # three quarters of the minute, far from 100 000 transitions
+    trainer.clock, trainer.created = lambda: 1045.0, 1000.0  # three quarters of the minute, far from 100 000 transitions
     trainer.update(batch)  # reads the budget's share once, then steps the optimiser and the schedule
-    assert trainer.lr_progress == pytest.approx(0.75, abs=0.02)
-    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.25 * cfg.optim.lr, rel=0.1)
+    assert trainer.lr_progress == pytest.approx(0.75)
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.25 * cfg.optim.lr)
 
 
 def test_task_weighting_moves_sampling_toward_the_unlearned_task(tiny_encoder_path: Path, tmp_path: Path) -> None:
