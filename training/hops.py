@@ -36,7 +36,7 @@ import torch
 from qrag.training.config import StateOrder
 from qrag.training.index import Chunk, ChunkStore
 from qrag.training.lexical import LexicalIndex, lexical_evidence, state_text
-from qrag.training.positions import fused_scoring, rotate_halves
+from qrag.training.positions import ROTATE_BUDGET, fused_scoring, rotate_halves
 from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 
@@ -45,7 +45,6 @@ __all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromMode
            "fill_up", "greedy_hops", "hop_scores", "q_values", "question_expand", "state_pieces", "stop_point", "stops",
            "store_expand", "store_question_expand", "top_up"]
 
-ROTATE_BUDGET = 1 << 25  # elements of (rows, N, D) rotary-scoring temporaries built at once (128 MiB fp32)
 Item = TypeVar("Item")  # what a hop takes: a row of the hop engine's corpora (int) or an external store's Chunk
 
 

@@ -105,6 +105,9 @@ def rotate_halves(vectors: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
 FUSED_MIN_CHUNKS = 16384
 """From this many chunks on, gradient-free rotary scores run as one compiled pass (`fused_rotary_scores`)."""
 _FUSED: dict[str, Any] = {}  # the compiled kernel, or the reason it is off in this process
+ROTATE_BUDGET = 1 << 25
+"""Elements of (rows, N, D) rotary-scoring temporaries the eager form builds at once (128 MiB fp32): it scores the
+state rows in slices of that size, so 64 questions over 400 000 chunks never hold tens of GB at once."""
 
 
 def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor, heads: bool = False) -> torch.Tensor:
@@ -119,7 +122,7 @@ def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.T
     vectors (`fused_rotary_scores`: torch.compile, a C++/OpenMP loop on a CPU, a Triton kernel on a GPU), the
     angles, cosines and sines computed in registers: about one plain inner-product pass over the same vectors
     (docs/RESULTS.md, "Position-aware scoring"). Where it cannot compile (no C++ compiler, `QRAG_FUSED_SCORES=0`),
-    the eager form below serves, with a warning once.
+    the eager form below serves, with a warning once, over slices of rows of `ROTATE_BUDGET` temporaries.
 
     Args:
         states: (B, D) state vectors.
@@ -145,6 +148,18 @@ def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.T
 
 def _eager_rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor,
                          heads: bool) -> torch.Tensor:
+    """The eager form over slices of state rows that keep `ROTATE_BUDGET` elements of temporaries each (every
+    row at once when they fit): what serves where the compiled pass is off or has failed."""
+    step = max(1, ROTATE_BUDGET // max(1, chunks.shape[-2] * states.shape[-1]))
+    if states.shape[0] <= step:
+        return _eager_rotary_block(states, chunks, positions, heads)
+    parts = [_eager_rotary_block(states[i : i + step], chunks if chunks.dim() == 2 else chunks[i : i + step],
+                                 positions[i : i + step], heads) for i in range(0, states.shape[0], step)]
+    return torch.cat(parts, dim=-2)  # (B, N) | (2, B, N)
+
+
+def _eager_rotary_block(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor,
+                        heads: bool) -> torch.Tensor:
     half = states.shape[-1] // 2
     freqs = rope_frequencies(half, device=states.device)  # (H/2,)
     angles = positions.float().unsqueeze(-1) * freqs  # (B, N, H/2)
