@@ -40,6 +40,9 @@ def bucket(n: int, minimum: int = 1) -> int:
     return 1 << max(0, (max(n, minimum) - 1).bit_length())
 
 
+Replay = Callable[[], None]
+
+
 class GraphedPass:
     """`fn(inputs) -> (B, D)` replayed from a CUDA graph per padded (rows, tokens) shape (module docstring).
 
@@ -48,36 +51,45 @@ class GraphedPass:
         pad_id: The tokenizer's pad id.
     """
 
+    device_type = "cuda"  # where passes are captured; on any other device the plain pass runs
+
     def __init__(self, fn: Callable[[Inputs], torch.Tensor], pad_id: int) -> None:
         self.fn, self.pad_id = fn, pad_id
-        self._graphs: dict[tuple[int, int, bool, torch.dtype], tuple[torch.cuda.CUDAGraph, Inputs, torch.Tensor]] = {}
+        self._graphs: dict[tuple[int, int, bool, torch.dtype], tuple[Replay, Inputs, torch.Tensor]] = {}
         self._pool: object = None
         self.broken: str | None = None
 
     def __call__(self, inputs: Inputs) -> torch.Tensor:
         ids = inputs["input_ids"]  # (B, L)
-        if self.broken is not None or ids.device.type != "cuda" or torch.is_grad_enabled():
+        if self.broken is not None or ids.device.type != self.device_type or torch.is_grad_enabled():
             return self.fn(inputs)
         b, n = ids.shape
-        key = (bucket(b), bucket(n, MIN_TOKENS), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+        key = (bucket(b), bucket(n, MIN_TOKENS), torch.is_autocast_enabled(self.device_type),
+               torch.get_autocast_dtype(self.device_type))
         if key not in self._graphs:
             try:
-                self._graphs[key] = self._capture(key[0], key[1], ids.device)
+                self._graphs[key] = self._capture(self._static(key[0], key[1], ids.device))
             except Exception as e:  # noqa: BLE001 - a pass that cannot be captured runs eagerly, as before
                 self.broken = f"{type(e).__name__}: {str(e)[:200]}"
                 warnings.warn(f"state passes run eagerly on this GPU: capturing a CUDA graph failed ({self.broken}); "
                               "the vectors are the same, only slower (QRAG_CUDA_GRAPHS=0 skips the attempt).",
                               RuntimeWarning, stacklevel=2)
                 return self.fn(inputs)
-        graph, static, out = self._graphs[key]
+        replay, static, out = self._graphs[key]
         fill_padded(static, inputs, self.pad_id)
-        graph.replay()
+        replay()
         return out[:b].clone()  # (B, D): the graph's output is overwritten by the next replay
 
-    def _capture(self, rows: int, tokens: int, device: torch.device) -> tuple[torch.cuda.CUDAGraph, Inputs, torch.Tensor]:
+    def _static(self, rows: int, tokens: int, device: torch.device) -> Inputs:
+        """The (rows, tokens) input tensors a graph reads, every row padding until `fill_padded` writes them."""
         static = {"input_ids": torch.full((rows, tokens), self.pad_id, dtype=torch.long, device=device),
                   "attention_mask": torch.zeros(rows, tokens, dtype=torch.long, device=device)}
         static["attention_mask"][:, 0] = 1
+        return static
+
+    def _capture(self, static: Inputs) -> tuple[Replay, Inputs, torch.Tensor]:
+        """(replay, its inputs, its output): the pass over `static` captured as a CUDA graph."""
+        device = static["input_ids"].device
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):  # warm-up passes off the default stream, as capture requires
@@ -89,4 +101,20 @@ class GraphedPass:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):  # type: ignore[arg-type]
             out = self.fn(static)  # (rows, D)
-        return graph, static, out
+        return graph.replay, static, out
+
+
+class RerunPass(GraphedPass):
+    """`GraphedPass`'s twin on a CPU, for tests that run anywhere: the same buckets, input tensors, padding and
+    read-back, its 'graph' a re-run of the pass over the captured inputs written into the captured output (what a
+    replay does). Not for serving: it saves nothing."""
+
+    device_type = "cpu"
+
+    def _capture(self, static: Inputs) -> tuple[Replay, Inputs, torch.Tensor]:
+        out = self.fn(static)  # (rows, D)
+
+        def replay() -> None:
+            out.copy_(self.fn(static))
+
+        return replay, static, out

@@ -59,7 +59,7 @@ class ServingMixin(nn.Module):
             ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.
         """
         dtype = low_precision_dtype(self.device, precision)
-        self._graphed = None if self._graphed is None else GraphedPass(self.state_vectors, self.pad_id)  # recapture
+        self._recapture()
         if dtype is None:
             self._serving = None
             return self
@@ -107,7 +107,14 @@ class ServingMixin(nn.Module):
             if self.state_tower.merge_adapters():
                 self._adapters = adapters
                 self.requires_grad_(False).eval()
+                self._recapture()  # graphs captured before replay the unmerged weights
         return self
+
+    def _recapture(self) -> None:
+        """Drop the graphs captured so far (they replay the weights they were captured with): the next passes
+        capture again."""
+        if self._graphed is not None:
+            self._graphed = type(self._graphed)(self.state_vectors, self.pad_id)
 
     def train(self, mode: bool = True) -> Self:
         if mode and self._adapters is not None:
