@@ -61,7 +61,7 @@ def rows_of(model: QNetwork, base: QNetwork, episodes: list, vectors: list[torch
             taken: list[list[int]] = [[] for _ in group]
             per_hop = []
             for _ in range(3):
-                scores, _ = hops._hop_scores(model, questions, corpora, list(range(len(group))), taken,
+                scores, _ = hops.hop_scores(model, questions, corpora, list(range(len(group))), taken,
                                              model.config.state_order, 128)  # (B, N)
                 per_hop.append(scores)
                 best = scores.argmax(dim=1).tolist()

@@ -149,7 +149,7 @@ def record_set(model, episodes, vectors, bm25_of, bm25_many) -> list[dict]:
             corpora = hops.Corpora.padded(vecs, [episodes[i].chunks for i in group], torch.device("cpu"))
         with torch.no_grad():
             qv = model.embed_questions(questions)  # (B, D)
-            q0, _ = hops._hop_scores(model, questions, corpora, list(range(len(group))), [[] for _ in group],
+            q0, _ = hops.hop_scores(model, questions, corpora, list(range(len(group))), [[] for _ in group],
                                      model.config.state_order, 128)  # (B, N)
         rows = []
         for b, i in enumerate(group):
@@ -162,7 +162,7 @@ def record_set(model, episodes, vectors, bm25_of, bm25_many) -> list[dict]:
         # Second-hop signals for every first-hop candidate of every question of the group.
         pairs = [(b, int(c)) for b, s in enumerate(rows) for c in s["firsts"]]
         with torch.no_grad():
-            q1, _ = hops._hop_scores(model, [questions[b] for b, _ in pairs], _expand(corpora, [b for b, _ in pairs]),
+            q1, _ = hops.hop_scores(model, [questions[b] for b, _ in pairs], _expand(corpora, [b for b, _ in pairs]),
                                      list(range(len(pairs))), [[c] for _, c in pairs], model.config.state_order, 128)
         for j, (b, c) in enumerate(pairs):
             i = group[b]
