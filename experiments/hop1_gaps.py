@@ -81,7 +81,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = load_preset(args.preset)
-    from qrag.training.cli import build_episodes
+    from qrag.training.data.build import build_episodes
 
     out: dict[str, Any] = {}
     for name in args.model:

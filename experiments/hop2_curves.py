@@ -50,12 +50,15 @@ def analyse(model: str, num: int) -> dict[str, object]:
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for ep in episodes:
             facts = {i: parse_fact(c) for i, c in enumerate(ep.chunks)}
-            moves = [i for i in ep.supporting if facts[i] is not None and facts[i].kind == "move"]
+            moves = [i for i in ep.supporting if (fact := facts[i]) is not None and fact.kind == "move"]
             objects = [i for i in ep.supporting if i not in moves]
             if len(moves) != 1 or len(objects) != 1:
                 continue
             gold, taken = moves[0], objects[0]
-            kind = facts[taken].kind
+            gold_fact, taken_fact = facts[gold], facts[taken]
+            assert gold_fact is not None, "moves holds parsed facts only"
+            assert taken_fact is not None, f"supporting fact {ep.chunks[taken]!r} is not a bAbI fact"
+            kind: str = taken_fact.kind
             vectors = qnet.embed_chunks(ep.chunks, 256).float()  # (N, D)
             state = qnet.state_vectors(qnet.tokenize_states([ep.question], [[ep.chunks[taken]]])).float()  # (1, D)
             selected = torch.zeros(1, ep.num_chunks, dtype=torch.bool)
@@ -70,7 +73,7 @@ def analyse(model: str, num: int) -> dict[str, object]:
             else:
                 outcomes[f"{kind}, {where}: miss in gap " + ("0" if pick < taken else "1")] += 1
                 wrong = facts[pick]
-                if wrong is not None and wrong.kind == "move" and wrong.actor == facts[gold].actor:
+                if wrong is not None and wrong.kind == "move" and wrong.actor == gold_fact.actor:
                     same_person += 1
                     at = pos[[gold, gold]][None]  # (1, 2) both sentences at the gold move's place
                     words = qnet.score(state, vectors[[pick, gold]], at)[0]

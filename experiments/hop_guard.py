@@ -144,6 +144,7 @@ def choose(table: dict) -> dict:
 
     margins = {t: round(worst(t), 4) for t in kept}
     best = max(kept, key=lambda t: (margins[t], t)) if kept else None
+    assert choose.__doc__ is not None
     return {"rule": choose.__doc__.split(":", 1)[1].strip(), "tolerance": TOLERANCE, "off_domain_k": OFF_DOMAIN_K,
             "worst_off_domain_margin": margins, "chosen": best}
 

@@ -43,7 +43,8 @@ def misses(model: str, task: str, num: int) -> dict[str, object]:
                              threshold=None, min_hops=0)
     kinds: collections.Counter[str] = collections.Counter()
     distances = []
-    for episode, (taken, _) in zip(episodes, hopped, strict=True):
+    for episode, hops in zip(episodes, hopped, strict=True):
+        taken = hops.taken
         gold = set(episode.supporting)
         if set(taken) == gold:
             continue

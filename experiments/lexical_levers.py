@@ -34,7 +34,7 @@ from hop_guard import ranked  # experiments/hop_guard.py: the items taken, then 
 
 from qrag.training import hops
 from qrag.training.data.hotpot_pool import iter_hotpot_pool
-from qrag.training.data.wiki import iter_wiki
+from qrag.training.data.wiki import DEFAULT_DISTRACTORS, iter_wiki
 from qrag.training.search import load_model
 
 RRF_C = 60
@@ -119,8 +119,8 @@ def record(model_name: str, signals: Path, names: Sequence[str], wiki_samples: i
                                     lambda i, eps, qs, pool=pool: bm25_scores(pool, qs))
         else:
             _, kind, which = name.split("_")
-            extra = {"num_distractors": 1000} if which == "pool" else {}
-            eps = list(itertools.islice(iter_wiki(kind, split="val", **extra), wiki_samples))
+            distractors = 1000 if which == "pool" else DEFAULT_DISTRACTORS
+            eps = list(itertools.islice(iter_wiki(kind, split="val", num_distractors=distractors), wiki_samples))
             sets[name] = record_set(
                 model, eps, [embed(ep.chunks) for ep in eps],
                 lambda i, eps: bm25_scores(eps[i].chunks, [eps[i].question])[0],
@@ -133,7 +133,8 @@ def record(model_name: str, signals: Path, names: Sequence[str], wiki_samples: i
             for key, value in row.items():
                 flat[f"{name}/{i}/{key}"] = np.asarray(value)
     meta = json.dumps({name: len(rows) for name, rows in sets.items()})
-    np.savez_compressed(signals, **flat, __meta__=np.asarray(meta))
+    flat["__meta__"] = np.asarray(meta)
+    np.savez_compressed(signals, allow_pickle=True, **flat)  # allow_pickle: numpy's default, named so no key is it
 
 
 def record_set(model, episodes, vectors, bm25_of, bm25_many) -> list[dict]:
@@ -339,6 +340,7 @@ def choose(table: dict[str, dict]) -> dict:
     eligible = [s for s, r in rows.items() if r["eligible"]]
     best = max(eligible, key=lambda s: rows[s]["fact_em@2"]) if eligible else None
     rows = {s: {m: round(x, 4) if isinstance(x, float) else x for m, x in r.items()} for s, r in rows.items()}
+    assert choose.__doc__ is not None
     return {"rule": " ".join(choose.__doc__.split(":", 1)[1].split()), "candidates": rows, "chosen": best}
 
 

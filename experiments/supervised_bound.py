@@ -217,7 +217,10 @@ def main() -> int:
             head.bias.zero_()
     head.weight.requires_grad_(args.chunk_head == "linear")
     if args.chunk_layers:
-        layers = qnet.chunk_tower.encoder.encoder.layer
+        blocks = qnet.chunk_tower.encoder.encoder  # a BERT-style model's encoder: its transformer blocks
+        assert isinstance(blocks, torch.nn.Module), f"no .encoder module in {type(qnet.chunk_tower.encoder)}"
+        layers = blocks.layer
+        assert isinstance(layers, torch.nn.ModuleList), f"no .layer blocks in {type(blocks)}"
         for layer in layers[len(layers) - args.chunk_layers:]:
             layer.requires_grad_(True)
         store = FactStore(store, qnet)
