@@ -101,6 +101,15 @@ class QNetwork(CheckpointMixin, ServingMixin):
             raise ConfigError(f"model.state_anchor={config.state_anchor!r} finds the question in a state by its [SEP] "
                               f"token; the tokenizer of {config.encoder!r} has none: use state_anchor='none'.")
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> QNetwork:
+        """A copy of the towers and settings sharing the tokenizer: it is read-only here, and copying its
+        vocabulary cost more than copying a small network (every target network and test fixture is a copy)."""
+        memo[id(self.tokenizer)] = self.tokenizer
+        twin = self.__class__.__new__(self.__class__)
+        memo[id(self)] = twin
+        twin.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return twin
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_encoder(cls, name_or_path: str, **options: Any) -> QNetwork:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -240,3 +241,15 @@ def test_dropout_zero_makes_training_passes_deterministic_and_leaves_eval_passes
         assert torch.equal(first, second) is agree
     questions, pieces = ["Where is the milk?"], [["Mary took the milk."]]
     assert torch.equal(off.embed_states(questions, pieces), own.embed_states(questions, pieces))  # eval mode
+
+
+def test_a_deep_copy_shares_the_tokenizer_and_owns_its_weights(tiny_qnet: QNetwork) -> None:
+    twin = copy.deepcopy(tiny_qnet)
+    assert twin.tokenizer is tiny_qnet.tokenizer and twin.config == tiny_qnet.config
+    mine, theirs = dict(tiny_qnet.named_parameters()), dict(twin.named_parameters())
+    assert mine.keys() == theirs.keys()
+    assert all(mine[k] is not theirs[k] and torch.equal(mine[k], theirs[k]) for k in mine)
+    with torch.no_grad():
+        want = tiny_qnet.embed_states(["Where is the milk?"], [[CHUNKS[0]]])
+        next(twin.state_tower.parameters()).add_(1.0)  # the copy's weights are its own
+        assert torch.equal(tiny_qnet.embed_states(["Where is the milk?"], [[CHUNKS[0]]]), want)
