@@ -3,6 +3,8 @@ names a section of docs/METHOD.md, and every relative link of the README and the
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from pathlib import Path
 
@@ -14,9 +16,14 @@ SECTION = re.compile(r"§\s*(\d+(?:\.\d+)*)")
 DOC_NAME = re.compile(r"[\w-]+\.md\b")
 
 
-def _project_text_files() -> list[Path]:
-    return [p for p in REPO.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES
-            and not any(part in SKIP_DIRS or part.endswith(".egg-info") for part in p.relative_to(REPO).parts)]
+@functools.cache
+def _project_text_files() -> tuple[Path, ...]:
+    """The project's text files, walked once; virtual environments and run folders pruned, not walked."""
+    found = []
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        found += [Path(folder) / f for f in sorted(files) if Path(f).suffix in TEXT_SUFFIXES]
+    return tuple(found)
 
 
 def method_sections() -> set[str]:
