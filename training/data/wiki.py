@@ -310,6 +310,7 @@ def _cap(word: str) -> bool:
 def find_links(pages: dict[str, WikiPage], max_words: int = 8) -> dict[str, tuple[str, ...]]:
     """Each page's mentions of other titles: maximal capitalised spans, not at a sentence start, longest first."""
     titles = {t for t in pages if len(t) >= 3 and not t.isdigit()}
+    heads = {t.split(" ", 1)[0] for t in titles}  # a span can be a title only if its first word begins one
     links: dict[str, tuple[str, ...]] = {}
     for a, page in pages.items():
         words = page.text.split()
@@ -318,7 +319,8 @@ def find_links(pages: dict[str, WikiPage], max_words: int = 8) -> dict[str, tupl
         while i < len(words):
             step = 1
             prev = words[i - 1]
-            if not prev.endswith(_SENT_END) and not _cap(prev):
+            if (not prev.endswith(_SENT_END) and not _cap(prev)
+                    and (words[i].lstrip(_LEAD) in heads or words[i].rstrip(_TRAIL).lstrip(_LEAD) in titles)):
                 for n in range(min(max_words, len(words) - i), 0, -1):
                     span = words[i : i + n]
                     cand = " ".join(span).rstrip(_TRAIL).lstrip(_LEAD)
