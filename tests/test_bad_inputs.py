@@ -251,7 +251,8 @@ def test_stale_temp_folders_are_cleaned_and_an_interrupted_swap_is_undone(saved:
     assert live.exists()  # a live writer's folder is left alone
 
 
-@pytest.mark.parametrize("kind", ["save_local", "persist", "save_pretrained"])
+@pytest.mark.parametrize("kind", [  # one in the default suite, every kind in the slow one
+    "save_local", pytest.param("persist", marks=pytest.mark.slow), pytest.param("save_pretrained", marks=pytest.mark.slow)])
 def test_sigkill_during_a_save_leaves_the_old_or_the_new_save(kind: str, qnet: QNetwork, tmp_path: Path) -> None:
     k = sigkill.kinds()[kind]
     a, b = k.build(qnet, sigkill.TEXTS_A, 2), k.build(sigkill.perturbed(qnet), sigkill.TEXTS_B, 3)

@@ -15,6 +15,7 @@ ARGS = ["--samples", "2", "--num-train", "10", "--num-val", "5", "--lengths", "1
         "--reader", "none", "--minutes", "5", "--threads", "2"]
 
 
+@pytest.mark.slow
 def test_main_job_runs_every_phase_and_resumes_after_an_interrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     args = [*ARGS, "--output-dir", str(tmp_path)]
@@ -56,6 +57,7 @@ def test_main_job_rejects_bad_flags(tmp_path: Path) -> None:
     assert not (tmp_path / "job.json").exists()  # nothing was started
 
 
+@pytest.mark.slow
 def test_main_job_serves_a_shipped_model_without_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(demo, "Trainer", lambda *a, **k: pytest.fail("--model must not train"))
@@ -113,6 +115,7 @@ def test_the_plan_keeps_every_sample_when_training_keeps_its_share_and_scales_th
     assert demo.plan_samples(900, 60, 30, 5, 15, 3000) == (5, 605)  # fewer asked than the floor: as asked
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("bf16_as_native")
 def test_in_fp32_the_state_tower_trains_its_blocks_not_its_embeddings(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:

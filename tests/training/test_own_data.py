@@ -188,6 +188,7 @@ def init_model(tmp_path: Path, tiny_encoder_path: Path) -> Path:
     return qnet.save_pretrained(tmp_path / "init")
 
 
+@pytest.mark.slow
 def test_a_fine_tune_starts_from_the_init_model_and_records_it(files: dict[str, Path], init_model: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "ft"

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 
+@pytest.mark.slow
 def test_main_types_are_exported_lazily() -> None:
     """Importing the package loads no torch and no submodule; touching a name loads exactly its module."""
     code = (

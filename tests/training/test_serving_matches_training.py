@@ -15,8 +15,10 @@ from qrag.training.search import SearchConfig, search_many
 from tests.training.two_hop import make_two_hop_episodes
 
 
-@pytest.mark.parametrize("mode,order,anchor", [("relative", "document", "none"), ("none", "selection", "none"),
-                                               ("none", "selection", "first_hop"), ("none", "selection", "passages")])
+@pytest.mark.parametrize("mode,order,anchor", [  # one in the default suite, every variant in the slow one
+    ("relative", "document", "none"), pytest.param("none", "selection", "none", marks=pytest.mark.slow),
+    pytest.param("none", "selection", "first_hop", marks=pytest.mark.slow),
+    pytest.param("none", "selection", "passages", marks=pytest.mark.slow)])
 def test_trainer_evaluation_and_search_take_the_same_hops(tiny_encoder_path: Path, mode: str, order: str,
                                                           anchor: str) -> None:
     towers = "state" if anchor != "none" else "both"

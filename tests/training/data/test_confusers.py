@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
 
 from qrag.training.config import ConfigError, DataConfig
 from qrag.training.data.babi import parse_fact
 from qrag.training.data.build import build_episodes
-from qrag.training.data.confusers import confuser_index, mentions, pick_confusers, with_confusers
+from qrag.training.data.confusers import (
+    CONFUSER_WORDS,
+    confuser_index,
+    mentions,
+    pick_confusers,
+    with_confusers,
+)
 from qrag.training.data.sources import load_episodes
 
 
@@ -20,6 +27,46 @@ def test_mentions_matches_whole_words_names_as_written_rooms_and_objects_in_any_
     assert mentions("the mary of the office") == {"office"}  # a name only as written
 
 
+class _Pool:
+    """A text source of two books (`sentence_pool`'s interface), so the index is checked in milliseconds."""
+
+    books = [[["Mary sat down.", "The sky was grey."], ["A garden grew.", "Mary sat down."]],
+             [["Nothing here.", "He took the MILK and the apple."], ["Danielle and Marys left."]]]
+
+    def split_all(self) -> int:
+        return sum(len(p) for book in self.books for p in book)
+
+    def by_paragraph(self) -> list[list[list[str]]]:
+        return self.books
+
+
+@pytest.fixture()
+def two_books(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every text source reads as `_Pool`'s two books for the confuser index (the real index splits every book:
+    seconds from the disk cache, a minute without it; the slow tests read it)."""
+    from qrag.training.data import confusers
+
+    monkeypatch.setattr(confusers, "sentence_pool", lambda name: _Pool())
+    confusers.confuser_index.cache_clear()
+    confusers._candidates.cache_clear()
+    yield
+    confusers.confuser_index.cache_clear()
+    confusers._candidates.cache_clear()
+
+
+@pytest.mark.usefixtures("two_books")
+def test_the_index_is_every_distinct_mentioning_sentence_in_reading_order() -> None:
+    index = confuser_index(("two books",))
+    assert index["Mary"] == ("Mary sat down.",)  # once, though the text holds it twice
+    assert index["garden"] == ("A garden grew.",)
+    assert index["milk"] == index["apple"] == ("He took the MILK and the apple.",)
+    assert index["Daniel"] == () and index["hallway"] == ()  # no whole word, no mention
+    assert set(index) == set(CONFUSER_WORDS)
+    picks = pick_confusers(("Mary took the apple.",), 5, random.Random(0), sources=("two books",))
+    assert sorted(set(picks)) == ["He took the MILK and the apple.", "Mary sat down."] and len(picks) == 5
+
+
+@pytest.mark.slow
 def test_the_index_holds_every_mentioning_sentence_of_the_text_and_only_those() -> None:
     index = confuser_index()
     daniel = index["Daniel"]
@@ -30,6 +77,7 @@ def test_the_index_holds_every_mentioning_sentence_of_the_text_and_only_those() 
     assert index["hallway"] == ()  # no book names it
 
 
+@pytest.mark.slow
 def test_picks_mention_the_storys_words_are_distinct_and_deterministic() -> None:
     story = ("Daniel went to the garden.", "Where is Daniel?")
     picks = pick_confusers(story, 30, random.Random(3))
@@ -42,6 +90,7 @@ def test_picks_mention_the_storys_words_are_distinct_and_deterministic() -> None
     assert len(many) == 50 and len(set(many)) == len(confuser_index()["Jeff"])
 
 
+@pytest.mark.usefixtures("two_books")
 def test_with_confusers_replaces_that_share_of_the_slots_and_keeps_the_rest_in_order() -> None:
     background = [f"Plain sentence number {i} of the text." for i in range(40)]
     out = with_confusers(background, 0.25, ("Mary moved to the office.",), random.Random(1))
@@ -51,6 +100,7 @@ def test_with_confusers_replaces_that_share_of_the_slots_and_keeps_the_rest_in_o
     assert background == [f"Plain sentence number {i} of the text." for i in range(40)]  # not changed in place
 
 
+@pytest.mark.usefixtures("two_books")
 def test_haystacks_with_confusers_keep_their_story_and_zero_changes_nothing() -> None:
     kw = {"task": "qa2", "split": "train", "num_samples": 4, "num_sentences": 200, "filler_sentences": 2000}
     plain = load_episodes("babilong", **kw)
@@ -68,6 +118,7 @@ def test_haystacks_with_confusers_keep_their_story_and_zero_changes_nothing() ->
     assert load_episodes("babilong", confusers=0.3, **kw) == hard
 
 
+@pytest.mark.usefixtures("two_books")
 def test_training_and_validation_get_confusers_from_the_data_config() -> None:
     data = DataConfig(source="babilong", task="qa1", num_sentences=80, num_train=3, num_val=2, confusers=0.25)
     train, val = build_episodes(data)

@@ -38,6 +38,7 @@ def _dump_here() -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_same_arguments_give_byte_identical_episodes_in_a_new_process() -> None:
     out = subprocess.run(
         [sys.executable, "-c", _DUMP, json.dumps(CASES)], capture_output=True, text=True, cwd=REPO,

@@ -218,6 +218,7 @@ def test_hard_negatives_are_lexically_close() -> None:
     assert set(ep.metadata["titles"]) & (set(nearest) - set(ep.metadata["gold_titles"]))
 
 
+@pytest.mark.slow
 def test_same_seed_same_episodes_in_a_new_process() -> None:
     here = [e.to_json() for e in load_episodes("wiki", task="mix", split="val", num_samples=12, seed=5)]
     code = ("import json; from qrag.training.data import load_episodes; print(json.dumps([e.to_json() for e in "
