@@ -7,10 +7,14 @@ of an encoder that ships as a Python package and therefore works offline: `all-M
 
 from __future__ import annotations
 
+import copy
 import importlib.util
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -90,17 +94,60 @@ def _refuse_pickled_weights(folder: Path, name: str) -> None:
         )
 
 
+T = TypeVar("T")
+MEMO_SIZE = 4
+"""Local folders whose loaded encoder or tokenizer this process keeps, most recent first (`memoised`)."""
+_MEMO: OrderedDict[tuple[str, str, tuple[tuple[str, int, int], ...]], Any] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+
+
+def memoised(kind: str, folder: str | Path, load: Callable[[], T]) -> T:
+    """`load()` once per local `folder` as its files are now (name, size, modification time): a folder written
+    again loads afresh. Building several networks from one encoder (a trainer's, an evaluation's baselines, a
+    checkpoint's base) then reads its files once; the last `MEMO_SIZE` folders are kept."""
+    path = Path(folder).resolve()
+    stamp = tuple((f.name, st.st_size, st.st_mtime_ns) for f in sorted(path.iterdir()) if f.is_file()
+                  for st in (f.stat(),))
+    key = (kind, str(path), stamp)
+    with _MEMO_LOCK:
+        if key in _MEMO:
+            _MEMO.move_to_end(key)
+            return _MEMO[key]  # type: ignore[no-any-return]
+    value = load()
+    with _MEMO_LOCK:
+        _MEMO[key] = value
+        while len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return value
+
+
+def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in a local `folder`, read once per process while its files are unchanged (shared:
+    qrag never changes a tokenizer)."""
+    return memoised("tokenizer", folder, lambda: AutoTokenizer.from_pretrained(str(folder)))
+
+
 def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load an encoder and its tokenizer (fp32, pooler dropped: qrag mean-pools the last hidden states).
 
-    Weights load from safetensors only, never from a pickle (`EncoderLoadError` says how to convert one)."""
+    Weights load from safetensors only, never from a pickle (`EncoderLoadError` says how to convert one). A local
+    folder is read once per process while its files are unchanged (`memoised`): every call returns weights of its
+    own and the folder's one tokenizer."""
     resolved = resolve_encoder(name_or_path)
-    if Path(resolved).is_dir():
+    local = Path(resolved).is_dir()
+    if local:
         _refuse_pickled_weights(Path(resolved), name_or_path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(resolved)
+
+    def read_model() -> PreTrainedModel:
         with quiet_loading():
-            model = AutoModel.from_pretrained(resolved, dtype=torch.float32, use_safetensors=True)
+            return AutoModel.from_pretrained(resolved, dtype=torch.float32, use_safetensors=True)
+
+    model: Any
+    try:
+        if local:  # read once per process; each caller gets weights of its own
+            tokenizer, model = load_tokenizer(resolved), copy.deepcopy(memoised("encoder", resolved, read_model))
+        else:  # a hub id: the hub's own cache serves a second load
+            tokenizer, model = AutoTokenizer.from_pretrained(resolved), read_model()
     except EncoderLoadError:
         raise
     except (OSError, ValueError, KeyError) as e:

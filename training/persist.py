@@ -16,11 +16,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedTokenizerBase
 
 from qrag.training.atomic import atomic_dir
 from qrag.training.config import ConfigError, HopSettings, ModelConfig
-from qrag.training.encoders import EncoderLoadError, load_encoder
+from qrag.training.encoders import EncoderLoadError, load_encoder, load_tokenizer
 from qrag.training.shipped import shipped_names
 
 CHECKPOINT_FORMAT = "qrag-qnetwork"
@@ -98,7 +98,7 @@ def read_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
         raise CheckpointError(f"{folder} is missing: a qrag checkpoint keeps its tokenizer there; save the "
                               "checkpoint again.")
     try:
-        return AutoTokenizer.from_pretrained(str(folder))
+        return load_tokenizer(folder)
     except Exception as e:  # noqa: BLE001 - tokenizers/transformers raise many types for a damaged folder
         raise CheckpointError(f"{folder}: the tokenizer cannot be loaded ({type(e).__name__}: {short(e)}); save the "
                               "checkpoint again.") from None

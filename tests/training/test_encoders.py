@@ -45,3 +45,28 @@ def test_a_pickled_encoder_is_refused_and_the_message_converts_it(runs_code: boo
         converted, original = load_encoder(str(folder))[0], load_encoder(str(tiny_encoder_path))[0]
         assert all(torch.equal(a, b) for a, b in zip(converted.state_dict().values(), original.state_dict().values(),
                                                      strict=True))
+
+
+def test_a_folder_is_read_once_while_unchanged_and_each_load_owns_its_weights(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import AutoModel
+
+    from qrag.training import encoders
+    from tests.conftest import make_tiny_encoder
+
+    folder = make_tiny_encoder(tmp_path / "enc", seed=1)
+    reads = []
+    real = AutoModel.from_pretrained
+    monkeypatch.setattr(encoders.AutoModel, "from_pretrained", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    (m1, t1), (m2, t2) = load_encoder(str(folder)), load_encoder(str(folder))
+    assert len(reads) == 1 and t1 is t2
+    first, second = dict(m1.named_parameters()), dict(m2.named_parameters())
+    assert all(first[k] is not second[k] and torch.equal(first[k], second[k]) for k in first)
+    with torch.no_grad():
+        next(iter(first.values())).add_(1.0)  # a caller's weights are its own: the next load is as saved
+    (m3, _) = load_encoder(str(folder))
+    assert torch.equal(next(iter(dict(m3.named_parameters()).values())), next(iter(second.values())))
+    make_tiny_encoder(folder, seed=2)  # the same folder written again: read afresh
+    (m4, _) = load_encoder(str(folder))
+    assert len(reads) == 2
+    assert not torch.equal(next(iter(dict(m4.named_parameters()).values())), next(iter(second.values())))
