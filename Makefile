@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m qrag.eval.demo $(ARGS)
 
+# One worker per core this process may use (pytest-xdist; a file's tests stay on one worker, so module fixtures are
+# built once); tests/conftest.py gives each worker's torch its share of the cores.
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test-all: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m ''

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,27 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# `make test` runs one worker per core (pytest-xdist): each worker's torch gets its share of the cores, so two
+# workers never run four busy threads on two cores (that oversubscription made the suite four times slower).
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+THREADS = max(1, _CORES // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+torch.set_num_threads(THREADS)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core this process may run on (a pinned run gets one), at most four (each worker
+    imports torch and builds its own fixtures)."""
+    return max(1, min(4, _CORES))
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads() -> Iterator[None]:
+    """A test that sets torch's thread count (a trainer's `threads`, the main job's `--threads`) does not leave it
+    set for the tests after it."""
+    yield
+    if torch.get_num_threads() != THREADS:
+        torch.set_num_threads(THREADS)
 
 
 def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:

@@ -8,6 +8,7 @@ of an encoder that ships as a Python package and therefore works offline: `all-M
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import threading
 from collections import OrderedDict
@@ -95,20 +96,30 @@ def _refuse_pickled_weights(folder: Path, name: str) -> None:
 
 
 T = TypeVar("T")
-MEMO_SIZE = 4
+MEMO_SIZE = 6
 """Local folders whose loaded encoder or tokenizer this process keeps, most recent first (`memoised`)."""
-_MEMO: OrderedDict[tuple[str, str, tuple[tuple[str, int, int], ...]], Any] = OrderedDict()
+_MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _MEMO_LOCK = threading.Lock()
 
 
-def memoised(kind: str, folder: str | Path, load: Callable[[], T]) -> T:
-    """`load()` once per local `folder` as its files are now (name, size, modification time): a folder written
-    again loads afresh. Building several networks from one encoder (a trainer's, an evaluation's baselines, a
-    checkpoint's base) then reads its files once; the last `MEMO_SIZE` folders are kept."""
+def memoised(kind: str, folder: str | Path, load: Callable[[], T], by_content: bool = False) -> T:
+    """`load()` once per local `folder` as its files are now: a folder written again loads afresh. Building
+    several networks from one encoder (a trainer's, an evaluation's baselines, a checkpoint's base) then reads its
+    files once; the last `MEMO_SIZE` loads are kept.
+
+    Args:
+        by_content: Key on the files' bytes instead of their path, size and modification time (small folders
+            that many copies share, such as a tokenizer saved with every checkpoint).
+    """
     path = Path(folder).resolve()
-    stamp = tuple((f.name, st.st_size, st.st_mtime_ns) for f in sorted(path.iterdir()) if f.is_file()
-                  for st in (f.stat(),))
-    key = (kind, str(path), stamp)
+    files = sorted(f for f in path.iterdir() if f.is_file())
+    if by_content:
+        digest = hashlib.blake2b(digest_size=16)
+        for f in files:
+            digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        key: tuple[Any, ...] = (kind, digest.hexdigest())
+    else:
+        key = (kind, str(path), tuple((f.name, st.st_size, st.st_mtime_ns) for f in files for st in (f.stat(),)))
     with _MEMO_LOCK:
         if key in _MEMO:
             _MEMO.move_to_end(key)
@@ -122,9 +133,9 @@ def memoised(kind: str, folder: str | Path, load: Callable[[], T]) -> T:
 
 
 def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer saved in a local `folder`, read once per process while its files are unchanged (shared:
-    qrag never changes a tokenizer)."""
-    return memoised("tokenizer", folder, lambda: AutoTokenizer.from_pretrained(str(folder)))
+    """The tokenizer saved in a local `folder`, read once per process for the same files wherever they lie (a
+    checkpoint saves its tokenizer beside its weights): shared, qrag never changes a tokenizer."""
+    return memoised("tokenizer", folder, lambda: AutoTokenizer.from_pretrained(str(folder)), by_content=True)
 
 
 def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

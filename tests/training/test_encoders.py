@@ -70,3 +70,15 @@ def test_a_folder_is_read_once_while_unchanged_and_each_load_owns_its_weights(tm
     (m4, _) = load_encoder(str(folder))
     assert len(reads) == 2
     assert not torch.equal(next(iter(dict(m4.named_parameters()).values())), next(iter(second.values())))
+
+
+def test_tokenizers_with_the_same_files_are_one_tokenizer_wherever_they_lie(tiny_qnet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from qrag.training.encoders import load_tokenizer
+
+    tiny_qnet.tokenizer.save_pretrained(str(tmp_path / "a"))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert load_tokenizer(tmp_path / "a") is load_tokenizer(tmp_path / "b")
+    config = tmp_path / "b" / "tokenizer_config.json"
+    config.write_text(config.read_text().replace('"model_max_length": 512', '"model_max_length": 64'))
+    changed = load_tokenizer(tmp_path / "b")  # other files: another tokenizer
+    assert changed is not load_tokenizer(tmp_path / "a") and changed.model_max_length == 64
