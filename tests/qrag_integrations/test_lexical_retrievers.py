@@ -50,10 +50,15 @@ def test_llama_index_persists_the_bm25_index(texts: list[str], questions: list[s
     nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(texts)]
     retriever = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=lexical_qnet, similarity_top_k=3)
     found = retriever.retrieve(questions[0])
+    # The score is the Q-value plus 0.5 × the evidence: never below it, above it where the question's words are.
     assert all(n.score >= n.node.metadata["q_value"] for n in found)  # type: ignore[operator]
+    assert any(n.score > n.node.metadata["q_value"] + 1e-6 for n in found)  # type: ignore[operator]
     retriever.persist(tmp_path / "p")
     loaded = QRAGLlamaIndexRetriever.from_persist_dir(tmp_path / "p")
     assert loaded.searcher.index.lexical is not None  # type: ignore[union-attr]
     again = loaded.retrieve(questions[0])
     assert [(n.node.node_id, n.score) for n in again] == [(n.node.node_id, n.score) for n in found]
-    assert retriever.retrieve(questions[0]) and loaded.lexical_weight == "model"
+    assert loaded.lexical_weight == "model" and loaded.searcher.model.hop_settings.lexical_weight == 0.5
+    loaded.lexical_weight = 0.0
+    plain = loaded.retrieve(questions[0])
+    assert all(n.score == pytest.approx(n.node.metadata["q_value"]) for n in plain)  # the evidence is what lifted them

@@ -219,6 +219,7 @@ def test_a_fine_tune_starts_from_the_init_model_and_records_it(files: dict[str, 
     texts = [t for _, t in PASSAGES]
     docs = QRAGRetriever.from_texts(texts, model=str(out / "best"), k=3).invoke("who has the cup?")
     assert len(docs) == 3 and all(d.metadata["score"] >= d.metadata["q_value"] for d in docs)
+    assert any(d.metadata["score"] > d.metadata["q_value"] + 1e-6 for d in docs)  # the lexical evidence is weighed
     nodes = [TextNode(text=t, id_=i) for i, t in PASSAGES]
     found = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(out / "best"), similarity_top_k=3)
     assert len(found.retrieve("who has the cup?")) == 3 and found.searcher.index.lexical is not None  # type: ignore[union-attr]
