@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from qrag.eval.baselines import ADAPTIVE, BASELINES, make_retrievers
+from qrag.eval.metrics import wilson_interval
 from qrag.eval.report import margins
 from qrag.eval.runner import read_results, run
 from qrag.eval.sweep import BABILONG_SENTENCES, RunConfig, cell_episodes
@@ -180,9 +181,18 @@ def at_sf(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r if r["method"] in ADAPTIVE else {**r, "fact_em": r["fact_em_at_sf"]} for r in records]
 
 
+def rate_cell(values: Sequence[float]) -> str:
+    """A cell of 0/1 scores: its mean and 95% Wilson interval, in as many decimals as the interval supports (two
+    below 400 samples: a 27-sample cell is known to about ±0.1, not to three decimals)."""
+    lo, hi = wilson_interval(sum(values), len(values))
+    digits = 3 if len(values) >= 400 else 2
+    return f"{sum(values) / len(values):.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
 def results_report(records: Sequence[dict[str, Any]], samples: int, lengths: Sequence[str]) -> str:
-    """Markdown: fact EM per task and method at each length, at exactly |SF| chunks and at the paper's budget of
-    6, then the paired margins over the best baseline of every qa2/qa3 cell at |SF| chunks."""
+    """Markdown: fact EM per task and method at each length with its 95% interval (`rate_cell`), at exactly |SF|
+    chunks and at the paper's budget of 6, then the paired margins over the best baseline of every qa2/qa3 cell at
+    |SF| chunks."""
     lines = []
     views = (("exactly |SF| chunks per question (qrag+stop: as many as its stop rule keeps, at most the model's "
               "hops)", at_sf(records)), (f"the paper's budget of {PAPER_BUDGET} chunks per question (qrag+stop as "
@@ -196,10 +206,10 @@ def results_report(records: Sequence[dict[str, Any]], samples: int, lengths: Seq
                   "|---|---|" + "---|" * (len(TASKS) + 1)]
         for length in lengths:
             for m in METHODS:
-                vals = {t: sum(v) / len(v) for t in TASKS if (v := cells.get((m, t, length)))}
+                vals = {t: v for t in TASKS if (v := cells.get((m, t, length)))}
                 if vals:
-                    lines.append(f"| {length} | {m} | " + " | ".join(f"{vals[t]:.3f}" if t in vals else "-" for t in TASKS)
-                                 + f" | {sum(vals.values()) / len(vals):.3f} |")
+                    lines.append(f"| {length} | {m} | " + " | ".join(rate_cell(vals[t]) if t in vals else "-" for t in TASKS)
+                                 + f" | {rate_cell([x for v in vals.values() for x in v])} |")
     for method in ("qrag", "qrag+stop"):
         rows = [r for r in margins(at_sf(records), method, BASELINES) if r["task"] in HARD_TASKS]
         rows.sort(key=lambda r: (r["task"], BABILONG_SENTENCES[r["length"]]))

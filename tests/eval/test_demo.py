@@ -92,8 +92,9 @@ def test_one_budget_6_retrieval_gives_both_tables_by_hand() -> None:
     assert sf[("qrag+stop", "a")] == 1.0 and sf[("qrag+stop", "b")] == 0.0  # its own stop, not the first |SF|
     report = demo.results_report(records, 2, ["1k"])
     at_sf_table, budget_table = report.split("the paper's budget")
-    assert "| 1k | qrag | - | 0.500 | - | - | - | 0.500 |" in at_sf_table
-    assert "| 1k | qrag | - | 1.000 | - | - | - | 1.000 |" in budget_table
+    # Two samples: the mean and its 95% Wilson interval, in two decimals (1 of 2: 0.095-0.905; 2 of 2: 0.342-1).
+    assert "| 1k | qrag | - | 0.50 [0.09, 0.91] | - | - | - | 0.50 [0.09, 0.91] |" in at_sf_table
+    assert "| 1k | qrag | - | 1.00 [0.34, 1.00] | - | - | - | 1.00 [0.34, 1.00] |" in budget_table
     assert "qa2 1k: 0.500 vs" in report  # the margin is at |SF| chunks
 
 

@@ -16,6 +16,7 @@ from qrag.eval.metrics import (
     ruler_any_match,
     ruler_fraction,
     token_f1,
+    wilson_interval,
 )
 
 
@@ -132,3 +133,13 @@ def test_margins_pick_the_best_baseline_per_cell_and_pair_by_id() -> None:
     assert row["ci95"] == pytest.approx(1.96 * (1 / 3) ** 0.5 / 2)
     assert row["ahead"] is False  # 0.5 − 0.566 < 0: not significant with four samples
     assert "| qa2 | 4k | qrag 0.750 | multihop 0.250 | +0.500 ± 0.566 | 4 | no |" in margins_table([row])
+
+
+def test_wilson_interval_by_hand() -> None:
+    # 24 of 27: centre (p + z²/2n) / (1 + z²/n) = 0.84046, half-width z·√(p(1−p)/n + z²/4n²) / (1 + z²/n) = 0.12103
+    assert wilson_interval(24, 27) == pytest.approx((0.71942, 0.96148), abs=1e-5)
+    assert wilson_interval(27, 27) == pytest.approx((0.87544, 1.0), abs=1e-5)  # all right: still a width
+    lo, hi = wilson_interval(0, 27)
+    assert lo == pytest.approx(0.0, abs=1e-12) and hi == pytest.approx(0.12456, abs=1e-5)
+    with pytest.raises(ValueError, match="28 of 27"):
+        wilson_interval(28, 27)
