@@ -13,7 +13,7 @@ distractor paragraphs. Licences: HotpotQA CC BY-SA 4.0, HaluEval MIT, the wheel 
 - **Splits by row** (`ROWS`): train 0-8 499, val 8 500-8 999 (held out of training, for choosing checkpoints and
   settings), test 9 000-9 999 (evaluation only: never trained, tuned or selected on).
 - **Pools**: the corpus is the distinct gold passages of clean rows; a split searches `POOL_ROWS[split]`'s: test
-  every clean row's (13 802 passages, the open pool of the benchmark), val rows 0-8 999's, train the training
+  every clean row's (13 789 passages, the open pool of the benchmark), val rows 0-8 999's, train the training
   rows' only. The same Wikipedia paragraph can serve two questions, so a test question's gold passage can also be
   a training passage: `leakage()` measures how often (reported in docs/DATA_CARD.md, nothing is dropped).
 - **Episodes**: with `num_distractors=None` a question searches its split's whole pool (one shared tuple of
