@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--filler-sentences", type=int, default=None, metavar="N",
                            help="draw every haystack's background from one pool of N test-split sentences (default: "
                                 "all of the text sources); fewer distinct sentences to embed")
+            p.add_argument("--background", default=None, metavar="FILE",
+                           help="a text file of sentences, one per line, that fills every haystack instead of the "
+                                "text sources (text held out of a model's training)")
         if bench.source == "wiki":
             p.add_argument("--distractors", type=int, default=None,
                            help="non-gold passages per question (default 30); 1000 searches every test-split page")
@@ -172,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=args.device, progress=not args.no_progress, batch_size=args.batch_size, chunk_vectors=args.chunk_vectors,
         distractors=getattr(args, "distractors", None), precision=args.precision,
         filler_sentences=getattr(args, "filler_sentences", None), split=getattr(args, "split", "test"),
+        background=getattr(args, "background", None),
         samples_at=getattr(args, "samples_at", {}), speed_lengths=getattr(args, "speed_lengths", ()),
         speed_hops=getattr(args, "speed_hops", None), speed_queries=getattr(args, "speed_queries", 20),
     )

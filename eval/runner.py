@@ -50,11 +50,11 @@ may name its own (`Benchmark.recall_ks`: hotpotqa_pool's 2, 5, 10, with --budget
 FACT_EM_FILE = "fact_em_at_2"
 """hotpotqa_pool: fact EM of each method's first two chunks (both gold passages), paired against the reference."""
 SHAPING = ("model", "encoder", "budget", "max_hops", "stop_threshold", "fill", "lexical_weight", "seed", "reader",
-           "max_new_tokens", "data", "corpus", "distractors", "precision", "filler_sentences", "split")
+           "max_new_tokens", "data", "corpus", "distractors", "precision", "filler_sentences", "split", "background")
 """RunConfig fields that shape a record: every record carries them (and the model's fingerprint), and a sweep
 resumed into the same folder must have the same values."""
 SHAPING_BEFORE = {"precision": "fp32", "filler_sentences": None, "fill": "model", "lexical_weight": "model",
-                  "corpus": None, "split": "test"}
+                  "corpus": None, "split": "test", "background": None}
 """Values of SHAPING fields added later, for records written before them."""
 NOT_SETTINGS = ("out", "progress", "lengths_resolved", "device", "chunk_vectors", "speed_lengths", "speed_hops",
                 "speed_queries")

@@ -6,6 +6,7 @@ the same every call. Running it is `qrag.eval.runner`; the speed phase is `qrag.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -126,6 +127,10 @@ class RunConfig:
     filler_sentences: int | None = None
     """`babilong` only: every haystack's background from one pool of this many test-split sentences
     (`qrag.training.data.babilong.filler_pool`); None: all of the text sources."""
+    background: str | None = None
+    """`babilong` only: a text file of background sentences, one per line, that fills every haystack instead of
+    the text sources (cycled from a random line where the haystack is longer): text held out of a model's training
+    (`scripts/held_out_background.py` writes HotpotQA's passages, less every sentence the text sources hold)."""
     max_new_tokens: int = 32
     """Reader tokens per answer."""
     device: str | None = None
@@ -202,6 +207,12 @@ class RunConfig:
             n = self.filler_sentences
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ValueError(f"filler_sentences (--filler-sentences) must be an integer >= 1, got {n!r}.")
+        if self.background is not None:
+            if bench.source != "babilong":
+                raise ValueError(f"--background applies to the babilong benchmark only, not {self.benchmark!r}.")
+            if self.filler_sentences is not None:
+                raise ValueError("--background and --filler-sentences both choose the background: give one.")
+            read_background(self.background)  # the file is read and checked before any work
         t = self.stop_threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
             raise ValueError(f"stop_threshold (--stop-threshold) must be a finite number, got {t!r}.")
@@ -257,6 +268,26 @@ def parse_length(label: str, bench: Benchmark) -> int | None:
     return value
 
 
+@functools.lru_cache(maxsize=2)
+def read_background(path: str) -> tuple[str, ...]:
+    """The non-empty lines of a background file (`RunConfig.background`), read once per process.
+
+    Raises:
+        ValueError: the file is missing, unreadable or holds no sentence.
+    """
+    file = Path(path).expanduser()
+    try:
+        lines = tuple(line.strip() for line in file.read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"background (--background) {str(file)!r} cannot be read ({type(e).__name__}: {e}); give a "
+                         "UTF-8 text file of sentences, one per line.") from None
+    sentences = tuple(line for line in lines if line)
+    if not sentences:
+        raise ValueError(f"background (--background) {str(file)!r} holds no sentence; give a text file of "
+                         "sentences, one per line.")
+    return sentences
+
+
 def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samples: int | None = None) -> list[Episode]:
     """The samples of one (task, length) cell of a validated sweep (deterministic: the same every call);
     `num_samples` defaults to the sweep's."""
@@ -274,6 +305,8 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samp
         kw["num_distractors"] = cfg.distractors
     if cfg.filler_sentences is not None:
         kw["filler_sentences"] = cfg.filler_sentences
+    if cfg.background is not None:
+        kw["background"] = read_background(cfg.background)
     if bench.length_kind == "sentences":
         kw["num_sentences"] = length
     elif bench.length_kind == "tokens":

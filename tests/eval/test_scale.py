@@ -81,6 +81,35 @@ def test_filler_pool_records_are_their_own_settings(tmp_path: Path, tiny_encoder
     assert "--filler-sentences) must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
+def test_a_background_file_fills_every_haystack_and_its_records_say_so(tmp_path: Path, tiny_encoder_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from qrag.eval.sweep import cell_episodes
+    from qrag.training.data.babi import parse_fact
+
+    lines = [f"The lighthouse keeper counted {n} ships before dawn." for n in range(40)]
+    file = tmp_path / "held_out.txt"
+    file.write_text("\n".join(lines[:20]) + "\n\n" + "\n".join(lines[20:]) + "\n")  # a blank line is skipped
+    cfg = RunConfig(benchmark="babilong", out=tmp_path / "o", tasks=("qa2",), lengths=("60",), num_samples=2,
+                    background=str(file)).validate()
+    for ep in cell_episodes(cfg, "qa2", 60):
+        story = [c for c in ep.chunks if parse_fact(c) is not None]
+        assert ep.num_chunks == 60 and story and set(ep.chunks) - set(story) <= set(lines)  # no text-source sentence
+        assert all(ep.chunks[i] in story for i in ep.supporting)
+    out = tmp_path / "run"
+    base = _args(out, tiny_encoder_path, "--methods", "dense", "--lengths", "60", "--num-samples", "2")
+    assert main([*base, "--background", str(file)]) == 0
+    assert {r["settings"]["background"] for r in read_results(out / "results.jsonl")} == {str(file)}
+    assert main(base) == 2  # resuming records over the held-out text with the text sources is refused
+    capsys.readouterr()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    for extra, message in ((["--background", str(empty)], "holds no sentence"),
+                           (["--background", str(tmp_path / "missing.txt")], "missing.txt' cannot be read"),
+                           (["--background", str(file), "--filler-sentences", "300"], "give one")):
+        assert main([*_args(tmp_path / "b", tiny_encoder_path, "--lengths", "60"), *extra]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_the_val_split_is_what_a_training_run_validates_on_and_its_records_say_so(
         tmp_path: Path, tiny_encoder_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from qrag.eval.sweep import cell_episodes
