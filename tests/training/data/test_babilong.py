@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from itertools import islice
 from pathlib import Path
 
@@ -113,12 +112,12 @@ def test_zero_k_is_the_facts_alone() -> None:
     assert all(parse_fact(c) is not None for c in ep.chunks)
 
 
-def test_a_1m_token_haystack_builds_in_seconds(verses: list[str]) -> None:
+def test_a_1m_token_haystack_holds_its_story_in_order(verses: list[str]) -> None:
+    """Its build time is a benchmark's (`python -m qrag.training.data.bench`, docs/RESULTS.md), not a test's."""
     s = generate_samples("qa2", 1, seed=0)[0]
-    t0 = time.perf_counter()
     ep = babilong_episode(s, 40_000, random.Random(0), background=verses)
-    assert time.perf_counter() - t0 < 5.0
     assert ep.num_chunks == 40_000 and ep.metadata["num_tokens"] > 500_000
+    assert [c for c in ep.chunks if parse_fact(c) is not None] == list(s.facts)
 
 
 def test_reads_the_official_release() -> None:
@@ -141,7 +140,5 @@ def test_release_in_the_wrong_schema(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("num_tokens", ["1M", "10M"])
 def test_real_text_haystacks_up_to_10m_tokens(num_tokens: str) -> None:
-    t0 = time.perf_counter()
     ep = generate_babilong("qa2", 1, num_tokens=num_tokens, seed=0, sources=TEXT_SOURCES)[0]
     assert ep.num_chunks == sentences_for_tokens(parse_length(num_tokens))
-    assert time.perf_counter() - t0 < 600
