@@ -52,7 +52,8 @@ def main() -> int:
         # the count, so the first max-index + 1 samples hold every missed one.
         cfg = RunConfig(benchmark="babilong", out=args.results.parent, tasks=(task,), lengths=(length,),
                         seed=settings["seed"], split=settings.get("split", "test"),
-                        filler_sentences=settings.get("filler_sentences")).validate()
+                        filler_sentences=settings.get("filler_sentences"),
+                        background=settings.get("background")).validate()
         count = max(int(i.rsplit("-", 1)[1]) for i in by_id) + 1
         for ep in cell_episodes(cfg, task, cfg.lengths_resolved[0][1], count):
             rec = by_id.get(ep.id)
