@@ -36,7 +36,7 @@ import torch
 from qrag.training.config import StateOrder
 from qrag.training.index import Chunk, ChunkStore
 from qrag.training.lexical import LexicalIndex, lexical_evidence, state_text
-from qrag.training.positions import ROTATE_BUDGET, fused_scoring, rotate_halves
+from qrag.training.positions import ROTATE_BUDGET, budget_rows, fused_scoring, rotate_halves
 from qrag.training.qnet import QNetwork, model_lock
 from qrag.training.search_settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 
@@ -158,7 +158,7 @@ def q_values(
         scores = model.score(states, _corpus_rows(vectors, rows), None, heads=heads)
     else:
         fused = fused_scoring(n) and not (torch.is_grad_enabled() and states.requires_grad)
-        step = len(rows) if fused else max(1, ROTATE_BUDGET // max(1, n * model.dim))
+        step = len(rows) if fused else budget_rows(n, model.dim)
         parts = []
         for i in range(0, len(rows), step):
             part = _corpus_rows(vectors, rows[i : i + step])  # (N, D) | (S, N, D)

@@ -110,6 +110,11 @@ ROTATE_BUDGET = 1 << 25
 state rows in slices of that size, so 64 questions over 400 000 chunks never hold tens of GB at once."""
 
 
+def budget_rows(num_chunks: int, dim: int) -> int:
+    """How many state rows' (rows, N, D) rotary temporaries fit in `ROTATE_BUDGET` elements (at least one)."""
+    return max(1, ROTATE_BUDGET // max(1, num_chunks * dim))
+
+
 def rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: torch.Tensor, heads: bool = False) -> torch.Tensor:
     """⟨state, R(p)·chunk⟩ for every state and chunk, without building the rotated chunks.
 
@@ -150,7 +155,7 @@ def _eager_rotary_scores(states: torch.Tensor, chunks: torch.Tensor, positions: 
                          heads: bool) -> torch.Tensor:
     """The eager form over slices of state rows that keep `ROTATE_BUDGET` elements of temporaries each (every
     row at once when they fit): what serves where the compiled pass is off or has failed."""
-    step = max(1, ROTATE_BUDGET // max(1, chunks.shape[-2] * states.shape[-1]))
+    step = budget_rows(chunks.shape[-2], states.shape[-1])
     if states.shape[0] <= step:
         return _eager_rotary_block(states, chunks, positions, heads)
     parts = [_eager_rotary_block(states[i : i + step], chunks if chunks.dim() == 2 else chunks[i : i + step],

@@ -285,8 +285,7 @@ def test_search_many_equals_one_searcher_per_question(tiny_encoder_path, monkeyp
     configs = [SearchConfig(k=None, max_hops=3, stop_threshold=threshold, order="document"),
                SearchConfig(k=2, max_hops=3), SearchConfig(k=5, max_hops=3, stop_threshold=threshold),
                SearchConfig(k=None, max_hops=4, stop_threshold=None, batch_size=2)]
-    for budget in (qrag.training.hops.ROTATE_BUDGET, 1):  # 1: every hop scores one state row at a time
-        monkeypatch.setattr(qrag.training.hops, "ROTATE_BUDGET", budget)
+    for budget in (qrag.training.positions.ROTATE_BUDGET, 1):  # 1: every hop scores one state row at a time
         monkeypatch.setattr(qrag.training.positions, "ROTATE_BUDGET", budget)
         for cfg in configs:
             many = search_many(qnet, questions, indexes, cfg)
