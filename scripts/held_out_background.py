@@ -19,7 +19,7 @@ from pathlib import Path
 
 from qrag.training.atomic import write_text_atomic
 from qrag.training.data.hotpot_pool import ROWS, read_rows
-from qrag.training.data.text_sources import TEXT_SOURCES, estimate_tokens, sentence_pool, split_sentences
+from qrag.training.data.text_sources import TEXT_SOURCES, distinct_sentences, estimate_tokens, split_sentences
 
 
 def main() -> int:
@@ -29,11 +29,7 @@ def main() -> int:
     allowed = range(ROWS["train"].start, ROWS["val"].stop)  # rows 0-8 999: never the test rows
     passages = dict.fromkeys(p for r in read_rows() if r.row in allowed for p in r.passages)
     sentences = dict.fromkeys(s.strip() for p in passages for s in split_sentences(p))
-    seen: set[str] = set()
-    for name in TEXT_SOURCES:
-        pool = sentence_pool(name)
-        pool.split_all()
-        seen.update(s.strip() for paragraphs in pool.by_paragraph() for sents in paragraphs for s in sents)
+    seen = {s.strip() for s in distinct_sentences(TEXT_SOURCES)}
     kept = [s for s in sentences if s and s not in seen and "\n" not in s]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

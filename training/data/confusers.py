@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from qrag.training.data.babi import ACTORS, ACTORS_QA5, OBJECTS, ROOMS
-from qrag.training.data.text_sources import TEXT_SOURCES, sentence_pool
+from qrag.training.data.text_sources import TEXT_SOURCES, distinct_sentences
 
 NAMES: tuple[str, ...] = tuple(dict.fromkeys(ACTORS + ACTORS_QA5))
 CONFUSER_WORDS: tuple[str, ...] = NAMES + ROOMS + OBJECTS
@@ -44,15 +44,8 @@ def mentions(text: str) -> set[str]:
 def confuser_index(sources: tuple[str, ...] = TEXT_SOURCES) -> dict[str, tuple[str, ...]]:
     """Word -> the distinct sentences of `sources` that mention it, in reading order (every source split in
     full, from the disk cache of `text_sources` when there)."""
-    seen: dict[str, None] = {}
-    for name in dict.fromkeys(sources):
-        pool = sentence_pool(name)
-        pool.split_all()  # from the disk cache when there: seconds, not pysbd over every paragraph
-        for paragraphs in pool.by_paragraph():
-            for sentences in paragraphs:
-                seen.update(dict.fromkeys(sentences))
     index: dict[str, list[str]] = {w: [] for w in CONFUSER_WORDS}
-    for sentence in seen:
+    for sentence in distinct_sentences(sources):
         for w in mentions(sentence):
             index[w].append(sentence)
     return {w: tuple(s) for w, s in index.items()}

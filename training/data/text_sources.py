@@ -280,6 +280,19 @@ def iter_background(sources: Sequence[str], rng: random.Random, *, split_all: bo
                 yield from pool.sentences(d, p)
 
 
+def distinct_sentences(sources: Sequence[str] = TEXT_SOURCES) -> tuple[str, ...]:
+    """Every distinct sentence of `sources`, in reading order, each source split in full (from the disk cache when
+    there; through `sentence_pool`, so an installed text pack serves them)."""
+    seen: dict[str, None] = {}
+    for name in dict.fromkeys(sources):
+        pool = sentence_pool(name)
+        pool.split_all()
+        for paragraphs in pool.by_paragraph():
+            for sentences in paragraphs:
+                seen.update(dict.fromkeys(sentences))
+    return tuple(seen)
+
+
 def background_sentences(n: int, rng: random.Random, sources: Sequence[str] = TEXT_SOURCES) -> list[str]:
     """`n` consecutive background sentences from `iter_background` (see there)."""
     stream = iter_background(sources, rng, split_all=n >= 10_000)

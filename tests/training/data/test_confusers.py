@@ -44,9 +44,14 @@ class _Pool:
 def two_books(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every text source reads as `_Pool`'s two books for the confuser index (the real index splits every book:
     seconds from the disk cache, a minute without it; the slow tests read it)."""
-    from qrag.training.data import confusers
+    from qrag.training.data import confusers, text_sources
 
-    monkeypatch.setattr(confusers, "sentence_pool", lambda name: _Pool())
+    def two_books_sentences(sources: tuple[str, ...]) -> tuple[str, ...]:
+        with monkeypatch.context() as inside:  # the index's text alone: haystack backgrounds stay the real books
+            inside.setattr(text_sources, "sentence_pool", lambda name: _Pool())
+            return text_sources.distinct_sentences(sources)
+
+    monkeypatch.setattr(confusers, "distinct_sentences", two_books_sentences)
     confusers.confuser_index.cache_clear()
     confusers._candidates.cache_clear()
     yield
