@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from qrag.training.precision import cpu_flags
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -38,9 +40,8 @@ def pytest_args(worktree: Path) -> list[str]:
 def cpu() -> dict[str, object]:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     model = re.search(r"model name\s*:\s*(.+)", text)
-    flags = set(re.search(r"flags\s*:\s*(.+)", text).group(1).split()) if "flags" in text else set()  # type: ignore[union-attr]
     return {"model": model.group(1) if model else platform.processor(), "cores": os.cpu_count(),
-            "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})}
+            "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})}
 
 
 def main() -> int:
