@@ -24,15 +24,22 @@ import torch
 import torch.nn.functional as F
 
 from qrag.eval.methods import ADAPTIVE, BASELINES, FLOORS, METHODS, NEEDS_CHECKPOINT
-from qrag.training import hops
-from qrag.training.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
 from qrag.training.data import Episode
-from qrag.training.index import ChunkIndex
-from qrag.training.lexical import corpus_lexical, reciprocal_rank_fusion
-from qrag.training.qnet import CONFIG_FILE, QNetwork
-from qrag.training.search import FROM_MODEL, FromModel, SearchConfig, SearchResult, load_model, search_many
-from qrag.training.search_settings import Fill
-from qrag.training.shipped import resolve_checkpoint, shipped_names
+from qrag.training.model.qnet import CONFIG_FILE, QNetwork
+from qrag.training.model.shipped import resolve_checkpoint, shipped_names
+from qrag.training.search import hops
+from qrag.training.search.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.lexical import corpus_lexical, reciprocal_rank_fusion
+from qrag.training.search.searcher import (
+    FROM_MODEL,
+    FromModel,
+    SearchConfig,
+    SearchResult,
+    load_model,
+    search_many,
+)
+from qrag.training.search.settings import Fill
 
 __all__ = ["ADAPTIVE", "BASELINES", "FLOORS", "METHODS", "NEEDS_CHECKPOINT", "make_retrievers"]
 

@@ -54,15 +54,16 @@ from qrag.eval.report import margins
 from qrag.eval.runner import read_results, run
 from qrag.eval.sweep import BABILONG_SENTENCES, RunConfig, cell_episodes
 from qrag.training.atomic import write_text_atomic
-from qrag.training.chunk_vectors import ChunkVectorCache
-from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes
 from qrag.training.data.episode import Episode
-from qrag.training.index import IndexLoadError
-from qrag.training.precision import choose_precision
-from qrag.training.qnet import CheckpointError, QNetwork
-from qrag.training.towers import precision_autocast
-from qrag.training.trainer import Trainer
+from qrag.training.learn.config import TrainConfig, load_preset
+from qrag.training.learn.trainer import Trainer
+from qrag.training.model.precision import choose_precision
+from qrag.training.model.qnet import CheckpointError, QNetwork
+from qrag.training.model.towers import precision_autocast
+from qrag.training.search import pool_neighbours
+from qrag.training.search.chunk_vectors import ChunkVectorCache
+from qrag.training.search.index import IndexLoadError
 
 PRESET = "babilong-cpu"
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
@@ -228,7 +229,7 @@ def run_chain(model: QNetwork, episode: Episode, max_hops: int, reader_name: str
 
     from qrag.eval.reader import build_prompt, load_reader
     from qrag.integrations import QRAGRetriever
-    from qrag.training.search import MultiHopSearcher, SearchConfig
+    from qrag.training.search.searcher import MultiHopSearcher, SearchConfig
 
     task = str(episode.metadata.get("task"))
     retriever = QRAGRetriever.from_texts(list(episode.chunks), model=model, k=None, max_hops=max_hops,
@@ -333,7 +334,7 @@ def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, pr
     store_dir = out / "chunk_vectors"
     with job.phase("data", "1/6 data"):
         untrained = QNetwork.from_config(config.model)  # the untrained start: the multi-hop and dense baselines
-        train, val = build_episodes(config.data) if model is None else ([], [])
+        train, val = build_episodes(config.data, neighbours=pool_neighbours) if model is None else ([], [])
         cfg = eval_config(out, args.samples, args.lengths, config.data.filler_sentences)
         cells = [cell_episodes(cfg, task, value) for task, _, value in _cells(cfg)]
         test = [ep for episodes in cells for ep in episodes]

@@ -37,11 +37,11 @@ from qrag.eval.reader import Reader, build_prompt, load_reader
 from qrag.eval.report import summarize, write_drift, write_margins, write_paired, write_recall, write_reports
 from qrag.eval.speed import speed_model, speed_phase
 from qrag.eval.sweep import BENCHMARKS, RunConfig, cell_episodes, iter_cells
-from qrag.training.chunk_vectors import ChunkVectorFolder
 from qrag.training.data import Episode
-from qrag.training.persist import CONFIG_FILE, WEIGHTS_FILE
-from qrag.training.shipped import resolve_checkpoint
-from qrag.training.towers import precision_autocast
+from qrag.training.model.folder import CONFIG_FILE, WEIGHTS_FILE
+from qrag.training.model.shipped import resolve_checkpoint
+from qrag.training.model.towers import precision_autocast
+from qrag.training.search.chunk_vectors import ChunkVectorFolder
 
 RESULTS_FILE = "results.jsonl"
 RECALL_KS = (2, 4, 8)

@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from qrag.training import positions
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
-from qrag.training.search import MultiHopSearcher
+from qrag.training.model import positions
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher
 
 QUESTIONS = ("Where is the milk?", "Where was the apple before the kitchen?", "Who gave the football to Mary?",
              "What is north of the garden?", "Where is Daniel?")

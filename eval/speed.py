@@ -29,10 +29,10 @@ import torch
 from qrag.eval.baselines import NEEDS_CHECKPOINT, Retriever
 from qrag.eval.sweep import BENCHMARKS, RunConfig, cell_episodes, parse_length
 from qrag.training.atomic import write_text_atomic
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
-from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
-from qrag.training.towers import precision_autocast
+from qrag.training.model.qnet import QNetwork
+from qrag.training.model.towers import precision_autocast
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher, SearchConfig, load_model
 
 SPEED_FILE = "speed.json"
 SPEED_TABLE = "speed.md"

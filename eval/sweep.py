@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from qrag.eval.methods import METHODS
-from qrag.training.config import PRECISIONS
 from qrag.training.data import Episode, load_episodes
 from qrag.training.data.build import VALIDATION_SEED_OFFSET
 from qrag.training.data.sources import SOURCES
 from qrag.training.data.wiki import KINDS as WIKI_KINDS
-from qrag.training.search_settings import FILLS, FROM_MODEL, Fill, FromModel
-from qrag.training.validate import check_out_path
+from qrag.training.input_checks import check_out_path
+from qrag.training.learn.config import PRECISIONS
+from qrag.training.search.settings import FILLS, FROM_MODEL, Fill, FromModel
 
 FILL_CHOICES = (FROM_MODEL, *FILLS)
 SPLITS = ("test", "val")
@@ -315,6 +315,10 @@ def cell_episodes(cfg: RunConfig, task: str | None, length: int | None, num_samp
         kw["path"] = str(Path(cfg.data).expanduser())
     if cfg.corpus is not None:
         kw["corpus"] = str(Path(cfg.corpus).expanduser())
+    if "neighbours" in SOURCES[bench.source].options:
+        from qrag.training.search import pool_neighbours
+
+        kw["neighbours"] = pool_neighbours  # hard negatives of num_distractors search the pool
     return load_episodes(bench.source, **kw)
 
 

@@ -26,7 +26,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from qrag import QRAGEmbeddings, QRAGRetriever
 from qrag.training.data import load_episodes
-from qrag.training.lexical import LexicalIndex, reciprocal_rank_fusion
+from qrag.training.search.lexical import LexicalIndex, reciprocal_rank_fusion
 
 PROMPT = PromptTemplate.from_template(
     "Answer the question from the context only.\nContext:\n{context}\nQuestion: {question}\nAnswer:"

@@ -7,7 +7,7 @@ Episodes: the `babilong-cpu` preset's validation split (160 sentences, about 4K 
 its own corpus (`ChunkIndex`, in reading order). Each question is searched by `MultiHopSearcher` with
 `k = max_hops = |SF|` and the stop rule off, at every `--beams` width (1 is greedy), with the state passes in
 `--precision` (`QNetwork.serve_in`); fact EM: the hops are exactly
-the supporting facts. Beam search keeps the sequences with the largest total Q (`training/search.py`).
+the supporting facts. Beam search keeps the sequences with the largest total Q (`training/search/searcher.py`).
 """
 
 from __future__ import annotations
@@ -20,18 +20,19 @@ from pathlib import Path
 
 import torch
 
-from qrag.training.config import load_preset
 from qrag.training.data.build import build_episodes
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
-from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
-from qrag.training.towers import PRECISIONS
+from qrag.training.learn.config import load_preset
+from qrag.training.model.qnet import QNetwork
+from qrag.training.model.towers import PRECISIONS
+from qrag.training.search import pool_neighbours
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher, SearchConfig, load_model
 
 
 def fact_em(qnet: QNetwork, task: str, num: int, beams: list[int]) -> dict[str, float]:
     config = load_preset("babilong-cpu")
     config.data.task, config.data.num_train, config.data.num_val = task, 1, num
-    _, episodes = build_episodes(config.data)
+    _, episodes = build_episodes(config.data, neighbours=pool_neighbours)
     hits = dict.fromkeys(beams, 0)
     with torch.no_grad():
         for episode in episodes:

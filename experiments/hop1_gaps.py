@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from qrag.training.config import DataConfig, load_preset
-from qrag.training.qnet import QNetwork
+from qrag.training.learn.config import DataConfig, load_preset
+from qrag.training.model.qnet import QNetwork
 
 
 def first_gold(question: str, chunks: list[str], supporting: tuple[int, ...]) -> int:

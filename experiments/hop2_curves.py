@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from qrag.training.config import load_preset
 from qrag.training.data.babi import parse_fact
 from qrag.training.data.build import build_episodes
-from qrag.training.positions import GAP_SPAN, GAP_STRIDE, relative_positions
-from qrag.training.search import load_model
+from qrag.training.learn.config import load_preset
+from qrag.training.model.positions import GAP_SPAN, GAP_STRIDE, relative_positions
+from qrag.training.search.searcher import load_model
 
 STEP = 0.5  # grid step of the position curve
 RISE = 2.0  # "rises" = Q higher this many units later

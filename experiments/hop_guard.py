@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from qrag.training import hops
 from qrag.training.data.hotpot_pool import iter_hotpot_pool
 from qrag.training.data.wiki import iter_wiki
-from qrag.training.qnet import QNetwork
-from qrag.training.search import load_model
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search import hops
+from qrag.training.search.searcher import load_model
 
 KEEP = 10  # results per question the simulated guards rank
 THRESHOLDS = (0.1, 0.2, 0.25, 0.272, 0.3, 0.325, 0.35, 0.375, 0.4, 0.425, 0.45, 0.475, 0.5)

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from qrag.training.config import load_preset
 from qrag.training.data.babi import parse_fact
 from qrag.training.data.build import build_episodes
-from qrag.training.hops import Corpora, greedy_hops
-from qrag.training.search import load_model
+from qrag.training.learn.config import load_preset
+from qrag.training.search.hops import Corpora, greedy_hops
+from qrag.training.search.searcher import load_model
 
 
 def misses(model: str, task: str, num: int) -> dict[str, object]:

@@ -34,13 +34,13 @@ from pathlib import Path
 import torch
 
 from qrag.eval.metrics import recall_at_k
-from qrag.training import hops
-from qrag.training.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
 from qrag.training.data import load_episodes
 from qrag.training.data.episode import Episode
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
-from qrag.training.search import SearchConfig, load_model, search_many
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search import hops
+from qrag.training.search.chunk_vectors import ChunkVectorCache, ChunkVectorFolder
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import SearchConfig, load_model, search_many
 
 KS = (2, 4, 8)
 

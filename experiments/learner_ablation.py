@@ -30,11 +30,11 @@ from typing import Any
 import torch
 import yaml
 
-from qrag.training.chunk_vectors import ChunkVectorCache
-from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes
-from qrag.training.qnet import QNetwork
-from qrag.training.trainer import Trainer
+from qrag.training.learn.config import TrainConfig, load_preset
+from qrag.training.learn.trainer import Trainer
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.chunk_vectors import ChunkVectorCache
 
 
 def overrides(spec: str) -> dict[str, Any]:

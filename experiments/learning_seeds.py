@@ -1,4 +1,4 @@
-"""The end-to-end learning test's run (tests/training/test_learning.py) for several trainer seeds and a scale.
+"""The end-to-end learning test's run (tests/training/learn/test_learning.py) for several trainer seeds and a scale.
 
 Prints, per seed, greedy fact EM on the 200 held-out two-hop episodes before and after training, fact recall
 after, and the wall time. Usage: `python experiments/learning_seeds.py --scale 1 0 1 2 3` (experiments/NOTEBOOK.md, "Learning test").
@@ -14,10 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from qrag.training.qnet import QNetwork  # noqa: E402
-from qrag.training.trainer import Trainer, evaluate  # noqa: E402
+from qrag.training.learn.evaluation import evaluate  # noqa: E402
+from qrag.training.learn.trainer import Trainer  # noqa: E402
+from qrag.training.model.qnet import QNetwork  # noqa: E402
 from tests.conftest import make_tiny_encoder  # noqa: E402
-from tests.training.two_hop import learning_config, make_two_hop_episodes  # noqa: E402
+from tests.training.learn.two_hop import learning_config, make_two_hop_episodes  # noqa: E402
 
 
 def main() -> None:

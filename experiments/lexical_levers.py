@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from hop_guard import ranked  # experiments/hop_guard.py: the items taken, then a ranking's next ones
 
-from qrag.training import hops
 from qrag.training.data.hotpot_pool import iter_hotpot_pool
 from qrag.training.data.wiki import DEFAULT_DISTRACTORS, iter_wiki
-from qrag.training.search import load_model
+from qrag.training.search import hops
+from qrag.training.search.searcher import load_model
 
 RRF_C = 60
 KEEP = 10  # results per question the simulated searches rank (hop_guard's)

@@ -7,7 +7,7 @@ The network is the `babilong-cpu` preset's (frozen MiniLM chunk tower, relative 
 tower trained in full) on its qa2+qa3 episodes (160 sentences). Each update draws `--batch` states on the gold
 chain (an episode, then a random subset of its supporting facts as already taken, rendered in document
 order) and asks the Q-values of every available chunk to rank the supporting facts not yet taken first:
-`ce` = cross-entropy of `softmax(Q / T)` onto them, `margin` = `qrag.training.td.margin_loss` alone (no TD).
+`ce` = cross-entropy of `softmax(Q / T)` onto them, `margin` = `qrag.training.learn.td.margin_loss` alone (no TD).
 Every `--eval-every` updates: validation fact EM at exactly |SF| greedy hops per task (the main job's
 measure), and the same on as many training episodes (`fit/...`). If this reaches high fact EM in a few hundred
 updates while soft Q(λ) does not, the network is not what limits learning; the learning signal is
@@ -37,15 +37,16 @@ from typing import Any
 
 import torch
 
-from qrag.training import positions, td
-from qrag.training.chunk_vectors import ChunkVectorCache
-from qrag.training.config import load_preset
 from qrag.training.data.babi import parse_fact
 from qrag.training.data.build import build_episodes
-from qrag.training.policy import evaluate
-from qrag.training.positions import relative_positions
-from qrag.training.qnet import QNetwork
-from qrag.training.selection import evaluate_at_sf
+from qrag.training.learn import td
+from qrag.training.learn.checkpoint_selection import evaluate_at_sf
+from qrag.training.learn.config import load_preset
+from qrag.training.learn.evaluation import evaluate
+from qrag.training.model import positions
+from qrag.training.model.positions import relative_positions
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.chunk_vectors import ChunkVectorCache
 
 
 def warp_positions(relative: torch.Tensor, generator: torch.Generator, segments: int = 8) -> torch.Tensor:

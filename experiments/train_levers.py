@@ -30,12 +30,13 @@ from pathlib import Path
 
 import torch
 
-from qrag.training.chunk_vectors import ChunkVectorCache
-from qrag.training.config import TrainConfig, load_preset
 from qrag.training.data.build import build_episodes
 from qrag.training.data.episode import Episode
-from qrag.training.qnet import QNetwork
-from qrag.training.trainer import Trainer, evaluate
+from qrag.training.learn.config import TrainConfig, load_preset
+from qrag.training.learn.evaluation import evaluate
+from qrag.training.learn.trainer import Trainer
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.chunk_vectors import ChunkVectorCache
 
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 

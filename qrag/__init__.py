@@ -25,9 +25,9 @@ if TYPE_CHECKING:
         QRAGLlamaIndexRetriever,
         QRAGRetriever,
     )
-    from qrag.training.index import ChunkIndex
-    from qrag.training.qnet import QNetwork
-    from qrag.training.search import MultiHopSearcher, load_model
+    from qrag.training.model.qnet import QNetwork
+    from qrag.training.search.index import ChunkIndex
+    from qrag.training.search.searcher import MultiHopSearcher, load_model
 
 __version__ = "0.1.0"
 
@@ -38,10 +38,10 @@ _EXPORTS = {
     "QRAGLlamaIndexRetriever": "qrag.integrations",
     "QRAGHopEvent": "qrag.integrations",
     "QRAGLlamaIndexEmbedding": "qrag.integrations",
-    "QNetwork": "qrag.training.qnet",
-    "ChunkIndex": "qrag.training.index",
-    "MultiHopSearcher": "qrag.training.search",
-    "load_model": "qrag.training.search",
+    "QNetwork": "qrag.training.model.qnet",
+    "ChunkIndex": "qrag.training.search.index",
+    "MultiHopSearcher": "qrag.training.search.searcher",
+    "load_model": "qrag.training.search.searcher",
 }
 
 __all__ = [

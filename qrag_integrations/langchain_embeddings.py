@@ -15,10 +15,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
-from qrag.training.index import Chunk, ScoredChunk, search_rows
-from qrag.training.qnet import QNetwork, model_lock
-from qrag.training.search import load_model
-from qrag.training.validate import check_query, check_text_list
+from qrag.training.model import QNetwork, model_lock
+from qrag.training.search import Chunk, ScoredChunk, check_query, check_text_list, load_model, search_rows
 
 POSITION_KEY = "qrag_position"
 
@@ -117,7 +115,7 @@ def store_metric(store: VectorStore) -> str | None:
 
 
 class LangChainChunkStore:
-    """A `qrag.training.index.ChunkStore` over a LangChain `VectorStore` that searches by vector with scores.
+    """A `qrag.training.search.index.ChunkStore` over a LangChain `VectorStore` that searches by vector with scores.
 
     The store must rank by the raw inner product (Chroma with an 'ip' space, Qdrant with `Distance.DOT`;
     checked by `langchain_inner_product`, which also turns Chroma's distances back into inner products)

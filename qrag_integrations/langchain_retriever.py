@@ -21,20 +21,22 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 
-from qrag.training.atomic import recover
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
+from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
+    ChunkIndex,
+    Fill,
     FromModel,
     MultiHopSearcher,
     SearchConfig,
     SearchResult,
+    check_metadatas,
+    check_query,
+    check_texts,
+    check_trace_keys,
     load_model,
+    recover_folder,
 )
-from qrag.training.search_settings import Fill
-from qrag.training.towers import Precision
-from qrag.training.validate import check_metadatas, check_query, check_texts, check_trace_keys
 
 CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order", "fill", "lexical_weight")
 TRACE_KEYS = ("score", "q_value", "hop", "past_stop")
@@ -49,7 +51,7 @@ class QRAGRetriever(BaseRetriever):
 
     `k=4` (default, as LangChain's retrievers) returns exactly `min(k, N)` documents, flagging those past the
     stop rule with `past_stop=True`; `k=None` opts in to adaptive search, where the model's stop rule chooses
-    how many (at most `max_hops`; see `qrag.training.search`). `max_hops` and `stop_threshold` default to the
+    how many (at most `max_hops`; see `qrag.training.search.searcher`). `max_hops` and `stop_threshold` default to the
     values saved with the model (its trained horizon and calibrated threshold), as do `fill` (what ranks the
     documents past the hops: 'state', 'question', the off-domain guard, or 'question_unguarded') and
     `lexical_weight` (BM25 evidence beside the Q-value at every hop; `from_texts` builds the BM25 index such a
@@ -235,7 +237,7 @@ class QRAGRetriever(BaseRetriever):
     @classmethod
     def load_local(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGRetriever:
         """Rebuild a retriever written by `save_local` (no pickle); `encoder` relocates a base encoder."""
-        recover(Path(folder))  # a save killed between its two renames: put the previous one back
+        recover_folder(folder)  # a save killed between its two renames: put the previous one back
         head_path = Path(folder) / SAVE_FILE
         if not head_path.is_file():
             raise ValueError(f"{str(folder)!r} is not a saved QRAGRetriever: {SAVE_FILE} is missing (use save_local).")

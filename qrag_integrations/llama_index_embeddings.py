@@ -9,9 +9,8 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import PrivateAttr
 
-from qrag.training.qnet import QNetwork, model_lock
-from qrag.training.search import load_model
-from qrag.training.validate import check_query, check_text_list
+from qrag.training.model import QNetwork, model_lock
+from qrag.training.search import check_query, check_text_list, load_model
 
 
 class QRAGLlamaIndexEmbedding(BaseEmbedding):

@@ -16,13 +16,18 @@ from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from qrag.training.atomic import recover
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
-from qrag.training.search import FROM_MODEL, FromModel, MultiHopSearcher, load_model
-from qrag.training.search_settings import Fill
-from qrag.training.towers import Precision
-from qrag.training.validate import check_query, check_trace_keys
+from qrag.training.model import Precision, QNetwork
+from qrag.training.search import (
+    FROM_MODEL,
+    ChunkIndex,
+    Fill,
+    FromModel,
+    MultiHopSearcher,
+    check_query,
+    check_trace_keys,
+    load_model,
+    recover_folder,
+)
 
 TRACE_KEYS = ("hop", "q_value", "past_stop")
 SAVE_FILE = "retriever.json"
@@ -50,7 +55,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     `similarity_top_k=2` (default, as LlamaIndex's retrievers) returns exactly `min(similarity_top_k, N)`
     nodes, those past the stop rule flagged `past_stop`; `similarity_top_k=None` opts in to adaptive search,
-    where the model's stop rule chooses how many (at most `max_hops`; see `qrag.training.search`).
+    where the model's stop rule chooses how many (at most `max_hops`; see `qrag.training.search.searcher`).
     `max_hops`, `stop_threshold`, `fill` and `lexical_weight` default to the values saved with the model (a model
     that weighs lexical evidence gets the BM25 index of the nodes built and persisted with the retriever). Nodes
     are embedded with `MetadataMode.EMBED` (their text plus the metadata not excluded from embedding), as
@@ -183,7 +188,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
                 the file; persist the retriever again). Nothing loads from a damaged file.
         """
         d = Path(path)
-        recover(d)  # a persist killed between its two renames: put the previous one back
+        recover_folder(d)  # a persist killed between its two renames: put the previous one back
         missing = [name for name in (SAVE_FILE, NODES_FILE) if not (d / name).is_file()]
         if missing:
             raise ValueError(f"{str(d)!r} is not a persisted QRAGLlamaIndexRetriever: {' and '.join(missing)} "

@@ -12,7 +12,7 @@ from llama_index.core.schema import MetadataMode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
-from qrag.training.index import Chunk, ScoredChunk, search_rows
+from qrag.training.search import Chunk, ScoredChunk, search_rows
 
 POSITION_KEY = "qrag_position"
 
@@ -33,7 +33,7 @@ def llama_index_inner_product(store: BasePydanticVectorStore) -> Callable[[float
 
 
 class LlamaIndexChunkStore:
-    """A `qrag.training.index.ChunkStore` over a LlamaIndex `BasePydanticVectorStore` with stored text.
+    """A `qrag.training.search.index.ChunkStore` over a LlamaIndex `BasePydanticVectorStore` with stored text.
 
     The store holds `QRAGLlamaIndexEmbedding` vectors (the chunk tower) and must rank by inner product
     (checked for Chroma). Taken chunks are masked by over-fetching `k + len(taken)` results.

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python scripts/adapter_ranks.py runs/demo30/train/best \
         --ranks 4,8,16,32,64 --chunk-vectors runs/demo30/chunk_vectors --out results/adapter_ranks.json
 
-The full model and `qrag.training.compress.low_rank_adapters` at each rank answer the same BabiLong-style test
+The full model and `qrag.training.model.compress.low_rank_adapters` at each rank answer the same BabiLong-style test
 samples (qrag-eval's: split `test`, seed 0, `--num-samples` per task, qa1–qa5 at `--lengths`) with exactly
 |SF| hops ('qrag') and with the stop rule ('qrag+stop', the model's saved threshold, at most `--max-hops`), in fp32. Prints a
 table and writes JSON with the command and machine. `--chunk-vectors` (a `ChunkVectorCache` folder of the
@@ -25,9 +25,9 @@ import torch
 from qrag.eval.baselines import NEEDS_CHECKPOINT, make_retrievers
 from qrag.eval.runner import run
 from qrag.eval.sweep import RunConfig
-from qrag.training.chunk_vectors import ChunkVectorCache
-from qrag.training.compress import low_rank_adapters
-from qrag.training.qnet import QNetwork
+from qrag.training.model.compress import low_rank_adapters
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.chunk_vectors import ChunkVectorCache
 
 TASKS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 

@@ -37,8 +37,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="results/bench_attention.json")
     args = parser.parse_args()
-    from qrag.training.cpu_linear import use_cpu_linears
-    from qrag.training.encoders import load_encoder
+    from qrag.training.model.cpu_linear import use_cpu_linears
+    from qrag.training.model.encoders import load_encoder
 
     torch.set_num_threads(args.threads)
     encoder, _ = load_encoder(args.encoder)

@@ -6,7 +6,7 @@
 
 Encodes batches of `--batch` background sentences (32 tokens, as the main job) with the base MiniLM, alternating
 fp32 and bf16 autocast `--repeats` times after one warm-up each; prints the median seconds per batch, their ratio,
-and what `precision="auto"` chooses here and why (`qrag.training.precision`); writes JSON. On a CPU without native
+and what `precision="auto"` chooses here and why (`qrag.training.model.precision`); writes JSON. On a CPU without native
 bf16 (no avx512_bf16 / amx_bf16, or a process kept below them) bf16 is emulated and slower than fp32.
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from qrag.training.data.text_sources import background_sentences
-from qrag.training.precision import NATIVE_BF16_FLAGS, choose_precision, cpu_flags
-from qrag.training.qnet import QNetwork
+from qrag.training.model.precision import NATIVE_BF16_FLAGS, choose_precision, cpu_flags
+from qrag.training.model.qnet import QNetwork
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from qrag.eval.scoring_speed import indexing_rate, random_minilm, scoring_row, scoring_table
-from qrag.training.search import load_model
+from qrag.training.search.searcher import load_model
 
 
 def cpu_flags() -> list[str]:

@@ -49,15 +49,15 @@ from typing import Any
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from qrag.training.cpu_linear import CPULinear
-from qrag.training.cpu_linear import available as onednn_available
 from qrag.training.data import load_episodes
 from qrag.training.data.text_pack import maybe_install_text_pack
-from qrag.training.encoders import resolve_encoder
-from qrag.training.hops import check_finite_q, state_pieces
-from qrag.training.index import ChunkIndex
-from qrag.training.search import MultiHopSearcher, SearchConfig, load_model
-from qrag.training.towers import Precision, precision_autocast
+from qrag.training.model.cpu_linear import CPULinear
+from qrag.training.model.cpu_linear import available as onednn_available
+from qrag.training.model.encoders import resolve_encoder
+from qrag.training.model.towers import Precision, precision_autocast
+from qrag.training.search.hops import check_finite_q, state_pieces
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher, SearchConfig, load_model
 
 HOPS = (1, 3, 6)
 
@@ -116,7 +116,7 @@ PARTS = ("tokenise", "state_pass", "positions", "scores", "mask_and_pick")
 
 def hop_parts(model: Any, index: ChunkIndex, questions: list[str], hops: int, repeats: int) -> list[dict[str, Any]]:
     """Per hop, median milliseconds of each part of a greedy hop, timed in place: one question at a time, the
-    parts run in the hop engine's order (`qrag.training.hops`), so each one finds the caches as a served hop
+    parts run in the hop engine's order (`qrag.training.search.hops`), so each one finds the caches as a served hop
     leaves them (right after the state-tower pass, the chunk vectors are no longer in cache).
 
     Parts: render and tokenise the state; the state-tower pass; the chunks' positions; the scores (`QNetwork.score`:

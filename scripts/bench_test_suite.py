@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from qrag.training.precision import cpu_flags
+from qrag.training.model.precision import cpu_flags
 
 REPO = Path(__file__).resolve().parents[1]
 

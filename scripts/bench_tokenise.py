@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from qrag.training.data.text_sources import background_sentences
-from qrag.training.search import load_model
-from qrag.training.towers import token_rows, token_rows_and_lengths
+from qrag.training.model.towers import token_rows, token_rows_and_lengths
+from qrag.training.search.searcher import load_model
 
 
 def main() -> int:

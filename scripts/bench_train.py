@@ -45,9 +45,10 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).parent / "gpu"))
     from offline import maybe_install_text_pack
 
-    from qrag.training.config import load_preset
     from qrag.training.data.build import build_episodes
-    from qrag.training.trainer import Trainer
+    from qrag.training.learn.config import load_preset
+    from qrag.training.learn.trainer import Trainer
+    from qrag.training.search import pool_neighbours
 
     maybe_install_text_pack()
     torch.set_num_threads(args.threads)
@@ -74,7 +75,7 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     config.trainer.cpu = not args.gpu
     config.trainer.mixed_precision = precision  # type: ignore[assignment]
     config.trainer.output_dir = tempfile.mkdtemp()
-    train, _ = build_episodes(config.data)
+    train, _ = build_episodes(config.data, neighbours=pool_neighbours)
     trainer = Trainer(config, train)
     prefill = time.perf_counter()
     if trainer.chunk_cache is not None:  # a frozen chunk tower: embed every training chunk once, untimed
@@ -141,13 +142,13 @@ def step_flops(trainer: Any) -> dict[str, float]:
 
 # Where a training step's time goes: (label, file suffix, function) whose cumulative profiled time is reported.
 PARTS = (
-    ("acting", "training/trainer.py", "collect_rollout"),
-    ("acting: state-tower passes", "training/qnet.py", "embed_states"),
-    ("update", "training/trainer.py", "update"),
-    ("update: forward", "training/qnet.py", "forward"),
+    ("acting", "training/learn/trainer.py", "collect_rollout"),
+    ("acting: state-tower passes", "training/model/qnet.py", "embed_states"),
+    ("update", "training/learn/trainer.py", "update"),
+    ("update: forward", "training/model/qnet.py", "forward"),
     ("update: backward", "torch/autograd/__init__.py", "backward"),
-    ("tokenisation (states and chunks)", "training/qnet.py", "tokenize_states"),
-    ("hop engine scoring (positions, rotation, masks)", "training/hops.py", "q_values"),
+    ("tokenisation (states and chunks)", "training/model/qnet.py", "tokenize_states"),
+    ("hop engine scoring (positions, rotation, masks)", "training/search/hops.py", "q_values"),
 )
 
 
@@ -164,7 +165,7 @@ def time_shares(profiler: cProfile.Profile, seconds: float) -> dict[str, float]:
 def real_token_share(trainer: Any, batch: dict[str, Any]) -> float:
     """Real state tokens / tokens the update encodes (padding included) over the last rollout's minibatches,
     in the update's order of rows within a minibatch but unshuffled, with the run's `length_groups`."""
-    from qrag.training.batching import length_groups
+    from qrag.training.learn.batching import length_groups
 
     tc = trainer.config.trainer
     mask = trainer.online.tokenize_states(batch["questions"], batch["rendered"])["attention_mask"]  # (R, L)

@@ -101,7 +101,7 @@ def main() -> None:
     from langchain_chroma import Chroma
 
     from qrag.integrations import LangChainChunkStore
-    from qrag.training.index import ChunkIndex
+    from qrag.training.search.index import ChunkIndex
 
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)

@@ -3,7 +3,7 @@
     python scripts/calibrate_checkpoint.py runs/wiki-cpu/best --source wiki --task mix --num 200
     python scripts/calibrate_checkpoint.py qrag/babilong-minilm-cpu --preset babilong-cpu
 
-Runs `qrag.training.calibrate.calibrate_stop_threshold` (greedy hops up to the model's `hops.max_hops` on
+Runs `qrag.training.learn.stop_calibration.calibrate_stop_threshold` (greedy hops up to the model's `hops.max_hops` on
 validation episodes: generated sources use their validation split, e.g. the `wiki` source's `val` pages, or
 the training split under the trainer's disjoint validation seed, never the test split; `--preset` takes exactly
 the validation episodes a run of that preset validates on) and writes the chosen threshold into the `hops` section of the checkpoint's
@@ -17,13 +17,14 @@ import argparse
 import dataclasses
 import json
 
-from qrag.training.calibrate import calibrate_stop_threshold
-from qrag.training.chunk_vectors import ChunkVectorCache
-from qrag.training.config import load_preset
 from qrag.training.data import SOURCES, load_episodes
 from qrag.training.data.build import VALIDATION_SEED_OFFSET, build_episodes
-from qrag.training.qnet import CONFIG_FILE, QNetwork
-from qrag.training.shipped import resolve_checkpoint
+from qrag.training.learn.config import load_preset
+from qrag.training.learn.stop_calibration import calibrate_stop_threshold
+from qrag.training.model.qnet import CONFIG_FILE, QNetwork
+from qrag.training.model.shipped import resolve_checkpoint
+from qrag.training.search import pool_neighbours
+from qrag.training.search.chunk_vectors import ChunkVectorCache
 
 
 def main() -> int:
@@ -43,7 +44,7 @@ def main() -> int:
     model = QNetwork.from_pretrained(folder)
     if args.preset is not None:
         data = load_preset(args.preset).data
-        episodes = build_episodes(data, validation_only=True)[1]
+        episodes = build_episodes(data, validation_only=True, neighbours=pool_neighbours)[1]
         args.source, args.task, split, seed = data.source, data.task, "validation of the preset", data.seed
     else:
         info = SOURCES.get(args.source)

@@ -10,7 +10,7 @@ A LoRA or top-layers checkpoint is re-based: the trained part is moved onto the 
 encoder name becomes the bundled alias. `--trained-on DIR` loads a checkpoint whose base encoder is not where
 the checkpoint says (`qrag/babilong-minilm` was trained against an fp16-stored copy of MiniLM in a folder of
 its own: `--trained-on` that folder; same weights up to fp16 rounding). A full fine-tune (the CPU main job trains the whole state tower, ~87 MB) is re-expressed as rank
-`--rank` LoRA adapters of its weight changes (`qrag.training.compress.low_rank_adapters`); evaluate the result
+`--rank` LoRA adapters of its weight changes (`qrag.training.model.compress.low_rank_adapters`); evaluate the result
 (`qrag-eval babilong --model qrag/NAME`) against the full model before relying on it.
 
 `--fill question --stop-threshold T` saves the off-domain guard as the model's search default (docs/METHOD.md
@@ -18,7 +18,7 @@ its own: `--trained-on` that folder; same weights up to fp16 rounding). A full f
 lexical evidence at every hop (§4.5; chosen on validation data, e.g. by experiments/lexical_levers.py); otherwise
 the checkpoint's own hop settings travel with it.
 
-The result is written (atomically) to `training/checkpoints/NAME`, loadable as `qrag/NAME`; the checkpoint's
+The result is written (atomically) to `training/model/checkpoints/NAME`, loadable as `qrag/NAME`; the checkpoint's
 eval.json is copied beside it. The model card (MODEL_CARD.md) and scores.json are written by hand.
 """
 
@@ -29,12 +29,12 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from qrag.training.compress import low_rank_adapters
-from qrag.training.encoders import BUNDLED_MINILM
+from qrag.training.model.compress import low_rank_adapters
+from qrag.training.model.encoders import BUNDLED_MINILM
+from qrag.training.model.qnet import QNetwork
+from qrag.training.model.shipped import CHECKPOINTS_DIR
 from qrag.training.overlay import ConfigError
-from qrag.training.qnet import QNetwork
-from qrag.training.search_settings import FILLS
-from qrag.training.shipped import CHECKPOINTS_DIR
+from qrag.training.search.settings import FILLS
 
 
 def rebase(trained: QNetwork) -> QNetwork:

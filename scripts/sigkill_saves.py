@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import torch  # noqa: E402
 
-from qrag.training.encoders import bundled_minilm_path  # noqa: E402
-from qrag.training.qnet import QNetwork  # noqa: E402
+from qrag.training.model.encoders import bundled_minilm_path  # noqa: E402
+from qrag.training.model.qnet import QNetwork  # noqa: E402
 from tests import sigkill as sk  # noqa: E402
 from tests.conftest import make_tiny_encoder  # noqa: E402
 

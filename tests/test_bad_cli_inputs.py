@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from qrag.training.checkpoint import ResumeError
-from qrag.training.qnet import QNetwork
+from qrag.training.learn.checkpoint_files import ResumeError
+from qrag.training.model.qnet import QNetwork
 from tests import sigkill
-from tests.training.two_hop import make_two_hop_episodes
+from tests.training.learn.two_hop import make_two_hop_episodes
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ DATA_CASES: dict[str, tuple[list[str], str]] = {
 
 @pytest.mark.parametrize("case", list(DATA_CASES))
 def test_qrag_data_bad_input(case: str, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.data.cli import main
+    from qrag.training.learn.data_cli import main
 
     argv, needle = DATA_CASES[case]
     assert main([a.format(**files) for a in argv]) == 2
@@ -77,7 +77,7 @@ def test_qrag_data_bad_input(case: str, files: dict[str, Path], capsys: pytest.C
 
 def test_qrag_data_failure_leaves_no_half_written_file(files: dict[str, Path], tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.data.cli import main
+    from qrag.training.learn.data_cli import main
 
     out = tmp_path / "out" / "eps.jsonl"
     assert main(["jsonl", "--path", str(files["latin1"]), "--out", str(out)]) == 2  # fails at the second episode
@@ -101,7 +101,7 @@ TRAIN_CASES: dict[str, tuple[list[str], str]] = {
 @pytest.mark.parametrize("case", list(TRAIN_CASES))
 def test_qrag_train_bad_input(case: str, files: dict[str, Path], tiny_encoder_path: Path, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.cli import main
+    from qrag.training.learn.train_cli import main
 
     argv, needle = TRAIN_CASES[case]
     base = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run")]
@@ -113,8 +113,8 @@ def test_qrag_train_bad_input(case: str, files: dict[str, Path], tiny_encoder_pa
 def test_resume_from_a_damaged_last_is_one_line(damage: str, qnet: QNetwork, files: dict[str, Path],
                                                 tiny_encoder_path: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.checkpoint import read_checkpoint
-    from qrag.training.cli import main
+    from qrag.training.learn.checkpoint_files import read_checkpoint
+    from qrag.training.learn.train_cli import main
 
     last = tmp_path / "run" / "last"
     qnet.save_pretrained(last / "model")

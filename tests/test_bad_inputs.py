@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from qrag.training.atomic import previous_dir, write_text_atomic
-from qrag.training.index import ChunkIndex, IndexLoadError
-from qrag.training.qnet import CheckpointError, QNetwork
-from qrag.training.search import MultiHopSearcher, SearchError, load_model, search_many
+from qrag.training.model.qnet import CheckpointError, QNetwork
+from qrag.training.search.index import ChunkIndex, IndexLoadError
+from qrag.training.search.searcher import MultiHopSearcher, SearchError, load_model, search_many
 from tests import sigkill
 
 TEXTS = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden.", "The milk is cold."]
@@ -212,7 +212,7 @@ def test_failed_save_keeps_the_previous_one_and_leaves_nothing(qnet: QNetwork, t
     def disk_full(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("qrag.training.index.save_file", disk_full)
+    monkeypatch.setattr("qrag.training.search.index.save_file", disk_full)
     with pytest.raises(OSError, match="No space"):
         QRAGRetriever.from_texts(TEXTS, other, k=3).save_local(folder)
     assert {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before

@@ -3,7 +3,7 @@
     from qrag.training import QNetwork, MultiHopSearcher, ChunkIndex, load_model
 
 The main types are imported on first use, so `import qrag.training` stays cheap (no torch until one is
-touched); submodules (`qrag.training.trainer`, `.search`, `.data`, ...) import as usual.
+touched); submodules (`qrag.training.learn.trainer`, `.search`, `.data`, ...) import as usual.
 
 Where things are:
 
@@ -20,15 +20,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from qrag.training.index import ChunkIndex
-    from qrag.training.qnet import QNetwork
-    from qrag.training.search import MultiHopSearcher, load_model
+    from qrag.training.model.qnet import QNetwork
+    from qrag.training.search.index import ChunkIndex
+    from qrag.training.search.searcher import MultiHopSearcher, load_model
 
 _EXPORTS = {
-    "QNetwork": "qrag.training.qnet",
-    "ChunkIndex": "qrag.training.index",
-    "MultiHopSearcher": "qrag.training.search",
-    "load_model": "qrag.training.search",
+    "QNetwork": "qrag.training.model.qnet",
+    "ChunkIndex": "qrag.training.search.index",
+    "MultiHopSearcher": "qrag.training.search.searcher",
+    "load_model": "qrag.training.search.searcher",
 }
 
 __all__ = ["ChunkIndex", "MultiHopSearcher", "QNetwork", "load_model"]

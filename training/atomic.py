@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from qrag.training.validate import nearest_existing
+from qrag.training.input_checks import nearest_existing
 
 
 def previous_dir(target: Path) -> Path:

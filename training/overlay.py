@@ -96,3 +96,9 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a string, got {value!r}.")
         return value
     return value
+
+
+def check_choice(name: str, value: Any, choices: Any) -> None:
+    allowed = typing.get_args(choices)
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {list(allowed)}, got {value!r}.")

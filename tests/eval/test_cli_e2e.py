@@ -90,7 +90,7 @@ def test_chunk_vectors_folder_spares_a_second_sweep_every_embedding(tmp_path: Pa
                                                                     tiny_checkpoint: Path,
                                                                     monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.qnet import QNetwork
+    from qrag.training.model.qnet import QNetwork
 
     embedded: list[int] = []
     embed = QNetwork.embed_chunks

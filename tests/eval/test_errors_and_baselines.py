@@ -127,8 +127,8 @@ def test_other_benchmarks_run(tmp_path: Path, args: list[str]) -> None:
 
 def test_index_cache_embeds_each_distinct_text_once_and_matches_a_fresh_index(tiny_encoder_path: Path) -> None:
     from qrag.eval.baselines import _IndexCache
-    from qrag.training.index import ChunkIndex
-    from qrag.training.search import load_model
+    from qrag.training.search.index import ChunkIndex
+    from qrag.training.search.searcher import load_model
 
     model = load_model(str(tiny_encoder_path))
     calls: list[int] = []
@@ -151,7 +151,7 @@ def test_index_cache_embeds_each_distinct_text_once_and_matches_a_fresh_index(ti
 
 def test_baselines_beside_a_checkpoint_read_as_far_as_it_whether_or_not_it_runs(tiny_encoder_path: Path,
                                                                                    tmp_path: Path) -> None:
-    from qrag.training.qnet import QNetwork
+    from qrag.training.model.qnet import QNetwork
 
     ckpt = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=5).save_pretrained(tmp_path / "ckpt")
     alone = make_retrievers(["cosine", "multihop"], encoder=str(tiny_encoder_path), checkpoint=str(ckpt), budget=5)

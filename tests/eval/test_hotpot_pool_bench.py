@@ -54,7 +54,7 @@ def test_every_question_searches_the_whole_pool(tmp_path: Path, fixture_file: No
 
 def test_bm25_indexes_a_shared_pool_once(fixture_file: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from qrag.eval.baselines import BM25Retriever
-    from qrag.training.lexical import LexicalIndex, corpus_lexical
+    from qrag.training.search.lexical import LexicalIndex, corpus_lexical
 
     eps = list(hp.iter_hotpot_pool(split="test"))
     bm25 = BM25Retriever(budget=3)
@@ -89,7 +89,7 @@ def test_the_hybrid_fuses_bm25_and_cosine_by_reciprocal_rank() -> None:
 
 def test_the_distractor_setting_holds_the_gold_and_the_pools_bm25_nearest(fixture_file: None) -> None:
     from qrag.eval.sweep import RunConfig, cell_episodes
-    from qrag.training.lexical import LexicalIndex
+    from qrag.training.search.lexical import LexicalIndex
 
     cfg = RunConfig(benchmark="hotpotqa_distractor", out=Path("unused")).validate()
     episodes = cell_episodes(cfg, "test", None)

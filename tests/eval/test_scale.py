@@ -113,8 +113,8 @@ def test_a_background_file_fills_every_haystack_and_its_records_say_so(tmp_path:
 def test_the_val_split_is_what_a_training_run_validates_on_and_its_records_say_so(
         tmp_path: Path, tiny_encoder_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from qrag.eval.sweep import cell_episodes
-    from qrag.training.config import DataConfig
     from qrag.training.data.build import build_episodes
+    from qrag.training.learn.config import DataConfig
 
     cfg = RunConfig(benchmark="babilong", out=tmp_path / "o", tasks=("qa2",), lengths=("60",), num_samples=3,
                     split="val").validate()

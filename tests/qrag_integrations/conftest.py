@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
-from qrag.training.search import MultiHopSearcher
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher
 
 TEXTS = [
     "Mary went to the kitchen.", "John picked up the apple.", "Mary took the milk there.",

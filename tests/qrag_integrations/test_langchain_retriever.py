@@ -14,7 +14,7 @@ from langchain_core.documents import Document
 from pydantic import ValidationError
 
 from qrag.integrations import QRAGRetriever
-from qrag.training.search import MultiHopSearcher
+from qrag.training.search.searcher import MultiHopSearcher
 
 
 def _ids(docs: list[Document]) -> list[str | None]:

@@ -8,7 +8,7 @@ import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from qrag.integrations import QRAGRetriever
-from qrag.training.search import MultiHopSearcher
+from qrag.training.search.searcher import MultiHopSearcher
 
 
 class TestQRAGRetrieverStandard(RetrieversIntegrationTests):

@@ -11,8 +11,8 @@ import pytest
 from llama_index.core.schema import TextNode
 
 from qrag.integrations import QRAGLlamaIndexRetriever, QRAGRetriever
-from qrag.training.qnet import QNetwork
-from qrag.training.search_settings import HopSettings
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.settings import HopSettings
 
 
 @pytest.fixture()

@@ -17,7 +17,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import Document, MetadataMode, NodeWithScore, TextNode
 
 from qrag.integrations import QRAGHopEvent, QRAGLlamaIndexRetriever
-from qrag.training.qnet import QNetwork
+from qrag.training.model.qnet import QNetwork
 
 
 @pytest.fixture(scope="module")

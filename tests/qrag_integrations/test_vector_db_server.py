@@ -39,9 +39,9 @@ from qrag.integrations import (  # noqa: E402
     QRAGLlamaIndexRetriever,
     QRAGRetriever,
 )
-from qrag.training.index import ChunkIndex  # noqa: E402
-from qrag.training.qnet import QNetwork  # noqa: E402
-from qrag.training.search import MultiHopSearcher, SearchResult  # noqa: E402
+from qrag.training.model.qnet import QNetwork  # noqa: E402
+from qrag.training.search.index import ChunkIndex  # noqa: E402
+from qrag.training.search.searcher import MultiHopSearcher, SearchResult  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:legacy embedding function config:DeprecationWarning")
 IP = {"hnsw": {"space": "ip"}}

@@ -16,9 +16,9 @@ from qrag.integrations import (
     QRAGLlamaIndexEmbedding,
     QRAGRetriever,
 )
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
-from qrag.training.search import MultiHopSearcher, SearchError
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher, SearchError
 
 
 def _ids(n: int) -> list[str]:

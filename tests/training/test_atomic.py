@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from qrag.training.atomic import atomic_dir
-from qrag.training.index import ChunkIndex
-from qrag.training.qnet import QNetwork
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.index import ChunkIndex
 from tests import sigkill
 
 TEXTS = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden."]

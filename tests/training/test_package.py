@@ -14,12 +14,12 @@ def test_main_types_are_exported_lazily() -> None:
     code = (
         "import sys\n"
         "import qrag.training as t\n"
-        "heavy = ['torch', 'qrag.training.qnet', 'qrag.training.search', 'qrag.training.index']\n"
+        "heavy = ['torch', 'qrag.training.model.qnet', 'qrag.training.search.searcher', 'qrag.training.search.index']\n"
         "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
         "from qrag.training import ChunkIndex, MultiHopSearcher, QNetwork, load_model\n"
-        "from qrag.training.index import ChunkIndex as C\n"
-        "from qrag.training.qnet import QNetwork as Q\n"
-        "from qrag.training.search import MultiHopSearcher as M, load_model as L\n"
+        "from qrag.training.search.index import ChunkIndex as C\n"
+        "from qrag.training.model.qnet import QNetwork as Q\n"
+        "from qrag.training.search.searcher import MultiHopSearcher as M, load_model as L\n"
         "assert (ChunkIndex, MultiHopSearcher, QNetwork, load_model) == (C, M, Q, L)\n"
         "assert set(t.__all__) == {'ChunkIndex', 'MultiHopSearcher', 'QNetwork', 'load_model'} <= set(dir(t))\n"
         "print('ok')\n"
@@ -34,7 +34,7 @@ def test_unknown_name_is_an_attribute_error_and_submodules_still_import() -> Non
 
     with pytest.raises(AttributeError, match="module 'qrag.training' has no attribute 'Searcher'"):
         t.Searcher  # noqa: B018
-    from qrag.training import td
+    from qrag.training.learn import td
 
-    assert td.__name__ == "qrag.training.td"
-    assert t.load_model is __import__("qrag.training.search", fromlist=["load_model"]).load_model
+    assert td.__name__ == "qrag.training.learn.td"
+    assert t.load_model is __import__("qrag.training.search.searcher", fromlist=["load_model"]).load_model

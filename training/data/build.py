@@ -14,17 +14,22 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qrag.training.config import ConfigError, DataConfig
+from qrag.training.data.config import DataConfig
 from qrag.training.data.episode import Episode
 from qrag.training.data.sources import SOURCES, SourceInfo, load_episodes
+from qrag.training.overlay import ConfigError
+
+if TYPE_CHECKING:
+    from qrag.training.data.negatives import NeighbourSearch
 
 VALIDATION_SEED_OFFSET = 1_000_003  # generated validation sets use a seed disjoint from the training set's
 MAX_HELD_OUT_SHARE = 0.2  # a file without --data.val_path lends at most this share of itself to validation
 
 
-def build_episodes(data: DataConfig, *, validation_only: bool = False) -> tuple[list[Episode], list[Episode]]:
+def build_episodes(data: DataConfig, *, validation_only: bool = False,
+                   neighbours: NeighbourSearch | None = None) -> tuple[list[Episode], list[Episode]]:
     """Training and validation episodes for a data config (validation is never the test split).
 
     Generated sources draw validation from their validation split (`SourceInfo.val_split`: the training
@@ -33,7 +38,11 @@ def build_episodes(data: DataConfig, *, validation_only: bool = False) -> tuple[
 
     `validation_only`: the same validation episodes and no training ones (the first list is empty); the training
     file is read only where validation is held out of it, and rehearsal, which adds training episodes, is not built.
+    `neighbours` finds the hard negatives of `num_distractors` (`qrag.training.search.pool_neighbours`; the
+    sources that draw them need it).
     """
+    if data.rehearse is not None:
+        rehearsed_source(data)  # checked before any episode is built
     tasks: Sequence[str | None] = [t.strip() for t in data.task.split(",")] if data.task else [None]
     info = SOURCES.get(data.source)
     if info is None:
@@ -54,6 +63,8 @@ def build_episodes(data: DataConfig, *, validation_only: bool = False) -> tuple[
                                   else {"task": task})
         if data.num_distractors is not None:
             common["num_distractors"] = data.num_distractors
+            if "neighbours" in info.options:
+                common["neighbours"] = neighbours
         if data.corpus is not None:
             common["corpus"] = data.corpus
         if data.filler_sentences is not None:
@@ -83,11 +94,11 @@ def build_episodes(data: DataConfig, *, validation_only: bool = False) -> tuple[
     if validation_only:
         return [], val
     if data.rehearse:
-        train += rehearsal_episodes(data, len(train))
+        train += rehearsal_episodes(data, len(train), neighbours)
     return train, val
 
 
-def rehearsal_episodes(data: DataConfig, own: int) -> list[Episode]:
+def rehearsal_episodes(data: DataConfig, own: int, neighbours: NeighbourSearch | None = None) -> list[Episode]:
     """Training episodes of the generated source `data.rehearse` (`NAME` or `NAME:TASK`), as many as make them
     `data.rehearse_share` of a training set that holds `own` episodes of its own (at least one).
 
@@ -102,6 +113,8 @@ def rehearsal_episodes(data: DataConfig, own: int) -> list[Episode]:
     options: dict[str, Any] = {}
     if data.num_distractors is not None and "num_distractors" in info.options:
         options["num_distractors"] = data.num_distractors
+        if "neighbours" in info.options:
+            options["neighbours"] = neighbours
     if data.num_sentences is not None:
         options["num_sentences"] = data.num_sentences
     return load_episodes(name, task=task, split="train", num_samples=count, seed=data.seed, **options)

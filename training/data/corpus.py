@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from qrag.training.data.episode import Episode, EpisodeError, iter_json_lines, read_utf8
-from qrag.training.data.negatives import Neighbours, negatives_for
+from qrag.training.data.negatives import Neighbours, NeighbourSearch, need_search, negatives_for
 
 MAX_WORDS = 150
 """Most words of a passage split from a document (about 200 MiniLM tokens, under its 256)."""
@@ -221,8 +221,8 @@ def _load(path: str, stamp: tuple[int, int]) -> Corpus:
 
 
 @lru_cache(maxsize=2)
-def _neighbours(path: str, stamp: tuple[int, int]) -> Neighbours:
-    return Neighbours(_load(path, stamp).texts, name=f"corpus {path}")
+def _neighbours(path: str, stamp: tuple[int, int], search: NeighbourSearch) -> Neighbours:
+    return search(_load(path, stamp).texts, None, f"corpus {path}")
 
 
 def _stamp(path: str) -> tuple[int, int]:
@@ -241,8 +241,9 @@ def load_corpus(path: str | Path) -> Corpus:
 
 
 def iter_corpus(path: str | Path, *, corpus: str | Path, num_distractors: int | None = None, seed: int = 0,
-                split: str = "train") -> Iterator[Episode]:
-    """The questions of `path` as episodes over `corpus`, in file order (module docstring).
+                split: str = "train", neighbours: NeighbourSearch | None = None) -> Iterator[Episode]:
+    """The questions of `path` as episodes over `corpus`, in file order (module docstring); with `num_distractors`,
+    their negatives are found by `neighbours` (`qrag.training.search.pool_neighbours`).
 
     Raises:
         FileNotFoundError / EpisodeError: as `read_corpus` and `read_questions`.
@@ -258,9 +259,10 @@ def iter_corpus(path: str | Path, *, corpus: str | Path, num_distractors: int | 
         for q in questions:
             yield Episode(q.question, docs.texts, q.supporting, q.answer, q.id, meta)
         return
+    search = need_search(neighbours, "corpus")
     rng = random.Random(f"qrag-corpus/{split}/{seed}")
     golds = [list(q.supporting) for q in questions]
-    chosen = negatives_for(_neighbours(key, _stamp(key)), [q.question for q in questions], golds, num_distractors, rng)
+    chosen = negatives_for(_neighbours(key, _stamp(key), search), [q.question for q in questions], golds, num_distractors, rng)
     for q, gold, negatives in zip(questions, golds, chosen, strict=True):
         order = gold + negatives
         rng.shuffle(order)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from qrag.training.data.episode import Episode, EpisodeError, iter_json_lines
-from qrag.training.data.negatives import Neighbours, negatives_for
+from qrag.training.data.negatives import Neighbours, NeighbourSearch, need_search, negatives_for
 
 PoolSplit = Literal["train", "val", "test"]
 POOL_SPLITS: tuple[PoolSplit, ...] = get_args(PoolSplit)
@@ -158,14 +158,14 @@ def leakage(path: str | None = None) -> dict[str, float | int]:
 # --- hard negatives ----------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=2)
-def _neighbours(path: str | None, split: PoolSplit) -> Neighbours:
+def _neighbours(path: str | None, split: PoolSplit, search: NeighbourSearch) -> Neighbours:
     """The split's pool and its neighbours; the training pool is part of the validation pool, so both embed it once."""
     pools = load_pool(path).pools
     if split != "train":
-        return Neighbours(pools[split], name=f"hotpotqa_pool {split} pool")
-    val = _neighbours(path, "val")
+        return search(pools[split], None, f"hotpotqa_pool {split} pool")
+    val = _neighbours(path, "val", search)
     row = {p: i for i, p in enumerate(pools["val"])}
-    return Neighbours(pools["train"], val.vectors[[row[p] for p in pools["train"]]])
+    return search(pools["train"], val.vectors[[row[p] for p in pools["train"]]], "hotpotqa_pool train pool")
 
 
 def _rng(split: str, seed: int) -> random.Random:
@@ -173,10 +173,12 @@ def _rng(split: str, seed: int) -> random.Random:
 
 
 def iter_hotpot_pool(*, split: str = "train", seed: int = 0, num_distractors: int | None = None,
-                     path: str | None = None, negatives: str = "mixed") -> Iterator[Episode]:
+                     path: str | None = None, negatives: str = "mixed",
+                     neighbours: NeighbourSearch | None = None) -> Iterator[Episode]:
     """The split's clean questions as episodes: in file order over the whole pool (`num_distractors=None`), or
     with `num_distractors` negatives each, in an order shuffled by `seed`: hard and random ones ('mixed'), or the
-    pool's BM25-nearest to the question ('bm25', the distractor setting; in file order) (module docstring).
+    pool's BM25-nearest to the question ('bm25', the distractor setting; in file order) (module docstring), found
+    by `neighbours` (`qrag.training.search.pool_neighbours`; needed with `num_distractors` only).
 
     Raises:
         ValueError: an unknown split or kind of negatives, or a negative `num_distractors`.
@@ -197,14 +199,15 @@ def iter_hotpot_pool(*, split: str = "train", seed: int = 0, num_distractors: in
             yield Episode(r.question, chunks, tuple(where[p] for p in r.passages), r.answer,
                           f"hotpotqa-pool-{split}-{r.row}", {"source": "hotpotqa_pool", "split": split, "row": r.row})
         return
+    search = need_search(neighbours, "hotpotqa_pool")
     rng = _rng(split, seed)
     rows = list(rows)
     if negatives == "bm25":
-        yield from _distractor_setting(path, sp, rows, chunks, where, num_distractors, rng)
+        yield from _distractor_setting(_neighbours(path, sp, search), sp, rows, chunks, where, num_distractors, rng)
         return
     rng.shuffle(rows)
     golds = [[where[p] for p in r.passages] for r in rows]
-    picked = negatives_for(_neighbours(path, sp), [r.question for r in rows], golds, num_distractors, rng)
+    picked = negatives_for(_neighbours(path, sp, search), [r.question for r in rows], golds, num_distractors, rng)
     for r, gold, chosen in zip(rows, golds, picked, strict=True):
         order = gold + chosen
         rng.shuffle(order)
@@ -213,13 +216,13 @@ def iter_hotpot_pool(*, split: str = "train", seed: int = 0, num_distractors: in
                       {"source": "hotpotqa_pool", "split": split, "row": r.row, "pool": len(chunks)})
 
 
-def _distractor_setting(path: str | None, split: PoolSplit, rows: list[PoolRow], chunks: tuple[str, ...],
+def _distractor_setting(near_of: Neighbours, split: PoolSplit, rows: list[PoolRow], chunks: tuple[str, ...],
                         where: dict[str, int], n: int, rng: random.Random) -> Iterator[Episode]:
     """Each question with its gold passages and the `n` non-gold passages of the pool BM25 ranks highest for it,
     shuffled; in file order."""
     for start in range(0, len(rows), 64):
         group = rows[start : start + 64]
-        near = _neighbours(path, split).bm25([r.question for r in group], n + 2)
+        near = near_of.bm25([r.question for r in group], n + 2)
         for r, ranked in zip(group, near, strict=True):
             gold = [where[p] for p in r.passages]
             order = gold + [i for i in ranked if i not in gold][:n]

@@ -2,74 +2,56 @@
 
 An episode holds a question's gold passages and `n` others of its pool: three quarters hard negatives, taken
 round-robin from the cosine neighbours (the bundled MiniLM, mean-pooled and normalised, 256 tokens) of the question
-and of each gold passage and the BM25 neighbours of the question (`qrag.training.lexical`), nearest first; the rest
-drawn at random; shuffled. The `hotpotqa_pool` and `corpus` sources build their training and validation episodes
+and of each gold passage and the BM25 neighbours of the question, nearest first; the rest drawn at random; shuffled.
+The neighbours come from a `Neighbours` lookup the caller hands in (`qrag.training.search.pool_neighbours`). The `hotpotqa_pool` and `corpus` sources build their training and validation episodes
 this way, so training sees what a search of the whole pool sees.
 """
 
 from __future__ import annotations
 
 import random
-import sys
-from collections.abc import Iterator, Sequence
-from functools import cached_property
-from typing import TYPE_CHECKING
-
-import torch
-
-from qrag.training.lexical import LexicalIndex
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from qrag.training.qnet import QNetwork
+    import torch
 
 HARD_SHARE = 0.75  # share of an episode's distractors that are nearest neighbours; the rest are random
-NEIGHBOUR_ENCODER = "all-MiniLM-L6-v2"
-NEIGHBOUR_TOKENS = 256
 GROUP = 64  # questions whose neighbours are looked up together
 
 
-class Neighbours:
-    """The nearest passages of a pool by cosine (the bundled MiniLM) and by BM25.
+class Neighbours(Protocol):
+    """The nearest passages of one pool: what hard negatives need from a retriever. The data floor is handed
+    one (`qrag.training.search.pool_neighbours` builds it: the bundled MiniLM by cosine, and BM25)."""
 
-    Args:
-        passages: The pool.
-        vectors: Their (N, D) unit-length MiniLM vectors, when already computed (else embedded here, once).
-        name: What the pool is, for the line printed while embedding it.
-    """
-
-    def __init__(self, passages: Sequence[str], vectors: torch.Tensor | None = None, name: str = "pool") -> None:
-        self.passages, self.name = list(passages), name
-        self._vectors = vectors
-        self._bm25: LexicalIndex | None = None
-
-    @cached_property
-    def model(self) -> QNetwork:
-        from qrag.training.qnet import QNetwork
-
-        return QNetwork.from_encoder(NEIGHBOUR_ENCODER, train_towers="state", max_chunk_tokens=NEIGHBOUR_TOKENS,
-                                     normalize=True, scale=1.0).eval()
+    passages: list[str]
 
     @property
     def vectors(self) -> torch.Tensor:
-        """(N, D) unit-length MiniLM vectors of the pool, embedded the first time they are needed."""
-        if self._vectors is None:
-            print(f"embedding the {self.name}'s {len(self.passages)} passages for hard negatives", file=sys.stderr)
-            with torch.no_grad():
-                self._vectors = self.model.embed_chunks(self.passages, precision="auto")  # (N, D)
-        return self._vectors
+        """(N, D) unit-length vectors of the pool."""
+        ...
 
     def cosine(self, queries: list[str], rows: list[int], k: int) -> list[list[int]]:
         """The k nearest pool passages by cosine of each query, then of each pool passage given by its row."""
-        with torch.no_grad():
-            q = self.model.embed_chunks(queries, precision="auto") if queries else self.vectors[:0]  # (Q, D)
-            sims = torch.cat([q, self.vectors[rows]]) @ self.vectors.T  # (Q + P, N)
-            return sims.topk(min(k, self.vectors.shape[0]), dim=1).indices.tolist()  # type: ignore[no-any-return]
+        ...
 
     def bm25(self, queries: list[str], k: int) -> list[list[int]]:
         """The k pool passages BM25 ranks highest for each query, best first."""
-        if self._bm25 is None:
-            self._bm25 = LexicalIndex.from_texts(self.passages)
-        return self._bm25.top(queries, k)[1].tolist()  # type: ignore[no-any-return]
+        ...
+
+
+NeighbourSearch = Callable[[Sequence[str], "torch.Tensor | None", str], Neighbours]
+"""Builds a pool's `Neighbours` from its passages, their vectors when already computed (else None) and what the
+pool is (for messages): `qrag.training.search.pool_neighbours`."""
+
+
+def need_search(search: NeighbourSearch | None, source: str) -> NeighbourSearch:
+    """`search`, or a ValueError saying how to hand one in (a source asked for negatives without it)."""
+    if search is None:
+        raise ValueError(f"source {source!r} with num_distractors draws hard negatives by searching its pool: pass "
+                         "neighbours=qrag.training.search.pool_neighbours (qrag-train and qrag-eval do), or leave "
+                         "num_distractors unset (the whole pool).")
+    return search
 
 
 def choose_negatives(lists: Sequence[Sequence[int]], gold: Sequence[int], n: int, pool_size: int,

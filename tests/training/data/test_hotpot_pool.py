@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.data import EpisodeError, load_episodes, negatives
+from qrag.training.data import EpisodeError, load_episodes
 from qrag.training.data import hotpot_pool as hp
+from qrag.training.search import neighbours as neighbours_module
+from qrag.training.search import pool_neighbours
 
 FIXTURE = Path(__file__).parent / "fixtures" / "halueval_qa_sample.jsonl"
 
@@ -19,7 +21,7 @@ def small_splits(monkeypatch: pytest.MonkeyPatch, tiny_encoder_path: Path) -> st
     random encoder."""
     monkeypatch.setattr(hp, "ROWS", {"train": range(0, 6), "val": range(6, 8), "test": range(8, 10)})
     monkeypatch.setattr(hp, "POOL_ROWS", {"train": range(0, 6), "val": range(0, 8), "test": range(0, 10)})
-    monkeypatch.setattr(negatives, "NEIGHBOUR_ENCODER", str(tiny_encoder_path))
+    monkeypatch.setattr(neighbours_module, "NEIGHBOUR_ENCODER", str(tiny_encoder_path))
     for cached in (hp.load_pool, hp._neighbours):
         cached.cache_clear()
     yield str(FIXTURE)  # type: ignore[misc]
@@ -66,8 +68,8 @@ def test_whole_pool_episodes_share_one_corpus_and_point_at_their_gold(small_spli
 
 
 def test_distractor_episodes_hold_gold_and_negatives_of_their_split_only(small_splits: str) -> None:
-    a = list(hp.iter_hotpot_pool(split="train", num_distractors=4, path=small_splits))
-    b = list(hp.iter_hotpot_pool(split="train", num_distractors=4, path=small_splits))
+    a = list(hp.iter_hotpot_pool(split="train", num_distractors=4, path=small_splits, neighbours=pool_neighbours))
+    b = list(hp.iter_hotpot_pool(split="train", num_distractors=4, path=small_splits, neighbours=pool_neighbours))
     assert [(e.id, e.chunks, e.supporting) for e in a] == [(e.id, e.chunks, e.supporting) for e in b]  # deterministic
     allowed = set(hp.load_pool(small_splits).pools["train"])
     rows = {r.row: r for r in hp.read_rows(small_splits)}
@@ -75,7 +77,7 @@ def test_distractor_episodes_hold_gold_and_negatives_of_their_split_only(small_s
     for e in a:
         assert e.num_chunks == 6 and len(set(e.chunks)) == 6 and set(e.chunks) <= allowed
         assert tuple(e.chunks[i] for i in e.supporting) == rows[e.metadata["row"]].passages
-    everything = list(hp.iter_hotpot_pool(split="train", num_distractors=50, path=small_splits))
+    everything = list(hp.iter_hotpot_pool(split="train", num_distractors=50, path=small_splits, neighbours=pool_neighbours))
     assert {e.num_chunks for e in everything} == {len(allowed)}  # capped by the pool
 
 
@@ -92,7 +94,7 @@ def test_bad_inputs_are_named(tmp_path: Path, small_splits: str) -> None:
     with pytest.raises(ValueError, match="unknown split 'dev'.*train, val, test"):
         next(hp.iter_hotpot_pool(split="dev", path=small_splits))
     with pytest.raises(ValueError, match="num_distractors must be >= 0"):
-        next(hp.iter_hotpot_pool(num_distractors=-1, path=small_splits))
+        next(hp.iter_hotpot_pool(num_distractors=-1, path=small_splits, neighbours=pool_neighbours))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question": "q?", "knowledge": "k."}) + "\n", encoding="utf-8")
     with pytest.raises(EpisodeError, match=r"bad.jsonl:1: .*missing or non-text key\(s\) \['right_answer'\]"):

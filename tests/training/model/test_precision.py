@@ -1,0 +1,123 @@
+"""The precision follows the hardware: bf16 only where the CPU has native bf16 (flags mocked)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qrag.training.learn.config import ConfigError, TrainConfig
+from qrag.training.model import precision
+from qrag.training.model.towers import low_precision_dtype, precision_autocast
+
+REAL_CPU_BF16_SUPPORT = precision.cpu_bf16_support  # before tests/conftest.py treats every CPU as native
+CPU = torch.device("cpu")
+AVX512_BF16 = frozenset({"sse4_2", "avx2", "avx512f", "avx512bw", "avx512_bf16"})
+AMX = frozenset({"avx2", "avx512f", "amx_tile", "amx_bf16"})
+AVX2_ONLY = frozenset({"sse4_2", "fma", "avx2"})
+
+
+@pytest.fixture()
+def cpu(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Set the CPU's flags, torch's capability and oneDNN's bf16 switch; the real choice runs on them."""
+    monkeypatch.setattr(precision, "cpu_bf16_support", REAL_CPU_BF16_SUPPORT)
+    monkeypatch.setattr(precision.platform, "machine", lambda: "x86_64")
+
+    def set_cpu(flags: frozenset[str], capability: str = "AVX512", onednn: bool = True) -> None:
+        monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(precision.torch.backends.cpu, "get_cpu_capability", lambda: capability)
+        monkeypatch.setattr(precision, "_onednn_bf16", lambda: onednn)
+
+    return set_cpu
+
+
+@pytest.mark.parametrize(("flags", "native"), [(AVX512_BF16, True), (AMX, True), (AVX2_ONLY, False),
+                                                (frozenset(), False)])
+def test_auto_is_bf16_exactly_where_the_cpu_flags_say_native(cpu, flags: frozenset[str], native: bool) -> None:  # type: ignore[no-untyped-def]
+    cpu(flags)
+    chosen, why = precision.choose_precision("auto", CPU)
+    assert chosen == ("bf16" if native else "fp32")
+    assert ("avx512_bf16" in why or "amx_bf16" in why)
+    assert precision.accelerate_precision("auto", CPU)[0] == ("bf16" if native else "no")
+    assert low_precision_dtype(CPU, "auto") == (torch.bfloat16 if native else None)
+
+
+@pytest.mark.parametrize(("capability", "onednn", "reason"), [("AVX2", True, "ATEN_CPU_CAPABILITY"),
+                                                              ("AVX512", False, "ONEDNN_MAX_CPU_ISA")])
+def test_a_process_kept_below_the_bf16_units_counts_as_without_them(cpu, capability: str, onednn: bool,  # type: ignore[no-untyped-def]
+                                                                      reason: str) -> None:
+    cpu(AVX512_BF16, capability=capability, onednn=onednn)
+    chosen, why = precision.choose_precision("auto", CPU)
+    assert chosen == "fp32" and reason in why
+
+
+def test_bf16_asked_without_native_bf16_warns_and_runs_fp32(cpu) -> None:  # type: ignore[no-untyped-def]
+    cpu(AVX2_ONLY)
+    with pytest.warns(RuntimeWarning, match="precision 'bf16' asked, but this CPU has no native bf16.*running fp32"):
+        assert low_precision_dtype(CPU, "bf16") is None
+    with pytest.warns(RuntimeWarning, match="running fp32"):
+        assert precision.accelerate_precision("bf16", CPU) == ("no", precision.cpu_bf16_support()[1])
+    with pytest.warns(RuntimeWarning), precision_autocast(CPU, "bf16"):
+        assert not torch.is_autocast_enabled("cpu")
+    cpu(AVX512_BF16)
+    with precision_autocast(CPU, "bf16"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def test_fp32_and_fp16_are_kept_as_asked_and_unknown_values_named(cpu) -> None:  # type: ignore[no-untyped-def]
+    cpu(AVX512_BF16)
+    assert precision.choose_precision("fp32", CPU)[0] == "fp32"
+    assert precision.accelerate_precision("no", CPU)[0] == "no"
+    with pytest.raises(ValueError, match="'fp16' needs a GPU"):
+        low_precision_dtype(CPU, "fp16")
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16', 'fp16' or 'auto', got 'int8'"):
+        low_precision_dtype(CPU, "int8")
+    config = TrainConfig()
+    config.trainer.mixed_precision = "fp8"  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match="mixed_precision"):
+        config.validate()
+
+
+def test_serve_in_auto_names_what_it_runs(cpu, tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+    cpu(AVX512_BF16)
+    assert tiny_qnet.eval().serve_in("auto").serving_precision == "bf16"
+    cpu(AVX2_ONLY)
+    assert tiny_qnet.serve_in("auto").serving_precision == "fp32"
+    with pytest.warns(RuntimeWarning, match="running fp32"):
+        assert tiny_qnet.serve_in("bf16").serving_precision == "fp32"
+
+
+def test_the_trainer_takes_the_precision_the_cpu_runs(cpu, tiny_encoder_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from qrag.training.learn.trainer import Trainer
+    from tests.training.learn.two_hop import make_two_hop_episodes
+
+    train, val = make_two_hop_episodes(8, seed=0), make_two_hop_episodes(4, seed=1)
+    for flags, expected in ((AVX2_ONLY, "no"), (AVX512_BF16, "bf16")):
+        cpu(flags)
+        config = TrainConfig()
+        config.model.encoder = str(tiny_encoder_path)
+        config.trainer.output_dir = str(tmp_path / expected)
+        config.trainer.cpu = True
+        config.trainer.mixed_precision = "auto"
+        trainer = Trainer(config, train, val)
+        assert trainer.mixed_precision == expected
+        assert trainer.accelerator.mixed_precision == expected
+
+
+def test_the_cpu_presets_follow_the_hardware() -> None:
+    from qrag.training.learn.config import load_preset
+
+    assert load_preset("babilong-cpu").trainer.mixed_precision == "auto"
+    assert load_preset("wiki-cpu").trainer.mixed_precision == "auto"
+    assert load_preset("hotpotqa-pool-cpu").trainer.mixed_precision == "auto"
+
+
+def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n")
+    real_path = precision.Path
+    monkeypatch.setattr(precision, "Path", lambda p: info if p == "/proc/cpuinfo" else real_path(p))
+    precision.cpu_flags.cache_clear()
+    try:
+        assert precision.cpu_flags() == frozenset({"fpu", "avx2", "avx512_bf16"})
+    finally:
+        precision.cpu_flags.cache_clear()

@@ -1,0 +1,110 @@
+"""Acting's scores: the Q-values of every available chunk of every active episode (what the trainer samples its
+actions from) and the soft value of each state from the target towers (what the TD target bootstraps from),
+through the hop engine (`qrag.training.search.hops`), with the per-slot chunk vectors they score.
+
+Shape legend: E environments, N chunks (the longest episode among them), D dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from qrag.training.data.episode import Episode
+from qrag.training.learn import td
+from qrag.training.learn.env import EpisodeState, RetrievalEnv
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search import hops
+from qrag.training.search.chunk_vectors import ChunkVectorCache
+
+
+class ChunkCache:
+    """Unrotated chunk vectors of the episode in each environment slot, for one network.
+
+    Vectors depend only on chunk text, so they are computed once per episode (and refreshed when the
+    network has changed, at each rollout start). With a frozen chunk tower they never change: `store`
+    then keeps every text's vector for the whole run (shared by the online and target networks).
+    """
+
+    def __init__(self, qnet: QNetwork, batch_size: int, store: ChunkVectorCache | None = None) -> None:
+        self.qnet, self.batch_size, self.store = qnet, batch_size, store
+        self._owner: dict[int, EpisodeState] = {}
+        self._vectors: dict[int, torch.Tensor] = {}
+
+    def clear(self) -> None:
+        self._owner.clear()
+        self._vectors.clear()
+
+    def corpora(self, env: RetrievalEnv, slots: Sequence[int]) -> hops.Corpora:
+        """The slots' episodes as the hop engine's per-question corpora (vectors zero-padded to the longest)."""
+        for e in slots:
+            s = env.slot(e)
+            if self._owner.get(e) is not s:
+                self._owner[e] = s
+                self._vectors[e] = episode_vectors(self.qnet, s.episode, self.batch_size, self.store)
+        return hops.Corpora.padded([self._vectors[e] for e in slots], [env.slot(e).episode.chunks for e in slots],
+                                   self.qnet.device)
+
+    def slot_vectors(self, e: int) -> torch.Tensor:
+        """(N, D) vectors of the episode in slot `e`, as the last `corpora` call computed them."""
+        return self._vectors[e]
+
+
+def episode_vectors(qnet: QNetwork, episode: Episode, batch_size: int, store: ChunkVectorCache | None) -> torch.Tensor:
+    """(N, D) unrotated chunk vectors of an episode, from the run's cache when the chunk tower is frozen."""
+    chunks = episode.chunks
+    return store.vectors(qnet, chunks, batch_size=batch_size) if store is not None else qnet.embed_chunks(chunks, batch_size)
+
+
+@dataclass
+class StepScores:
+    """Everything acting computes for the active slots at one step."""
+
+    slots: list[int]
+    questions: list[str]
+    rendered: list[list[str]]
+    available: torch.Tensor  # (E, N) bool
+    positions: torch.Tensor | None  # (E, N)
+    q_online: torch.Tensor  # (E, N), -inf where not available
+    value: torch.Tensor  # (E,) soft value from the target towers
+
+
+def score_step(
+    env: RetrievalEnv, online: QNetwork, online_cache: ChunkCache, target: QNetwork | None = None,
+    target_cache: ChunkCache | None = None, k: int = 5, alpha: float = 1.0, value_target: str = "mean",
+) -> StepScores:
+    """Score every available chunk of every active slot with the hop engine, the states and scores a greedy search
+    would compute, which acting then samples from; with `target`, also the soft value V(s) of each state from the
+    target towers (METHOD.md §3), the bootstrap of the TD target."""
+    slots = env.active
+    questions, rendered = env.state_texts(slots)
+    taken = [env.slot(e).selected for e in slots]
+    rows = range(len(slots))
+    states = hops.encode_states(online, questions, rendered, online_cache.batch_size)  # (E, D)
+    q, positions = hops.q_values(online, states, online_cache.corpora(env, slots), rows, taken, names=questions)
+    available = torch.isfinite(q)  # (E, N) neither taken nor padding
+    value = torch.zeros(len(slots), device=online.device)  # (E,)
+    if target is not None and target_cache is not None:
+        t_states = hops.encode_states(target, questions, rendered, target_cache.batch_size)  # (E, D)
+        q_heads, _ = hops.q_values(target, t_states, target_cache.corpora(env, slots), rows, taken, heads=True,
+                                   names=questions)  # (2, E, N)
+        value = td.ensemble_soft_value(q_heads, available, k, alpha, value_target)  # type: ignore[arg-type]
+    return StepScores(slots, questions, rendered, available, positions, q, value)
+
+
+def frozen_chunk_cache(qnet: QNetwork, store: ChunkVectorCache | None = None) -> ChunkVectorCache | None:
+    """The run-long chunk-vector cache for a network whose chunk tower is frozen (None when it trains).
+
+    Raises:
+        ValueError: `store` holds the vectors of another chunk tower.
+    """
+    if not qnet.chunk_tower_frozen:
+        return None
+    if store is None:
+        return ChunkVectorCache(qnet.chunk_vectors_key())
+    if store.key != qnet.chunk_vectors_key():
+        raise ValueError(f"the chunk-vector cache holds vectors of {store.key!r}, not of this network's chunk tower "
+                         f"({qnet.chunk_vectors_key()!r}).")
+    return store
