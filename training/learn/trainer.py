@@ -12,7 +12,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import math
 import sys
 import time
 from collections import deque
@@ -41,6 +40,7 @@ from qrag.training.learn.distributed import any_process, max_over_processes, sha
 from qrag.training.learn.env import RetrievalEnv
 from qrag.training.learn.evaluation import validation_scores
 from qrag.training.learn.resume import Resumable
+from qrag.training.learn.run_loop import Milestones, RunBar, TimeBudget
 from qrag.training.model.precision import accelerate_precision
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import hops
@@ -346,81 +346,42 @@ class Trainer(Resumable):
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, Any]:
-        """Run until `total_transitions`; resumes from `output_dir/last` when `trainer.resume` is set."""
+        """Run until `total_transitions` (or the time budget); resumes from `output_dir/last` when `trainer.resume`
+        is set."""
         tc = self.config.trainer
         self._prepare_output_dir()
         main = self.accelerator.is_main_process
-        if self.resumed_from is not None and main:
-            tqdm.write(f"resumed from {self.resumed_from} at {self.transitions} transitions, {self.updates} updates",
-                       file=sys.stderr)
-        if main and tc.progress:
-            arithmetic = "fp32" if self.mixed_precision == "no" else f"{self.mixed_precision} autocast"
-            tqdm.write(f"training arithmetic: {arithmetic} (mixed_precision {tc.mixed_precision!r}: "
-                       f"{self.precision_reason})", file=sys.stderr)
+        self._announce(main)
         writer = SummaryWriter(str(self.output_dir / "tb")) if main else None
-        # The bar follows the limit that binds: the time budget when there is one, else the transitions.
-        budget_s = round(60 * tc.max_minutes) if tc.max_minutes else 0
-        bar = tqdm(total=budget_s or tc.total_transitions,
-                   initial=0 if budget_s else min(self.transitions, tc.total_transitions),
-                   disable=not (tc.progress and main), unit="s" if budget_s else "tr", dynamic_ncols=True,
-                   bar_format="{percentage:3.0f}%|{bar}| {elapsed}<{remaining} of the time budget{postfix}"
-                   if budget_s else None)
-        postfix: dict[str, str] = {}
-        next_log = self._next_multiple(tc.log_every)
-        next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
-        next_save = self._next_multiple(tc.save_every)
+        bar = RunBar(tc, self.transitions, shown=tc.progress and main)
+        due = Milestones(self.transitions, log=tc.log_every, eval=tc.eval_every, save=tc.save_every).due
+        budget = TimeBudget(self.clock, self.created, tc.max_minutes)
         started, start_transitions = self.clock(), self.transitions
         last_eval: dict[str, float] = {}
-        deadline = self.created + 60 * tc.max_minutes if tc.max_minutes else math.inf
-        # The run must end within the budget, its final evaluation and checkpoint included: stop once the time
-        # left is less than the last rollout + evaluation + checkpoint took (measured, not guessed).
-        eval_s = save_s = 0.0
         if self.transitions == 0 and tc.eval_every and self.val_episodes:
             # The starting point competes for best/ too: a run whose training never beats it on validation
             # keeps the network it started from (for an anchored model, the base encoder's own search).
-            tick = self.clock()
-            last_eval = self._evaluate_and_keep_best(writer)
-            eval_s = self.clock() - tick
-        while self.transitions < tc.total_transitions:
-            before, tick = self.transitions, self.clock()
-            stats = self.update(self.collect_rollout())
-            step_s = self.clock() - tick
-            if budget_s:
-                bar.update(min(round(self.clock() - self.created), budget_s) - bar.n)
-            else:
-                bar.update(min(self.transitions, tc.total_transitions) - min(before, tc.total_transitions))
-            postfix.update(tr=str(self.transitions), loss=f"{stats['losses/td_loss']:.4f}")
-            bar.set_postfix(postfix, refresh=False)
-            if self.transitions >= next_log:
-                next_log = self._next_multiple(tc.log_every)
-                sps = (self.transitions - start_transitions) / max(1e-9, self.clock() - started)
-                stats.update(self._episode_stats())
-                temperature, epsilon = self.acting()  # one reading of the time-keyed schedule for both figures
-                stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
-                              "charts/alpha": self.alpha, "charts/act_temperature": temperature,
-                              "charts/act_epsilon": epsilon, "charts/updates": self.updates})
-                self._log(stats, writer)
-                postfix.update(tr=str(self.transitions), ret=f"{stats.get('charts/episodic_return', 0):.3f}",
-                               recall=f"{stats.get('charts/fact_recall', 0):.2f}",
-                               loss=f"{stats['losses/td_loss']:.4f}", sps=f"{sps:.1f}")
-                bar.set_postfix(postfix)
-            # Each process measures its own clock: any process out of time stops them all, in step.
-            out_of_time = bool(tc.max_minutes) and any_process(
-                self.accelerator, self.clock() + step_s + eval_s + save_s >= deadline)
-            finished = self.transitions >= tc.total_transitions or out_of_time
-            tick = self.clock()
-            if self.transitions >= next_eval or (finished and self.val_episodes):
-                next_eval = self._next_multiple(tc.eval_every) if tc.eval_every else math.inf
+            with budget.timing("eval"):
                 last_eval = self._evaluate_and_keep_best(writer)
+        while self.transitions < tc.total_transitions:
+            before = self.transitions
+            with budget.timing("step"):
+                stats = self.update(self.collect_rollout())
+            bar.advance(before, self.transitions, self.clock() - self.created, stats["losses/td_loss"])
+            if due("log", self.transitions):
+                sps = (self.transitions - start_transitions) / max(1e-9, self.clock() - started)
+                self._log_progress(stats, writer, bar, sps)
+            # Each process measures its own clock: any process out of time stops them all, in step.
+            out_of_time = budget.limited and any_process(self.accelerator, budget.short())
+            finished = self.transitions >= tc.total_transitions or out_of_time
+            if due("eval", self.transitions) or (finished and self.val_episodes):
+                with budget.timing("eval"):
+                    last_eval = self._evaluate_and_keep_best(writer)
                 if last_eval:
-                    postfix["val_em"] = f"{last_eval['fact_em']:.3f}"
-                    bar.set_postfix(postfix)
-                eval_s = self.clock() - tick
-            if self.transitions >= next_save or finished:
-                tick = self.clock()
-                next_save = self._next_multiple(tc.save_every)
-                self.save_checkpoint()
-                save_s = self.clock() - tick
+                    bar.show(val_em=f"{last_eval['fact_em']:.3f}")
+            if due("save", self.transitions) or finished:
+                with budget.timing("save"):
+                    self.save_checkpoint()
             if out_of_time:
                 break
         bar.close()
@@ -430,8 +391,27 @@ class Trainer(Resumable):
                 "best_metric": self.selection.kept, "seconds": self.clock() - started,
                 "resumed_from": str(self.resumed_from) if self.resumed_from is not None else None}
 
-    def _next_multiple(self, every: int) -> float:
-        return (self.transitions // every + 1) * every if every > 0 else math.inf
+    def _announce(self, main: bool) -> None:
+        """Say where the run resumed from and which arithmetic it trains in."""
+        tc = self.config.trainer
+        if self.resumed_from is not None and main:
+            tqdm.write(f"resumed from {self.resumed_from} at {self.transitions} transitions, {self.updates} updates",
+                       file=sys.stderr)
+        if main and tc.progress:
+            arithmetic = "fp32" if self.mixed_precision == "no" else f"{self.mixed_precision} autocast"
+            tqdm.write(f"training arithmetic: {arithmetic} (mixed_precision {tc.mixed_precision!r}: "
+                       f"{self.precision_reason})", file=sys.stderr)
+
+    def _log_progress(self, stats: dict[str, float], writer: SummaryWriter | None, bar: RunBar, sps: float) -> None:
+        """Log the update's statistics with the episodes', the schedules' and the speed, and show them on the bar."""
+        stats.update(self._episode_stats())
+        temperature, epsilon = self.acting()  # one reading of the time-keyed schedule for both figures
+        stats.update({"charts/SPS": sps, "charts/lr": float(self.scheduler.get_last_lr()[0]),
+                      "charts/alpha": self.alpha, "charts/act_temperature": temperature,
+                      "charts/act_epsilon": epsilon, "charts/updates": self.updates})
+        self._log(stats, writer)
+        bar.show(tr=str(self.transitions), ret=f"{stats.get('charts/episodic_return', 0):.3f}",
+                 recall=f"{stats.get('charts/fact_recall', 0):.2f}", loss=f"{stats['losses/td_loss']:.4f}", sps=f"{sps:.1f}")
 
     def _episode_stats(self) -> dict[str, float]:
         if not self.recent:
