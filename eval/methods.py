@@ -1,5 +1,7 @@
-"""The method names `qrag-eval` compares, apart from the retrievers themselves (importing this needs no torch, so
-the command line answers `--help` before any model library loads)."""
+"""The method names `qrag-eval` compares, apart from the retrievers themselves.
+
+Importing this needs no torch, so the command line answers `--help` before any model library loads.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""A `ChunkStore` over a LlamaIndex vector store: multi-hop search against a vector database through
-LlamaIndex's own integration for it (e.g. `ChromaVectorStore` on a Chroma server)."""
+"""A `ChunkStore` over a LlamaIndex vector store: multi-hop search against a vector database.
+
+It goes through LlamaIndex's own integration for the database (e.g. `ChromaVectorStore` on a Chroma server).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Which metric a vector store ranks by: qrag's hops need the raw inner product ⟨query, g_φ(c)⟩, since it
-is the Q-value the stop rule compares with its threshold. Framework-free (no LangChain / LlamaIndex import).
+"""Which metric a vector store ranks by: qrag's hops need the raw inner product ⟨query, g_φ(c)⟩.
+
+It is the Q-value the stop rule compares with its threshold. Framework-free (no LangChain / LlamaIndex import).
 """
 
 from __future__ import annotations

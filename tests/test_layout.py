@@ -168,3 +168,17 @@ def test_the_adapters_import_the_core_through_the_search_and_model_facades() -> 
                 core.add(node.module)
     assert core == {"qrag.training.model", "qrag.training.search"}, core
     assert "qrag.integrations.metric" in used  # the adapters' own modules are seen (a check of the finder)
+
+
+@pytest.mark.parametrize("folder", ["training", "eval", "qrag_integrations"])
+def test_every_module_says_in_one_line_what_it_holds(folder: str) -> None:
+    import ast
+
+    unsaid = []
+    for path in sorted((REPO / folder).rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        lines = (doc or "").splitlines()
+        if not lines or not lines[0].strip() or (len(lines) > 1 and lines[1].strip()):
+            unsaid.append(str(path.relative_to(REPO)))
+    assert not unsaid, (f"{unsaid}: a module's docstring opens with one line that says what it holds (then a blank "
+                        "line before any more)")

@@ -1,5 +1,8 @@
-"""Typed overlay of nested dicts (YAML files, command-line flags) on configuration dataclasses: every key must
-exist and every value must fit its field's annotated type; nothing unknown is silently ignored."""
+"""Config overlays: nested dicts (YAML files, flags) laid on configuration dataclasses, every key and type checked.
+
+Every key must exist and every value must fit its field's annotated type; nothing unknown is silently ignored.
+`ConfigError` and `check_choice` serve every floor's config.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Acting's scores: the Q-values of every available chunk of every active episode (what the trainer samples its
-actions from) and the soft value of each state from the target towers (what the TD target bootstraps from),
-through the hop engine (`qrag.training.search.hops`), with the per-slot chunk vectors they score.
+"""Acting's scores: the Q-values actions are sampled from and the soft value the TD target bootstraps from.
+
+`score_step` scores every available chunk of every active episode through the hop engine
+(`qrag.training.search.hops`), and with the target towers the soft value of each state; `ChunkCache` keeps the
+per-slot chunk vectors they score.
 
 Shape legend: E environments, N chunks (the longest episode among them), D dim.
 """

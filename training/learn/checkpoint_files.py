@@ -1,4 +1,4 @@
-"""Training-state checkpoints: safetensors + JSON only (no pickle), written atomically.
+"""A run's checkpoint files: `trainer_state.json` and `trainer_tensors.safetensors` beside `model/` (no pickle).
 
 A run folder holds `last/` (everything needed to resume) and `best/` (the model chosen on the validation
 split by `qrag.training.learn.checkpoint_selection.Selection`; a plain `QNetwork` folder). Both are written with

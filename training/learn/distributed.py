@@ -1,5 +1,7 @@
-"""What the trainer needs to run as several processes (`accelerate launch`, `torchrun`): data shards, one
-stop decision for all, and each process's own resume state gathered into rank 0's checkpoint.
+"""What the trainer needs to run as several processes: data shards, one stop decision, gathered resume states.
+
+Under `accelerate launch` or `torchrun`: each process's share of the data, one stop decision for all, and each
+process's own resume state gathered into rank 0's checkpoint.
 
 Gradients are averaged by accelerate (DistributedDataParallel); the online network starts from rank 0's
 weights (DDP broadcasts them) and the target towers are copied from it, so every process holds the same

@@ -1,5 +1,8 @@
-"""Evaluation: the greedy policy over validation episodes, through the hop engine a served model uses, and the
-scores the trainer selects checkpoints on (`validation_scores`)."""
+"""Evaluation: the greedy policy over validation episodes, and the scores the trainer selects checkpoints on.
+
+The greedy pass runs through the hop engine a served model uses; `validation_scores` adds fact EM at exactly
+|SF| hops per task.
+"""
 
 from __future__ import annotations
 

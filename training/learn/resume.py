@@ -1,4 +1,4 @@
-"""Saving a training run to `output_dir/last` and resuming it bit for bit (the `Trainer`'s checkpoints).
+"""What a run saves to `output_dir/last` and restores from it, bit for bit (the `Trainer`'s checkpoints).
 
 What is saved: the online network (its own folder), the target towers' trained tensors, the optimiser, the
 scheduler step, every random stream, the counters, the environments' slots and each process's share of them.

@@ -1,5 +1,8 @@
-"""What the training loop keeps beside it: the progress bar, the log / evaluation / checkpoint schedule, and the
-time budget (`Trainer.train` reads as the loop over these)."""
+"""What the training loop keeps beside it: the progress bar, the milestones and the time budget.
+
+`Trainer.train` reads as the loop over these: log / evaluation / checkpoint milestones every N transitions, and a
+time budget that ends the run with its last evaluation and checkpoint inside it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Writing and reading a `QNetwork` checkpoint folder: every library error becomes a `CheckpointError` naming the file.
+"""A model folder's files: `qrag_config.json`, `model.safetensors`, `tokenizer/`, `encoder/`, written and read.
+
+Every library error becomes a `CheckpointError` naming the file.
 
 safetensors, tokenizers, transformers and `json` each fail in their own way on a truncated, empty, edited or
 foreign file; the readers here turn those failures, and weights holding NaN or infinity, into one error type

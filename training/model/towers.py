@@ -1,5 +1,6 @@
-"""The towers' building blocks: the pooled encoder tower, its train modes (full, LoRA, top layers), the
-token plumbing of states, and the per-model lock that serialises encoder calls.
+"""The towers' building blocks: the pooled encoder tower, its train modes, state tokens, the per-model lock.
+
+Train modes: full, LoRA, top layers; the token plumbing splices a state's pieces; the lock serialises encoder calls.
 
 Shape legend: B batch, L tokens, D vector dim.
 """

@@ -1,5 +1,4 @@
-"""The hop engine (METHOD.md §1, §2, §4): the one place where states become hops, for training, evaluation and
-serving.
+"""The hop engine (METHOD.md §1, §2, §4): the one place where states become hops, for training and serving.
 
 Shape legend: B questions, R state rows (some of the questions, or questions × beams), N chunks (the longest
 corpus when each question has its own), D vector dim, K width.

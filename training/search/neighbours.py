@@ -1,5 +1,7 @@
-"""The nearest passages of a pool by cosine (the bundled MiniLM) and by BM25: the lookup hard negatives draw on
-(`qrag.training.data.negatives`, which is handed `pool_neighbours`)."""
+"""The nearest passages of a pool by cosine (the bundled MiniLM) and by BM25, for hard negatives.
+
+`qrag.training.data.negatives` is handed `pool_neighbours` by the floors above it (the data floor imports no model).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""A saved `MultiHopSearcher` folder: `model/` (`QNetwork.save_pretrained`), `index/` (`ChunkIndex.save`) and
-`search.json` (the search settings and the model's serving precision), written as one atomic swap and read
-back with every part checked."""
+"""A saved searcher's folder: `model/`, `index/` and `search.json`, written as one atomic swap, read back checked.
+
+`model/` is `QNetwork.save_pretrained`'s folder, `index/` `ChunkIndex.save`'s, and `search.json` holds the search
+settings and the model's serving precision; the adapters add their own files beside them (`extra_files`).
+"""
 
 from __future__ import annotations
 

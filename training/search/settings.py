@@ -1,9 +1,8 @@
-"""How a model is searched (METHOD.md §4): the settings saved with a model and the settings of one search.
+"""The settings of one search (`SearchConfig`, METHOD.md §4), each the model's saved `HopSettings` unless set.
 
-`HopSettings` travel with a checkpoint (the horizon the model was trained for, its stop threshold); a
-`SearchConfig` is what one search uses, each field set by the caller or, where it says 'model', taken from the
-model's `HopSettings` (`SearchConfig.resolved`). Searchers, adapters, `qrag-eval` and the trainer's validation
-read both from here.
+`HopSettings` travel with a checkpoint (`qrag.training.model.config`: the horizon the model was trained for, its
+stop threshold); a `SearchConfig` is what one search uses, each field set by the caller or, where it says 'model',
+taken from the model's `HopSettings` (`SearchConfig.resolved`). Searchers, adapters and `qrag-eval` read it here.
 """
 
 from __future__ import annotations
