@@ -1,17 +1,17 @@
-"""qrag.training: the Q-network, its soft Q(λ) training, multi-hop search, indexes and data.
+"""qrag.training: the core, in four floors; each imports only the floors listed before it.
 
     from qrag.training import QNetwork, MultiHopSearcher, ChunkIndex, load_model
 
-The main types are imported on first use, so `import qrag.training` stays cheap (no torch until one is
-touched); submodules (`qrag.training.learn.trainer`, `.search`, `.data`, ...) import as usual.
+- `data/`: episodes and the benchmark data that produce them (imports no other floor);
+- `model/`: the two-tower Q-network, its towers, positions, encoders, folder format and shipped names;
+- `search/`: the hop engine (`hops.py`), chunk indexes, lexical evidence and `MultiHopSearcher`; its `__init__` is the
+  facade the adapters and eval import;
+- `learn/`: the TD math (`td.py`), the MDP, acting, evaluation, the trainer and its checkpoints, the training
+  config and the commands `qrag-train`, `qrag-blend`, `qrag-data`.
 
-Where things are:
-
-- the TD update: `trainer.Trainer.update` (one loop over minibatches; the math in `td.py`);
-- the hop loop: `hops.greedy_hops` and `hops.beam_hops` (one hop for many states: `hops.q_values`);
-- the network: `qnet.QNetwork` (its folder: `qnet_files.py`; serving precision: `qnet_serving.py`);
-- search settings: `search_settings.py` (`HopSettings` saved with a model, `SearchConfig` per search);
-- the user-facing searcher: `search.MultiHopSearcher`; training settings: `config.py`.
+Beside them, helpers every floor may use and which import no floor: `atomic.py` (atomic writes), `overlay.py`
+(config overlays), `input_checks.py` (checks of what users pass in). The names above load on first use, so
+`import qrag.training` stays cheap (no torch until one is touched). docs/GUIDE.md, "The layout", tours them.
 """
 
 from __future__ import annotations
