@@ -13,8 +13,9 @@ Everything is imported on first use, so `import qrag` is cheap and needs neither
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 if TYPE_CHECKING:
     from qrag.integrations import (
@@ -31,38 +32,10 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_EXPORTS = {
-    "QRAGRetriever": "qrag.integrations",
-    "QRAGEmbeddings": "qrag.integrations",
-    "LangChainChunkStore": "qrag.integrations",
-    "QRAGLlamaIndexRetriever": "qrag.integrations",
-    "QRAGHopEvent": "qrag.integrations",
-    "QRAGLlamaIndexEmbedding": "qrag.integrations",
-    "QNetwork": "qrag.training.model.qnet",
-    "ChunkIndex": "qrag.training.search.index",
-    "MultiHopSearcher": "qrag.training.search.searcher",
-    "load_model": "qrag.training.search.searcher",
-}
-
-__all__ = [
-    "ChunkIndex",
-    "LangChainChunkStore",
-    "MultiHopSearcher",
-    "QNetwork",
-    "QRAGEmbeddings",
-    "QRAGHopEvent",
-    "QRAGLlamaIndexEmbedding",
-    "QRAGLlamaIndexRetriever",
-    "QRAGRetriever",
-    "load_model",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'qrag' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "integrations": ["LangChainChunkStore", "QRAGEmbeddings", "QRAGHopEvent", "QRAGLlamaIndexEmbedding",
+                     "QRAGLlamaIndexRetriever", "QRAGRetriever"],
+    "training.model.qnet": ["QNetwork"],
+    "training.search.index": ["ChunkIndex"],
+    "training.search.searcher": ["MultiHopSearcher", "load_model"],
+})

@@ -16,29 +16,17 @@ Beside them, helpers every floor may use and which import no floor: `atomic.py` 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 if TYPE_CHECKING:
     from qrag.training.model.qnet import QNetwork
     from qrag.training.search.index import ChunkIndex
     from qrag.training.search.searcher import MultiHopSearcher, load_model
 
-_EXPORTS = {
-    "QNetwork": "qrag.training.model.qnet",
-    "ChunkIndex": "qrag.training.search.index",
-    "MultiHopSearcher": "qrag.training.search.searcher",
-    "load_model": "qrag.training.search.searcher",
-}
-
-__all__ = ["ChunkIndex", "MultiHopSearcher", "QNetwork", "load_model"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'qrag.training' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "model.qnet": ["QNetwork"],
+    "search.index": ["ChunkIndex"],
+    "search.searcher": ["MultiHopSearcher", "load_model"],
+})

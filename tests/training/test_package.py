@@ -32,7 +32,7 @@ def test_main_types_are_exported_lazily() -> None:
 def test_unknown_name_is_an_attribute_error_and_submodules_still_import() -> None:
     import qrag.training as t
 
-    with pytest.raises(AttributeError, match="module 'qrag.training' has no attribute 'Searcher'"):
+    with pytest.raises(AttributeError, match="qrag.training attribute Searcher"):
         t.Searcher  # noqa: B018
     from qrag.training.learn import td
 

@@ -14,8 +14,9 @@ Imports only the data floor's types and the helpers beside it (`qrag.training.at
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 if TYPE_CHECKING:
     from qrag.training.model.config import HopSettings, ModelConfig, Precision
@@ -24,25 +25,10 @@ if TYPE_CHECKING:
     from qrag.training.model.shipped import shipped_names
     from qrag.training.model.towers import model_lock
 
-_EXPORTS = {
-    "QNetwork": "qrag.training.model.qnet",
-    "CheckpointError": "qrag.training.model.folder",
-    "ModelConfig": "qrag.training.model.config",
-    "HopSettings": "qrag.training.model.config",
-    "Precision": "qrag.training.model.config",
-    "model_lock": "qrag.training.model.towers",
-    "shipped_names": "qrag.training.model.shipped",
-}
-
-__all__ = ["CheckpointError", "HopSettings", "ModelConfig", "Precision", "QNetwork", "model_lock",
-           "shipped_names"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'qrag.training.model' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "config": ["HopSettings", "ModelConfig", "Precision"],
+    "folder": ["CheckpointError"],
+    "qnet": ["QNetwork"],
+    "shipped": ["shipped_names"],
+    "towers": ["model_lock"],
+})

@@ -14,17 +14,19 @@ with the rules the searcher applies.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+from qrag.training.input_checks import (  # stdlib only: imported as it is
+    check_metadatas,
+    check_query,
+    check_text_list,
+    check_texts,
+    check_trace_keys,
+)
 
 if TYPE_CHECKING:
-    from qrag.training.input_checks import (
-        check_metadatas,
-        check_query,
-        check_text_list,
-        check_texts,
-        check_trace_keys,
-    )
     from qrag.training.search.index import Chunk, ChunkIndex, IndexLoadError, ScoredChunk, search_rows
     from qrag.training.search.neighbours import pool_neighbours
     from qrag.training.search.searcher import MultiHopSearcher, SearchResult, load_model, search_many
@@ -39,28 +41,11 @@ if TYPE_CHECKING:
         SearchError,
     )
 
-_EXPORTS = {
-    **dict.fromkeys(["check_metadatas", "check_query", "check_text_list", "check_texts", "check_trace_keys"],
-                    "qrag.training.input_checks"),
-    **dict.fromkeys(["Chunk", "ChunkIndex", "IndexLoadError", "ScoredChunk", "search_rows"], "qrag.training.search.index"),
-    **dict.fromkeys(["MultiHopSearcher", "SearchResult", "load_model", "search_many"], "qrag.training.search.searcher"),
-    "pool_neighbours": "qrag.training.search.neighbours",
-    "recover_folder": "qrag.training.search.searcher_folder",
-    **dict.fromkeys(["FILLS", "FROM_MODEL", "Fill", "FromModel", "Order", "SearchConfig", "SearchError"],
-                    "qrag.training.search.settings"),
-}
-
-__all__ = ["Chunk", "ChunkIndex", "FILLS", "FROM_MODEL", "Fill", "FromModel", "IndexLoadError",
-           "MultiHopSearcher", "Order", "ScoredChunk", "SearchConfig", "SearchError", "SearchResult",
-           "check_metadatas", "check_query", "check_text_list", "check_texts", "check_trace_keys", "load_model",
-           "pool_neighbours", "recover_folder", "search_many", "search_rows"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'qrag.training.search' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__, _lazy = lazy_loader.attach(__name__, submod_attrs={
+    "index": ["Chunk", "ChunkIndex", "IndexLoadError", "ScoredChunk", "search_rows"],
+    "neighbours": ["pool_neighbours"],
+    "searcher": ["MultiHopSearcher", "SearchResult", "load_model", "search_many"],
+    "searcher_folder": ["recover_folder"],
+    "settings": ["FILLS", "FROM_MODEL", "Fill", "FromModel", "Order", "SearchConfig", "SearchError"],
+})
+__all__ = [*_lazy, "check_metadatas", "check_query", "check_text_list", "check_texts", "check_trace_keys"]
