@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import torch
@@ -35,6 +35,7 @@ import torch
 from qrag.training.model.config import StateOrder
 from qrag.training.model.positions import ROTATE_BUDGET, budget_rows, fused_scoring, rotate_halves
 from qrag.training.model.qnet import QNetwork, model_lock
+from qrag.training.search.filters import Filter
 from qrag.training.search.index import Chunk, ChunkStore
 from qrag.training.search.lexical import LexicalIndex, lexical_evidence, state_text
 from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
@@ -58,18 +59,29 @@ class Corpora:
         valid: (B, N) real rows of per-question corpora; None for a shared corpus (every row is real).
         lexical: Per question, the BM25 index of its corpus (needed where a search weighs lexical evidence, §4.5);
             None: none of them has one.
+        allowed: (N,) the rows of a shared corpus a metadata filter lets the hops take (a mask, never a copy of
+            the vectors); None: every row.
     """
 
     vectors: torch.Tensor
     texts: Sequence[Sequence[str]]
     valid: torch.Tensor | None = None
     lexical: Sequence[LexicalIndex | None] | None = None
+    allowed: torch.Tensor | None = None
+    _allowed_count: int | None = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.allowed is not None and (self.vectors.dim() != 2 or self.allowed.shape != (self.vectors.shape[0],)):
+            raise ValueError(f"a filter mask is (N,) over a shared corpus of N chunks, got {tuple(self.allowed.shape)} "
+                             f"for vectors of shape {tuple(self.vectors.shape)}.")
+        object.__setattr__(self, "_allowed_count", None if self.allowed is None else int(self.allowed.sum()))
 
     @classmethod
     def shared(cls, vectors: torch.Tensor, texts: Sequence[str], questions: int,
-               lexical: LexicalIndex | None = None) -> Corpora:
-        """One corpus (N, D) searched by `questions` questions (with its BM25 index, when it has one)."""
-        return cls(vectors, [texts] * questions, None, None if lexical is None else [lexical] * questions)
+               lexical: LexicalIndex | None = None, allowed: torch.Tensor | None = None) -> Corpora:
+        """One corpus (N, D) searched by `questions` questions (with its BM25 index, when it has one, and the (N,)
+        mask of the rows a filter allows, when one does)."""
+        return cls(vectors, [texts] * questions, None, None if lexical is None else [lexical] * questions, allowed)
 
     @classmethod
     def padded(cls, vectors: Sequence[torch.Tensor], texts: Sequence[Sequence[str]], device: torch.device,
@@ -86,8 +98,8 @@ class Corpora:
         return cls(out, texts, valid, None if lexical is None or all(x is None for x in lexical) else list(lexical))
 
     def size(self, b: int) -> int:
-        """How many chunks question `b`'s corpus holds."""
-        return len(self.texts[b])
+        """How many chunks question `b` may take: its corpus's, or those its filter allows."""
+        return len(self.texts[b]) if self._allowed_count is None else self._allowed_count
 
     @property
     def num_slots(self) -> int:
@@ -163,6 +175,8 @@ def q_values(
             part = _corpus_rows(vectors, rows[i : i + step])  # (N, D) | (S, N, D)
             parts.append(model.score(states[i : i + step], part, rotate[i : i + step], heads=heads))
         scores = torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]  # (R, N) | (2, R, N)
+    if corpora.allowed is not None:  # a filter: the rows it refuses are never taken
+        selected |= ~corpora.allowed.to(device)  # (R, N) | (N,) broadcast
     if valid is None:  # a shared corpus: every row is real (no mask to build)
         check_finite_q(scores.sum(dim=0) if heads else scores, names)
         return scores.masked_fill(selected, -math.inf), positions
@@ -349,6 +363,8 @@ def question_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora,
         scores = model.score(states, _corpus_rows(corpora.vectors, rows), None)  # (R, N)
         if corpora.valid is not None:
             scores = scores.masked_fill(~corpora.valid[list(rows)].to(device), -math.inf)
+        if corpora.allowed is not None:
+            scores = scores.masked_fill(~corpora.allowed.to(device), -math.inf)
         for r, t in enumerate(taken):
             if t:
                 scores[r, list(t)] = -math.inf
@@ -371,22 +387,23 @@ def _scored(pairs: list[list[tuple[Chunk, float]]]) -> list[list[tuple[Chunk, fl
     return [[(c, q, q) for c, q in row] for row in pairs]
 
 
-def store_question_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore,
-                          batch_size: int = 128) -> Expand[Chunk]:
+def store_question_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128,
+                          where: Filter | None = None) -> Expand[Chunk]:
     """`question_expand` over an external store: its chunks ranked by the store's inner products with the bare
-    questions' chunk-tower vectors, the taken ones excluded by id."""
+    questions' chunk-tower vectors, the taken ones excluded by id (and those `where` refuses, by the store)."""
 
     def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float, float]]]:
         with model_lock(model):
             states = model.embed_questions([questions[b] for b in rows], batch_size)  # (R, D)
-        return _scored(store.search(states, width, exclude=[{c.id for c in s} for s in taken]))
+        return _scored(_store_search(store, states, width, taken, where))
 
     return expand
 
 
-def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128) -> Expand[Chunk]:
+def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128,
+                 where: Filter | None = None) -> Expand[Chunk]:
     """The `Expand` of an external store (position mode 'none'): items are its chunks, ranked by the store's inner
-    products with the state vectors, the taken ones excluded by id."""
+    products with the state vectors, the taken ones excluded by id (and those `where` refuses, by the store)."""
     order = model.config.state_order
 
     def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float, float]]]:
@@ -394,9 +411,19 @@ def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, b
         names = [questions[b] for b in rows]
         states = encode_states(model, names, pieces, batch_size)  # (R, D)
         check_finite_q(states, names)
-        return _scored(store.search(states, width, exclude=[{c.id for c in s} for s in taken]))
+        return _scored(_store_search(store, states, width, taken, where))
 
     return expand
+
+
+def _store_search(store: ChunkStore, states: torch.Tensor, width: int, taken: Sequence[Sequence[Chunk]],
+                  where: Filter | None) -> list[list[tuple[Chunk, float]]]:
+    """The store's `width` best chunks per state, the taken ones excluded; a filter only when there is one (a
+    store written before filters takes no `where`)."""
+    exclude = [{c.id for c in s} for s in taken]
+    if where is None:
+        return store.search(states, width, exclude=exclude)
+    return store.search(states, width, exclude=exclude, where=where)
 
 
 def hop_scores(model: QNetwork, questions: Sequence[str], corpora: Corpora, rows: Sequence[int],

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,9 @@ from safetensors.torch import load_file, save_file
 
 from qrag.training.atomic import atomic_dir, recover
 from qrag.training.input_checks import check_ids, check_metadatas, check_texts, json_ok
+from qrag.training.model.config import PRECISIONS, Precision
 from qrag.training.model.qnet import QNetwork, model_lock
-from qrag.training.model.towers import Precision
+from qrag.training.search.filters import Filter, row_mask
 from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical
 
 Backend = Literal["torch", "faiss"]
@@ -77,10 +79,12 @@ class ChunkStore(Protocol):
     """
 
     def search(
-        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None
+        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None,
+        where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
         """Per query row (B, D): at most `k` (chunk, inner product) pairs, best first, skipping the ids
-        in `exclude[b]`."""
+        in `exclude[b]`, among the chunks `where` allows (a store translates it into its own filter, or raises
+        `FilterError` for one it cannot)."""
         ...
 
 
@@ -133,6 +137,7 @@ class ChunkIndex:
         ordered: bool = False,
         chunk_tower: str | None = None,
         lexical: LexicalIndex | None = None,
+        precision: Precision = "fp32",
     ) -> None:
         texts = check_texts(texts)
         n = len(texts)
@@ -160,6 +165,11 @@ class ChunkIndex:
             raise ValueError(f"the lexical index covers {len(lexical)} chunks but the index holds {n}; build it from "
                              "the same texts.")
         self.lexical = lexical
+        if precision not in PRECISIONS:
+            raise ValueError(f"ChunkIndex precision must be one of {list(PRECISIONS)}, got {precision!r}.")
+        self.precision: Precision = precision
+        """The arithmetic the vectors were embedded in (`from_texts`); `add` embeds new texts in it too."""
+        self._masks: dict[str, torch.Tensor] = {}  # filter key → (N,) row mask, cleared by every add or delete
 
     def with_lexical(self) -> ChunkIndex:
         """Build the BM25 index of the texts if the index has none yet (in place; returns the index). Indexes of the
@@ -216,7 +226,7 @@ class ChunkIndex:
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
                    chunk_tower=tower() if callable(tower) else None, ordered=ordered,
-                   lexical=LexicalIndex.from_texts(texts) if lexical else None)
+                   lexical=LexicalIndex.from_texts(texts) if lexical else None, precision=precision)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -246,16 +256,106 @@ class ChunkIndex:
             raise KeyError(f"ids {missing[:5]} are not in this ChunkIndex of {len(self)} chunks.")
         return [self._row[i] for i in ids]
 
+    # ------------------------------------------------------------------ a living index
+    def add(
+        self, model: QNetwork, texts: Iterable[str], ids: Iterable[str] | None = None,
+        metadatas: Iterable[Mapping[str, Any]] | None = None, *, batch_size: int | None = None,
+    ) -> list[str]:
+        """Embed `texts` with `model`'s chunk tower and append them (only they are embedded); returns their ids.
+
+        They are embedded in the arithmetic the index was built in (`precision`).
+
+        The index then equals one built from scratch on the whole set in that order (its BM25 index, when it has
+        one, is rebuilt over every text, as a fresh build's would be). In an ordered (position-aware) index the
+        new chunks follow the last one in reading order.
+
+        Args:
+            ids: Unique ids not in the index yet (default: new random ids).
+
+        Raises:
+            ValueError: an id already in the index (named), duplicate or malformed input, or a model whose chunk
+                tower is not the one the index was embedded with.
+        """
+        texts = check_texts(texts)
+        new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
+        metas = check_metadatas(metadatas, len(texts))
+        taken = [i for i in new_ids if i in self._row]
+        if taken:
+            raise ValueError(f"ids {taken[:5]} are already in this index; delete them first to replace them, or "
+                             "add the texts under new ids.")
+        tower = getattr(model, "chunk_tower_fingerprint", None)
+        if self.chunk_tower is not None and callable(tower) and tower() != self.chunk_tower:
+            raise ValueError("this model's chunk tower is not the one the index was embedded with; add with the "
+                             "model that built the index (or rebuild the index with this one).")
+        fresh = ChunkIndex.from_texts(model, texts, new_ids, metas, batch_size=batch_size, precision=self.precision,
+                                      show_progress=False)
+        self._replace_rows(torch.cat([self.vectors, fresh.vectors.to(self.device)]), self.texts + texts,
+                           self.ids + new_ids, self.metadatas + metas)
+        return new_ids
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Remove the chunks with these ids; the rest keep their order (in an ordered index, the chunks after a
+        deleted one move up by one place: positions are places in the text as it now stands).
+
+        Raises:
+            ValueError: an id not in the index (named; nothing is deleted), or a deletion that would empty it.
+        """
+        if isinstance(ids, str) or not isinstance(ids, Iterable):
+            raise ValueError(f"ids must be a list of chunk ids, got {ids!r:.80}.")
+        gone = set(map(str, ids))
+        missing = sorted(i for i in gone if i not in self._row)
+        if missing:
+            raise ValueError(f"ids {missing[:5]} are not in this index of {len(self)} chunks; nothing was deleted.")
+        if len(gone) >= len(self):
+            raise ValueError("cannot delete every chunk of an index; build a new one for a new corpus.")
+        keep = [r for r, i in enumerate(self.ids) if i not in gone]
+        self._replace_rows(self.vectors[keep], [self.texts[r] for r in keep], [self.ids[r] for r in keep],
+                           [self.metadatas[r] for r in keep])
+
+    def _replace_rows(self, vectors: torch.Tensor, texts: list[str], ids: list[str],
+                      metadatas: list[dict[str, Any]]) -> None:
+        self.vectors, self.texts, self.ids, self.metadatas = vectors, texts, ids, metadatas
+        self._row = {cid: i for i, cid in enumerate(ids)}
+        self._masks.clear()
+        if self._faiss is not None:
+            self._faiss = _build_faiss(self.vectors)
+        if self.lexical is not None:
+            self.lexical = LexicalIndex.from_texts(texts)
+
+    def with_metadatas(self, metadatas: Sequence[Mapping[str, Any]]) -> ChunkIndex:
+        """Replace every chunk's metadata (in row order; in place; returns the index): what filters read."""
+        self.metadatas = check_metadatas(metadatas, len(self))
+        self._masks.clear()
+        return self
+
+    def mask(self, filter_: Filter) -> torch.Tensor:
+        """(N,) bool: the rows `filter_` lets a search take, on the vectors' device; cached per filter until the
+        index changes (a predicate is evaluated each time).
+
+        Raises:
+            FilterError: metadata a condition cannot compare (the message names the key and the values).
+        """
+        key = filter_.key
+        cached = self._masks.get(key) if key is not None else None
+        if cached is None:
+            cached = torch.tensor(row_mask(filter_, self.metadatas), dtype=torch.bool, device=self.device)  # (N,)
+            if key is not None:
+                self._masks[key] = cached
+        return cached
+
     # ------------------------------------------------------------------ search
     def topk(
-        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[int]] | None = None
+        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[int]] | None = None,
+        allowed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact top-k inner products, skipping the rows in `exclude[b]`.
+        """Exact top-k inner products, skipping the rows in `exclude[b]` and those `allowed` refuses.
 
         Args:
             queries: (B, D) query (state) vectors.
             k: Results per query; capped at the number of rows left.
             exclude: Per query, the rows that must not come back (the chunks already taken).
+            allowed: (N,) the rows a filter allows (`mask`); None: every row. Scored exactly by torch even with
+                the FAISS backend (a flat index: the same results).
 
         Returns:
             (scores, rows), each (B, K) with K = min(k, N − max excluded); a row that ran out of
@@ -265,9 +365,11 @@ class ChunkIndex:
             raise ValueError(f"queries must be (B, {self.dim}) for this index, got shape {tuple(queries.shape)}.")
         width = max(len(e) for e in exclude) if exclude else 0
         kk = max(0, min(k, len(self)))
-        if self._faiss is not None:
+        if self._faiss is not None and allowed is None:
             return self._faiss_topk(queries, kk, exclude, width)
         scores = queries.to(self.device, torch.float32) @ self.vectors.T  # (B, N)
+        if allowed is not None:
+            scores.masked_fill_(~allowed.to(self.device), -math.inf)
         if exclude:
             for b, rows in enumerate(exclude):
                 if rows:
@@ -292,11 +394,13 @@ class ChunkIndex:
         return top, rows
 
     def search(
-        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None
+        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None,
+        where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
-        """`ChunkStore.search`: per query, at most `k` (chunk, inner product) pairs, best first."""
+        """`ChunkStore.search`: per query, at most `k` (chunk, inner product) pairs, best first (among the chunks
+        `where` allows)."""
         ex_rows = [set(self.rows(e)) for e in exclude] if exclude else None
-        top, rows = self.topk(queries, k, ex_rows)  # (B, K) each
+        top, rows = self.topk(queries, k, ex_rows, None if where is None else self.mask(where))  # (B, K) each
         out: list[list[ScoredChunk]] = []
         for s_row, r_row in zip(top.tolist(), rows.tolist(), strict=True):
             out.append([(self.chunk(r), s) for s, r in zip(s_row, r_row, strict=True) if r >= 0])
@@ -323,6 +427,7 @@ class ChunkIndex:
             "chunk_tower": self.chunk_tower,
             "vector_file": _VECTOR_FILES[vector_format],
             "lexical": self.lexical is not None,
+            "precision": self.precision,
             "ids": self.ids,
             "texts": self.texts,
             "metadatas": self.metadatas,
@@ -405,7 +510,8 @@ class ChunkIndex:
         try:
             index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"),
                         encoder=head.get("encoder"), chunk_tower=head.get("chunk_tower"),
-                        ordered=bool(head.get("ordered", False)), lexical=lexical)
+                        ordered=bool(head.get("ordered", False)), lexical=lexical,
+                        precision=head.get("precision", "fp32"))  # absent in indexes saved before `add`
         except (ValueError, TypeError) as e:
             raise IndexLoadError(f"{head_path} holds invalid chunks ({e}); rebuild and save the index.") from None
         return index.to(device) if device else index

@@ -54,6 +54,7 @@ from qrag.training.input_checks import check_device
 from qrag.training.model.qnet import CONFIG_FILE, QNetwork, model_lock
 from qrag.training.model.shipped import resolve_checkpoint
 from qrag.training.model.towers import Precision
+from qrag.training.search.filters import Filter, FilterSpec
 from qrag.training.search.hops import (
     Beam,
     Corpora,
@@ -237,20 +238,27 @@ class MultiHopSearcher:
         return cls(model, index.to(device) if device else index, config)
 
     # ------------------------------------------------------------------ public API
-    def search_one(self, question: str, **overrides: Any) -> SearchResult:
+    def search_one(self, question: str, *, filter: FilterSpec = None, **overrides: Any) -> SearchResult:
         """`search` for one question."""
-        return self.search([question], **overrides)[0]
+        return self.search([question], filter=filter, **overrides)[0]
 
-    def search(self, questions: Sequence[str], **overrides: Any) -> list[SearchResult]:
+    def search(self, questions: Sequence[str], *, filter: FilterSpec = None, **overrides: Any) -> list[SearchResult]:
         """Search every question; results equal one-at-a-time search, computed in shared batches.
 
         Args:
             questions: Non-empty question strings.
-            **overrides: Any `SearchConfig` field for this call (k, max_hops, stop_threshold, ...).
+            filter: Which chunks the hops may take (`qrag.training.search.filters`): a `Filter`, a dict
+                `{key: value}` (every key must match; a list value: any of its items) or a function of the
+                metadata dict. Every hop and the top-up take only chunks it allows, so a search returns at most
+                as many as match. Over a `ChunkIndex` it is a row mask (cached per filter); an external store is
+                handed it to apply in its own search.
+            **overrides: Any `SearchConfig` field for this call (k, max_hops, stop_threshold, score_threshold, ...).
 
         Raises:
             SearchError: an empty or non-string question, or an invalid/unknown argument.
+            FilterError: a malformed filter, or metadata it cannot compare.
         """
+        where = Filter.coerce(filter)
         cfg = self.config.with_overrides(overrides).resolved(self.model.hop_settings)
         cfg = dataclasses.replace(cfg, lexical_weight=self._lexical_for(cfg.weight))
         if isinstance(questions, str):
@@ -260,24 +268,27 @@ class MultiHopSearcher:
             if not isinstance(question, str) or not question.strip():
                 raise SearchError(f"question {i} must be a non-empty string, got {question!r}.")
         out: list[SearchResult] = []
+        allowed = self.store.mask(where) if where is not None and isinstance(self.store, ChunkIndex) else None
         for start in range(0, len(asked), cfg.batch_size):
-            out.extend(self._search_group(asked[start : start + cfg.batch_size], cfg))
+            out.extend(self._search_group(asked[start : start + cfg.batch_size], cfg, where, allowed))
         return out
 
     # ------------------------------------------------------------------ the hops
-    def _search_group(self, questions: list[str], cfg: SearchConfig) -> list[SearchResult]:
-        """Hops from the hop engine: greedy or beam over the index's vectors, or over an external store's ranking."""
+    def _search_group(self, questions: list[str], cfg: SearchConfig, where: Filter | None,
+                      allowed: torch.Tensor | None) -> list[SearchResult]:
+        """Hops from the hop engine: greedy or beam over the index's vectors (the rows `allowed` lets them take),
+        or over an external store's ranking (filtered by the store with `where`)."""
         if isinstance(self.store, ChunkIndex):
             index = self.store
-            corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical)
+            corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical, allowed)
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
             return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight),
-                                 question_expand(self.model, questions, corpora), questions, len(index), index.chunk,
-                                 self.model.config.state_order == "document", cfg)
-        return _beam_results(store_expand(self.model, questions, self.store),
-                             store_question_expand(self.model, questions, self.store), questions, None, lambda c: c,
-                             self.model.config.state_order == "document", cfg)
+                                 question_expand(self.model, questions, corpora), questions, corpora.size(0),
+                                 index.chunk, self.model.config.state_order == "document", cfg)
+        return _beam_results(store_expand(self.model, questions, self.store, where=where),
+                             store_question_expand(self.model, questions, self.store, where=where), questions, None,
+                             lambda c: c, self.model.config.state_order == "document", cfg)
 
 
 def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[ChunkIndex],
@@ -395,6 +406,8 @@ def _result(question: str, hopped: Beam[Chunk], more: Sequence[tuple[Chunk, floa
             for t, (c, q, score) in enumerate(zip(hopped.taken, hopped.q_values, hopped.scores, strict=True))]
     hits += [Hit(c, len(hopped.taken), q, True, score) for c, q, score in more]  # past the last hop
     hits = hits if cfg.k is not None else [h for h in hits if not h.past_stop]
+    if cfg.score_threshold is not None:
+        hits = [h for h in hits if h.score is not None and h.score >= cfg.score_threshold]
     return SearchResult(question, _ordered(hits, cfg.order), sum(not h.past_stop for h in hits))
 
 

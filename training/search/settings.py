@@ -51,6 +51,10 @@ class SearchConfig:
     saved weight."""
     batch_size: int = 64
     """Questions searched together (their states share encoder batches)."""
+    score_threshold: float | None = None
+    """Results whose score (the Q-value plus any lexical evidence, `Hit.score`) is below this are dropped, after
+    the hops and the top-up, so a search may return fewer than `k` results, or none; None keeps every one.
+    Results come in hop order (or document order), not score order."""
 
     def validate(self) -> SearchConfig:
         for name in ("k", "max_hops", "min_hops", "beam_size", "batch_size"):
@@ -69,6 +73,9 @@ class SearchConfig:
             raise SearchError(f"fill must be one of {[*FILLS, FROM_MODEL]}, got {self.fill!r}.")
         if self.lexical_weight != FROM_MODEL and not lexical_weight_ok(self.lexical_weight):
             raise SearchError(f"lexical_weight must be a finite number >= 0 or 'model', got {self.lexical_weight!r}.")
+        s = self.score_threshold
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s)):
+            raise SearchError(f"score_threshold must be a finite number or None, got {s!r}.")
         return self
 
     @classmethod
