@@ -15,8 +15,17 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
+from qrag.integrations.store_filters import store_filter
 from qrag.training.model import QNetwork, model_lock
-from qrag.training.search import Chunk, ScoredChunk, check_query, check_text_list, load_model, search_rows
+from qrag.training.search import (
+    Chunk,
+    Filter,
+    ScoredChunk,
+    check_query,
+    check_text_list,
+    load_model,
+    search_rows,
+)
 
 POSITION_KEY = "qrag_position"
 
@@ -135,10 +144,16 @@ class LangChainChunkStore:
         self.id_key = id_key
 
     def search(
-        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None
+        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None,
+        where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
+        """The `k` best chunks per query row, the excluded ids dropped; `where` goes to the store as its own filter
+        (`store_filters.store_filter`), so filtered search runs in the database."""
+        extra = {} if where is None else {"filter": store_filter(self.store, where)}
+
         def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
-            return [(self._chunk(doc), self.inner_product(float(score))) for doc, score in self.vector_search(vector, k=n)]
+            return [(self._chunk(doc), self.inner_product(float(score)))
+                    for doc, score in self.vector_search(vector, k=n, **extra)]
 
         return search_rows(queries, k, exclude, fetch)
 

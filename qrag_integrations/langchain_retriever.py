@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from qrag.training.search import (
     FROM_MODEL,
     ChunkIndex,
     Fill,
+    Filter,
     FromModel,
     MultiHopSearcher,
     SearchConfig,
@@ -38,7 +40,9 @@ from qrag.training.search import (
     recover_folder,
 )
 
-CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order", "fill", "lexical_weight")
+CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order", "fill", "lexical_weight", "score_threshold",
+             "filter")
+SEARCH_ARGS = CALL_ARGS[:-1]  # the `SearchConfig` fields; `filter` goes to the search beside them
 TRACE_KEYS = ("score", "q_value", "hop", "past_stop")
 SAVE_FILE = "retriever.json"
 SAVE_FORMAT = "qrag-langchain-retriever"
@@ -59,7 +63,16 @@ class QRAGRetriever(BaseRetriever):
     plus any lexical evidence), `q_value`, `hop` and `past_stop`; `Document.id` is the chunk id. Each hop is sent
     as a custom event `qrag_hop`.
     Per-call overrides: `invoke(query, k=..., max_hops=..., stop_threshold=..., beam_size=..., order=..., fill=...,
-    lexical_weight=...)`.
+    lexical_weight=..., score_threshold=..., filter=...)`.
+
+    `filter` (a field, or per call): which documents may be returned, `{key: value}` (every key must match; a list
+    value: any of its items) or a function of the metadata dict returning a bool. Every hop takes only documents it
+    allows and the rest of `k` comes from inside it, so fewer than `k` come back when fewer match (none for a key
+    no document has). Over a vector store the dict goes to the database as its own filter (Chroma `where`, a
+    Qdrant filter); a function needs `from_texts`. `score_threshold` drops the documents whose `score` is below it
+    (possibly all). Documents come in hop order (`order='hop'`) or document order, not score order.
+    `add_texts`, `add_documents` and `delete` change the documents without a rebuild (only what is added is
+    embedded); `save_local` keeps the changes.
 
     Example:
         >>> retriever = QRAGRetriever.from_texts(
@@ -79,13 +92,16 @@ class QRAGRetriever(BaseRetriever):
     order: Literal["hop", "document"] = "hop"
     fill: Fill | FromModel = FROM_MODEL
     lexical_weight: float | FromModel = FROM_MODEL
+    score_threshold: float | None = None
+    filter: dict[str, Any] | Callable[[dict[str, Any]], bool] | Filter | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _check_raw_args(cls, data: Any) -> Any:
         # Before pydantic coerces "3" or True to 3: the constructor is as strict as a per-call argument.
         if isinstance(data, dict):
-            SearchConfig().with_overrides({k: data[k] for k in CALL_ARGS if k in data})
+            SearchConfig().with_overrides({k: data[k] for k in SEARCH_ARGS if k in data})
+            Filter.coerce(data.get("filter"))
         return data
 
     @model_validator(mode="after")
@@ -160,7 +176,8 @@ class QRAGRetriever(BaseRetriever):
         if unknown:
             raise ValueError(f"QRAGRetriever got unknown argument(s) {unknown}; per-call arguments are {list(CALL_ARGS)}.")
         args = {name: call_kwargs.get(name, getattr(self, name)) for name in CALL_ARGS}
-        self.searcher.config.with_overrides(args)  # validates k ≥ 1, order, ... with a clear message
+        self.searcher.config.with_overrides({k: args[k] for k in SEARCH_ARGS})  # validates k ≥ 1, ... with a message
+        args["filter"] = Filter.coerce(args["filter"])  # a malformed filter is refused before any search
         return args
 
     @staticmethod
@@ -225,9 +242,61 @@ class QRAGRetriever(BaseRetriever):
         finally:
             _BATCHED.reset(token)
 
+    # ------------------------------------------------------------------ a living document set
+    def add_texts(self, texts: Iterable[str], metadatas: Iterable[dict[str, Any]] | None = None,
+                  ids: Iterable[str] | None = None) -> list[str]:
+        """Add documents without a rebuild: only `texts` are embedded (in the arithmetic the index was built in);
+        rankings then equal a retriever built from scratch on the whole set. Returns their ids (default: new
+        random ids). Over a vector store they are added to the store (embedded by its `QRAGEmbeddings`).
+
+        Raises:
+            ValueError: an id that is already there (named), or malformed texts, metadata or ids.
+        """
+        texts = check_texts(texts)
+        metas = check_metadatas(metadatas, len(texts))
+        for i, meta in enumerate(metas):
+            check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
+        index = self.searcher.index
+        if index is None:
+            return list(self._vector_store().add_texts(texts, metas, ids=None if ids is None else list(ids)))
+        return index.add(self.searcher.model, texts, ids, metas)
+
+    def add_documents(self, documents: Sequence[Document], ids: Iterable[str] | None = None) -> list[str]:
+        """`add_texts` of the documents' contents and metadata; ids default to each `Document.id` (new random ids
+        where it is None)."""
+        if not isinstance(documents, Sequence) or not all(isinstance(d, Document) for d in documents):
+            raise ValueError(f"documents must be a list of langchain Document objects, got {documents!r:.80}.")
+        if ids is None:
+            ids = [d.id if d.id is not None else uuid.uuid4().hex for d in documents]
+        return self.add_texts([d.page_content for d in documents], [d.metadata for d in documents], ids)
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Remove the documents with these ids (over a vector store: from the store).
+
+        Raises:
+            ValueError: an id that is not there (named; nothing is deleted), or deleting every document.
+        """
+        index = self.searcher.index
+        if index is None:
+            self._vector_store().delete(ids=list(ids))
+            return
+        index.delete(ids)
+
+    def _vector_store(self) -> VectorStore:
+        store = getattr(self.searcher.store, "store", None)
+        if not isinstance(store, VectorStore):
+            raise ValueError(f"this retriever searches a {type(self.searcher.store).__name__}, which qrag cannot "
+                             "change; add to or delete from that store itself.")
+        return store
+
     # ------------------------------------------------------------------ persistence
     def save_local(self, folder: str | Path) -> Path:
-        """Write the searcher (model + index, safetensors + JSON) and every retriever argument (JSON)."""
+        """Write the searcher (model + index, safetensors + JSON) and every retriever argument (JSON); a `filter`
+        only as a dict (a function cannot be saved: set `filter=None`, save, and pass it again after loading)."""
+        if self.filter is not None and not isinstance(self.filter, dict):
+            raise ValueError("cannot save a retriever whose filter is a function or a Filter object: set "
+                             "retriever.filter = None before save_local and pass it again after load_local, or use "
+                             "a dict filter {key: value}, which is saved.")
         try:
             blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "fields": self.model_dump(exclude={"searcher"})})
         except TypeError as e:

@@ -15,7 +15,9 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
+from llama_index.core.vector_stores.types import MetadataFilters
 
+from qrag.integrations.llama_index_filters import from_metadata_filters
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -63,6 +65,13 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
     evidence); `hop`, `q_value` and `past_stop` go in node metadata, excluded from LLM and embedding text. Each
     hop emits a `QRAGHopEvent`.
 
+    `filters` (LlamaIndex `MetadataFilters`: `==`, `!=`, `in`, `nin`, `>`, `>=`, `<`, `<=`, joined by `and` / `or`,
+    nested) restricts every hop to the nodes it allows, and the rest of `similarity_top_k` comes from inside it,
+    so fewer come back when fewer match; over a vector store the filters go to the store's own query.
+    `score_threshold` drops the nodes whose score is below it (possibly all). Nodes come in hop order (or document
+    order), not score order. `insert_nodes` and `delete_nodes` change the node set without a rebuild; `persist`
+    keeps the changes and the filters.
+
     Example:
         >>> from llama_index.core.schema import TextNode
         >>> nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(["Mary took the milk.", "John is home."])]
@@ -84,6 +93,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         lexical_weight: float | FromModel = FROM_MODEL,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
+        filters: MetadataFilters | None = None,
+        score_threshold: float | None = None,
     ) -> None:
         index = searcher.index
         if index is None and nodes:
@@ -92,16 +103,21 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             raise ValueError("the searcher's ChunkIndex must hold exactly these nodes, by node_id and in order.")
         for n in nodes:
             check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
+        if index is not None:
+            index.with_metadatas([n.metadata for n in nodes])  # what filters read (older saves kept none there)
         self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
         self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
         self.beam_size, self.order, self.fill, self.lexical_weight = beam_size, order, fill, lexical_weight
+        self.score_threshold = score_threshold
+        self.filters = filters
         searcher.config.with_overrides(self._args())  # fail at construction on a bad argument
+        from_metadata_filters(filters)  # a malformed filter is refused here, before any search
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _args(self) -> dict[str, Any]:
         return {"k": self.similarity_top_k, "max_hops": self.max_hops, "stop_threshold": self.stop_threshold,
                 "beam_size": self.beam_size, "order": self.order, "fill": self.fill,
-                "lexical_weight": self.lexical_weight}
+                "lexical_weight": self.lexical_weight, "score_threshold": self.score_threshold}
 
     @classmethod
     def from_defaults(
@@ -131,8 +147,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         nodes = list(nodes)  # read once: a generator works
         qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-        index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], backend=backend, ordered=ordered,
-                                      precision=precision)
+        index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], [n.metadata for n in nodes],
+                                      backend=backend, ordered=ordered, precision=precision)
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
     @classmethod
@@ -147,7 +163,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle.query_str, "QRAGLlamaIndexRetriever")
-        result = self.searcher.search_one(query, **self._args())
+        result = self.searcher.search_one(query, filter=from_metadata_filters(self.filters), **self._args())
         for h in sorted(result.hits, key=lambda h: h.hop):
             dispatcher.event(QRAGHopEvent(query=query, hop=h.hop, node_id=h.chunk.id, q_value=h.q_value,
                                           past_stop=h.past_stop))
@@ -161,6 +177,49 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             out.append(NodeWithScore(node=node, score=h.score))
         return out
 
+    # ------------------------------------------------------------------ a living node set
+    def insert_nodes(self, nodes: Sequence[BaseNode]) -> None:
+        """Add nodes without a rebuild: only they are embedded (in the arithmetic the index was built in), and
+        rankings then equal a retriever built from scratch on the whole set; `persist` keeps them. Over a vector
+        store they are added to the store (with the vectors of its `QRAGLlamaIndexEmbedding`).
+
+        Raises:
+            ValueError: a node id that is already there (named), or nodes that are not LlamaIndex nodes.
+        """
+        nodes = list(nodes)
+        if not all(isinstance(n, BaseNode) for n in nodes):
+            raise ValueError(f"insert_nodes takes LlamaIndex nodes, got {nodes!r:.80}.")
+        for n in nodes:
+            check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
+        index = self.searcher.index
+        if index is None:
+            self._vector_store().add(nodes)
+            return
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        index.add(self.searcher.model, texts, [n.node_id for n in nodes], [n.metadata for n in nodes])
+        self._nodes.update({n.node_id: n for n in nodes})
+
+    def delete_nodes(self, node_ids: Sequence[str]) -> None:
+        """Remove the nodes with these ids (over a vector store: from the store).
+
+        Raises:
+            ValueError: an id that is not there (named; nothing is deleted), or deleting every node.
+        """
+        index = self.searcher.index
+        if index is None:
+            self._vector_store().delete_nodes(list(node_ids))
+            return
+        index.delete(node_ids)
+        for i in node_ids:
+            self._nodes.pop(i, None)
+
+    def _vector_store(self) -> Any:
+        store = getattr(self.searcher.store, "store", None)
+        if store is None:
+            raise ValueError(f"this retriever searches a {type(self.searcher.store).__name__}, which qrag cannot "
+                             "change; add to or delete from that store itself.")
+        return store
+
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         # The default would run the torch work on the event loop thread and block it.
         return await asyncio.to_thread(self._retrieve, query_bundle)
@@ -172,7 +231,9 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
                              "store and call from_vector_store again.")
         docstore = SimpleDocumentStore()
         docstore.add_documents(list(self._nodes.values()))
-        head = {"format": SAVE_FORMAT, "version": 1, "args": {**self._args(), "verbose": self._verbose}}
+        filters = None if self.filters is None else self.filters.model_dump(mode="json")
+        head = {"format": SAVE_FORMAT, "version": 1,
+                "args": {**self._args(), "verbose": self._verbose, "filters": filters}}
         try:
             files = {NODES_FILE: json.dumps(docstore.to_dict()), SAVE_FILE: json.dumps(head, indent=2)}
         except (TypeError, ValueError) as e:
@@ -200,6 +261,12 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             args = dict(head["args"])
         except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
             raise ValueError(f"{d / SAVE_FILE} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
+        try:
+            if args.get("filters") is not None:
+                args["filters"] = MetadataFilters.model_validate(args["filters"])
+        except ValueError as e:
+            raise ValueError(f"{d / SAVE_FILE} holds filters LlamaIndex cannot read ({e}); persist the retriever "
+                             "again.") from None
         searcher = MultiHopSearcher.load(d, device=device, encoder=encoder)
         nodes = _read_nodes(d / NODES_FILE, searcher.index)  # type: ignore[arg-type]
         return cls(searcher, nodes, similarity_top_k=args.pop("k"), **args)

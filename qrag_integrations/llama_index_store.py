@@ -13,8 +13,9 @@ import torch
 from llama_index.core.schema import MetadataMode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery
 
+from qrag.integrations.llama_index_filters import to_metadata_filters
 from qrag.integrations.metric import MetricError, check_chroma_ip
-from qrag.training.search import Chunk, ScoredChunk, search_rows
+from qrag.training.search import Chunk, Filter, ScoredChunk, search_rows
 
 POSITION_KEY = "qrag_position"
 
@@ -58,10 +59,15 @@ class LlamaIndexChunkStore:
         self.position_key = position_key
 
     def search(
-        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None
+        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None,
+        where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
+        """The `k` best chunks per query row, the excluded ids dropped; `where` goes to the store's own query as
+        `MetadataFilters`, so filtered search runs in the database."""
+        filters = None if where is None else to_metadata_filters(where)
+
         def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
-            result = self.store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n))
+            result = self.store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n, filters=filters))
             pairs = zip(result.nodes or [], result.similarities or [], strict=True)
             return [(self._chunk(node), self.inner_product(float(s))) for node, s in pairs]
 

@@ -40,6 +40,7 @@ from qrag.integrations import (  # noqa: E402
     QRAGRetriever,
 )
 from qrag.training.model.qnet import QNetwork  # noqa: E402
+from qrag.training.search.filters import Condition, Filter  # noqa: E402
 from qrag.training.search.index import ChunkIndex  # noqa: E402
 from qrag.training.search.searcher import MultiHopSearcher, SearchResult  # noqa: E402
 
@@ -179,3 +180,24 @@ def test_metric_is_checked(server: tuple[int, Any], texts: list[str], adapter_qn
     plain = Chroma("qrag-default", QRAGEmbeddings(adapter_qnet), host="127.0.0.1", port=server[0])
     with pytest.raises(MetricError, match="ranks by 'l2'"):
         QRAGRetriever.from_vector_store(plain, adapter_qnet, k=3)
+
+
+FILTERS = [
+    Filter((Condition("qrag_position", "in", (1, 3, 5, 7, 9, 11)),)),
+    Filter((Condition("qrag_position", ">=", 4), Condition("qrag_position", "!=", 6)), "and"),
+    Filter((Condition("qrag_position", "<", 2), Condition("qrag_position", "nin", tuple(range(8)))), "or"),
+]
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_filters_go_to_the_chroma_server_and_give_the_exact_index_s_filtered_hops(
+    where: Filter, langchain_store: Chroma, llama_store: ChromaVectorStore, texts: list[str], questions: list[str],
+    adapter_qnet: QNetwork,
+) -> None:
+    metas = [{"qrag_position": i} for i in range(len(texts))]
+    exact = MultiHopSearcher(adapter_qnet, ChunkIndex.from_texts(adapter_qnet, texts, _ids(len(texts)), metas))
+    for store in (LangChainChunkStore(langchain_store), LlamaIndexChunkStore(llama_store)):
+        remote = MultiHopSearcher(adapter_qnet, store)
+        for opts in ({"k": 4}, {"k": 3, "beam_size": 2}):
+            assert_same_results(exact.search(questions, filter=where, **opts),
+                                remote.search(questions, filter=where, **opts))

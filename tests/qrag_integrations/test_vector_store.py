@@ -18,6 +18,7 @@ from qrag.integrations import (
 )
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.index import ChunkIndex
+from qrag.training.search.filters import Condition, Filter, FilterError
 from qrag.training.search.searcher import MultiHopSearcher, SearchError
 
 
@@ -89,3 +90,29 @@ def test_embeddings_are_the_two_towers(texts: list[str], questions: list[str], a
     first = MultiHopSearcher(adapter_qnet, ChunkIndex.from_texts(adapter_qnet, texts)).search_one(questions[0], k=1)
     scores = state @ adapter_qnet.embed_chunks(texts).T  # (1, N)
     assert first.hits[0].chunk.id == str(int(scores.argmax()))
+
+
+@pytest.mark.parametrize("where", [
+    {"qrag_position": [1, 3, 5, 7, 9, 11]},
+    Filter((Condition("qrag_position", ">=", 4), Condition("qrag_position", "!=", 6)), "and"),
+    Filter((Condition("qrag_position", "<", 2), Condition("qrag_position", "nin", (0, 1, 2, 3, 4, 5, 6, 7))), "or"),
+    {"no_such_key": 1},
+])
+def test_a_filter_goes_to_qdrant_and_gives_the_exact_index_s_filtered_hops(  # type: ignore[no-untyped-def]
+    where, qdrant_store, texts: list[str], questions: list[str], adapter_qnet: QNetwork
+) -> None:
+    metas = [{"qrag_position": i} for i in range(len(texts))]
+    exact = MultiHopSearcher(adapter_qnet, ChunkIndex.from_texts(adapter_qnet, texts, _ids(len(texts)), metas))
+    remote = MultiHopSearcher(adapter_qnet, LangChainChunkStore(qdrant_store))
+    for opts in ({"k": 4}, {"k": 3, "beam_size": 2}):
+        for a, b in zip(exact.search(questions, filter=where, **opts), remote.search(questions, filter=where, **opts),
+                        strict=True):
+            assert [h.chunk.id for h in a.hits] == [h.chunk.id for h in b.hits]
+            assert [h.q_value for h in a.hits] == pytest.approx([h.q_value for h in b.hits], abs=1e-4)
+
+
+def test_a_function_filter_cannot_go_to_a_database(qdrant_store, questions: list[str], adapter_qnet: QNetwork) -> None:  # type: ignore[no-untyped-def]
+    r = QRAGRetriever.from_vector_store(qdrant_store, adapter_qnet, k=3)
+    with pytest.raises(FilterError, match="QdrantVectorStore filters in the database, which cannot run a Python function"):
+        r.invoke(questions[0], filter=lambda m: True)
+    assert all(d.metadata["qrag_position"] in (2, 5) for d in r.invoke(questions[0], filter={"qrag_position": [2, 5]}))
