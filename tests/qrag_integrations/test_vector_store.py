@@ -17,8 +17,8 @@ from qrag.integrations import (
     QRAGRetriever,
 )
 from qrag.training.model.qnet import QNetwork
-from qrag.training.search.index import ChunkIndex
 from qrag.training.search.filters import Condition, Filter, FilterError
+from qrag.training.search.index import ChunkIndex
 from qrag.training.search.searcher import MultiHopSearcher, SearchError
 
 
