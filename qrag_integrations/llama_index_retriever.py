@@ -192,10 +192,14 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         for n in nodes:
             check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
         index = self.searcher.index
-        if index is None:
-            self._vector_store().add(nodes)
-            return
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        if index is None:
+            from qrag.integrations.llama_index_embeddings import QRAGLlamaIndexEmbedding
+
+            vectors = QRAGLlamaIndexEmbedding(self.searcher.model).get_text_embedding_batch(texts)
+            self._vector_store().add([n if n.embedding is not None else n.model_copy(update={"embedding": v})
+                                      for n, v in zip(nodes, vectors, strict=True)])
+            return
         index.add(self.searcher.model, texts, [n.node_id for n in nodes], [n.metadata for n in nodes])
         self._nodes.update({n.node_id: n for n in nodes})
 

@@ -201,3 +201,22 @@ def test_filters_go_to_the_chroma_server_and_give_the_exact_index_s_filtered_hop
         for opts in ({"k": 4}, {"k": 3, "beam_size": 2}):
             assert_same_results(exact.search(questions, filter=where, **opts),
                                 remote.search(questions, filter=where, **opts))
+
+
+def test_adds_and_deletes_go_to_the_server(server: tuple[int, Any], texts: list[str], questions: list[str],
+                                           adapter_qnet: QNetwork) -> None:
+    store = Chroma("qrag-living", QRAGEmbeddings(adapter_qnet), host="127.0.0.1", port=server[0],
+                   collection_configuration=IP)  # type: ignore[arg-type]
+    store.add_texts(texts[:6], ids=_ids(6), metadatas=[{"qrag_position": i} for i in range(6)])
+    r = QRAGRetriever.from_vector_store(store, adapter_qnet, k=12)
+    assert r.add_texts(texts[6:], [{"qrag_position": i} for i in range(6, 12)], ids=_ids(12)[6:]) == _ids(12)[6:]
+    r.delete(_ids(12)[:2])
+    exact = MultiHopSearcher(adapter_qnet, ChunkIndex.from_texts(adapter_qnet, texts[2:], _ids(12)[2:]))
+    assert [d.id for d in r.invoke(questions[0])] == [h.chunk.id for h in exact.search_one(questions[0], k=12).hits]
+    li_store = ChromaVectorStore(host="127.0.0.1", port=server[0], collection_name="qrag-li-living",
+                                 collection_kwargs={"configuration": IP})
+    li = QRAGLlamaIndexRetriever.from_vector_store(li_store, adapter_qnet, similarity_top_k=12)
+    li.insert_nodes([TextNode(text=t, id_=i, metadata={"qrag_position": n}, excluded_embed_metadata_keys=["qrag_position"])
+                     for n, (t, i) in enumerate(zip(texts, _ids(12), strict=True))])  # embedded by qrag's chunk tower
+    li.delete_nodes(_ids(12)[:2])
+    assert [n.node.node_id for n in li.retrieve(questions[0])] == [d.id for d in r.invoke(questions[0])]

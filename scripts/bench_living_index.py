@@ -1,0 +1,76 @@
+"""A filtered hop against an unfiltered one, and adding passages against rebuilding (`qrag.eval.living_speed`).
+
+    python scripts/bench_living_index.py --out results/living_index/living_index.json
+    python scripts/bench_living_index.py --sizes 50000 --skip-add   # the hop times only
+    python scripts/bench_living_index.py --skip-hops                 # adding against building only
+
+Prints Markdown tables and writes JSON with the machine (CPU flags, threads, torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from qrag.eval.living_speed import add_versus_build, filtered_hop_times, living_table
+from qrag.training.data import hotpot_pool
+from qrag.training.data.wiki import read_pages
+from qrag.training.model.precision import cpu_flags
+from qrag.training.search import load_model
+
+QUESTIONS = ["Which magazine was started first, Arthur's Magazine or First for Women?",
+             "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?",
+             "Were Scott Derrickson and Ed Wood of the same nationality?",
+             "The director of the romantic comedy Big Stone Gap is based in what New York city?",
+             "Which airport is closer to the city centre, Gatwick or Stansted?"]
+
+
+def real_passages(n: int) -> list[str]:
+    """`n` distinct real passages: the HotpotQA pool's, then the Wikipedia summaries'."""
+    pool = hotpot_pool.load_pool().pools
+    passages = list(dict.fromkeys([*pool["train"], *pool["val"], *pool["test"],
+                                   *(page.chunk for page in read_pages().values())]))
+    if len(passages) < n:
+        raise SystemExit(f"only {len(passages)} real passages are installed; ask for at most that many.")
+    return passages[:n]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qrag/hotpotqa-minilm")
+    parser.add_argument("--sizes", default="50000,400000", help="index sizes for the hop times, comma-separated")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--base", type=int, default=20000, help="passages already indexed")
+    parser.add_argument("--added", type=int, default=1000, help="passages added")
+    parser.add_argument("--precision", default="fp32", help="indexing arithmetic (fp32, bf16)")
+    parser.add_argument("--skip-add", action="store_true")
+    parser.add_argument("--skip-hops", action="store_true")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    hops = [] if args.skip_hops else filtered_hop_times(model, [int(s) for s in args.sizes.split(",")], QUESTIONS,
+                                                        args.repeats)
+    grow = None
+    if not args.skip_add:
+        texts = real_passages(args.base + args.added)
+        grow = add_versus_build(model, texts[: args.base], texts[args.base :], QUESTIONS, args.precision)
+    print(living_table(hops, grow))
+    if args.out:
+        machine = {"cpu": platform.processor() or platform.machine(), "flags": sorted(cpu_flags() & {
+            "avx2", "avx512f", "avx512_bf16", "amx_bf16"}), "threads": torch.get_num_threads(),
+            "torch": torch.__version__}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"model": args.model, "machine": machine, "hops": hops, "add": grow},
+                                       indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
