@@ -209,9 +209,10 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         Raises:
             ValueError: an id that is not there (named; nothing is deleted), or deleting every node.
         """
+        node_ids = list(node_ids)  # read once: a generator works
         index = self.searcher.index
         if index is None:
-            self._vector_store().delete_nodes(list(node_ids))
+            self._vector_store().delete_nodes(node_ids)
             return
         index.delete(node_ids)
         for i in node_ids:
