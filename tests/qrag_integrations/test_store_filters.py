@@ -4,7 +4,12 @@ LlamaIndex `MetadataFilters` both ways."""
 from __future__ import annotations
 
 import pytest
-from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
 
 from qrag.integrations.llama_index_filters import from_metadata_filters, to_metadata_filters
 from qrag.integrations.store_filters import chroma_where, qdrant_filter, store_filter
