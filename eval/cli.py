@@ -38,7 +38,7 @@ from qrag.eval.methods import METHODS
 from qrag.eval.report import DRIFT_FILE, PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
 from qrag.eval.sweep import BENCHMARKS, FILL_CHOICES, GENERATED, SPLITS, RunConfig
 from qrag.training.input_checks import one_line
-from qrag.training.learn.config import PRECISIONS
+from qrag.training.model.config import PRECISIONS
 from qrag.training.search.settings import FROM_MODEL
 
 # The model libraries (torch, transformers) load after the arguments are parsed: --help and a bad flag answer at

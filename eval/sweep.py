@@ -19,7 +19,7 @@ from qrag.training.data.build import VALIDATION_SEED_OFFSET
 from qrag.training.data.sources import SOURCES
 from qrag.training.data.wiki import KINDS as WIKI_KINDS
 from qrag.training.input_checks import check_out_path
-from qrag.training.learn.config import PRECISIONS
+from qrag.training.model.config import PRECISIONS
 from qrag.training.search.settings import FILLS, FROM_MODEL, Fill, FromModel
 
 FILL_CHOICES = (FROM_MODEL, *FILLS)

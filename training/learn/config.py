@@ -15,13 +15,7 @@ import yaml
 
 from qrag.training.data.build import rehearsed_source
 from qrag.training.data.config import DataConfig as DataConfig
-from qrag.training.model.config import PRECISIONS as PRECISIONS
-from qrag.training.model.config import HopSettings as HopSettings  # saved with a model
 from qrag.training.model.config import ModelConfig as ModelConfig
-from qrag.training.model.config import PositionMode as PositionMode
-from qrag.training.model.config import Precision as Precision
-from qrag.training.model.config import StateAnchor as StateAnchor
-from qrag.training.model.config import StateOrder as StateOrder
 from qrag.training.overlay import ConfigError, check_choice, overlay
 
 ValueTarget = Literal["mean", "min"]

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from qrag.training.data.episode import Episode
-from qrag.training.learn.config import EnvConfig, StateOrder
+from qrag.training.learn.config import EnvConfig
+from qrag.training.model.config import StateOrder
 from qrag.training.search.hops import state_pieces
 
 

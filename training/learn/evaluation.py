@@ -13,8 +13,9 @@ import torch
 from qrag.training.data.episode import Episode
 from qrag.training.learn.acting import episode_vectors, frozen_chunk_cache
 from qrag.training.learn.checkpoint_selection import evaluate_at_sf
-from qrag.training.learn.config import EnvConfig, StateOrder
+from qrag.training.learn.config import EnvConfig
 from qrag.training.learn.env import EpisodeState, RetrievalEnv
+from qrag.training.model.config import StateOrder
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import hops
 from qrag.training.search.chunk_vectors import ChunkVectorCache

@@ -9,7 +9,8 @@ import pytest
 from qrag.training.data import build_episodes as lazily_exported
 from qrag.training.data import load_episodes, write_jsonl
 from qrag.training.data.build import MAX_HELD_OUT_SHARE, VALIDATION_SEED_OFFSET, build_episodes
-from qrag.training.learn.config import ConfigError, DataConfig
+from qrag.training.data.config import DataConfig
+from qrag.training.overlay import ConfigError
 from tests.training.learn.two_hop import make_two_hop_episodes
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from qrag.training.data.babi import parse_fact
 from qrag.training.data.build import build_episodes
+from qrag.training.data.config import DataConfig
 from qrag.training.data.confusers import (
     CONFUSER_WORDS,
     confuser_index,
@@ -17,7 +18,7 @@ from qrag.training.data.confusers import (
     with_confusers,
 )
 from qrag.training.data.sources import load_episodes
-from qrag.training.learn.config import ConfigError, DataConfig
+from qrag.training.overlay import ConfigError
 
 
 def test_mentions_matches_whole_words_names_as_written_rooms_and_objects_in_any_case() -> None:

@@ -6,8 +6,9 @@ import pytest
 
 from qrag.training.data.babilong import FILLER_RUN, filler_pool
 from qrag.training.data.build import build_episodes
+from qrag.training.data.config import DataConfig
 from qrag.training.data.sources import load_episodes
-from qrag.training.learn.config import ConfigError, DataConfig
+from qrag.training.overlay import ConfigError
 
 
 def test_a_pool_has_its_size_is_deterministic_and_the_splits_draw_apart() -> None:
