@@ -63,14 +63,10 @@ def to_metadata_filters(where: Filter) -> MetadataFilters:
                           "MetadataFilters.")
     back = {v: k for k, v in OPERATORS.items()}
     filters: list[Any] = [to_metadata_filters(p) if isinstance(p, Filter)
-                          else MetadataFilter(key=p.key, operator=back[p.op], value=_plain(p.value))
+                          else MetadataFilter(key=p.key, operator=back[p.op], value=p.plain_value)
                           for p in where.parts]
     return MetadataFilters(filters=filters, condition=FilterCondition(where.join))
 
 
 def _name(value: Any) -> str:
     return str(getattr(value, "value", value))
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value

@@ -30,14 +30,14 @@ def store_filter(store: Any, where: Filter) -> Any:
     if kind == "QdrantVectorStore":
         return qdrant_filter(where)
     if where.join == "and" and all(isinstance(p, Condition) and p.op in ("==", "in") for p in where.parts):
-        return {p.key: list(p.value) if p.op == "in" else p.value for p in where.parts if isinstance(p, Condition)}
+        return {p.key: p.plain_value for p in where.parts if isinstance(p, Condition)}
     raise FilterError(f"qrag sends filters to {kind} as a dict {{key: value}}, which holds '==' and 'in' joined by "
                       "'and' only; use those, or a Chroma or Qdrant store.")
 
 
 def chroma_where(where: Filter) -> dict[str, Any]:
     """A Chroma `where` clause: `{key: {"$op": value}}`, joined by `$and` / `$or`."""
-    parts = [chroma_where(p) if isinstance(p, Filter) else {p.key: {CHROMA_OPS[p.op]: _plain(p.value)}}
+    parts = [chroma_where(p) if isinstance(p, Filter) else {p.key: {CHROMA_OPS[p.op]: p.plain_value}}
              for p in where.parts]
     return parts[0] if len(parts) == 1 else {f"${where.join}": parts}
 
@@ -56,7 +56,7 @@ def _qdrant_condition(models: Any, c: Condition) -> Any:
     if c.op in ("==", "!="):
         match = models.FieldCondition(key=key, match=models.MatchValue(value=c.value))
     elif c.op in ("in", "nin"):
-        match = models.FieldCondition(key=key, match=models.MatchAny(any=list(c.value)))
+        match = models.FieldCondition(key=key, match=models.MatchAny(any=c.plain_value))
     else:
         if isinstance(c.value, (str, bool)):
             raise FilterError(f"Qdrant orders numbers only: filter {c.key!r} {c.op} {c.value!r} needs a number.")
@@ -65,7 +65,3 @@ def _qdrant_condition(models: Any, c: Condition) -> Any:
     if c.op in ("!=", "nin"):
         return models.Filter(must=[has_key, models.Filter(must_not=[match])])
     return match
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value

@@ -55,6 +55,11 @@ class Condition:
             raise FilterError(f"filter {self.key!r} {self.op}: the value must be a string, number or boolean, got "
                               f"{self.value!r:.80}.")
 
+    @property
+    def plain_value(self) -> Any:
+        """The value as JSON and the stores' filter languages hold it (a list for `in` / `nin`)."""
+        return list(self.value) if isinstance(self.value, tuple) else self.value
+
     def matches(self, metadata: Mapping[str, Any]) -> bool:
         if self.key not in metadata:
             return False
@@ -112,7 +117,7 @@ class Filter:
         return json.dumps(self._tree(), sort_keys=True, default=repr)
 
     def _tree(self) -> Any:
-        return {self.join: [p._tree() if isinstance(p, Filter) else [p.key, p.op, _plain(p.value)]
+        return {self.join: [p._tree() if isinstance(p, Filter) else [p.key, p.op, p.plain_value]
                             for p in self.parts]}
 
     def conditions(self) -> list[Condition]:
@@ -146,10 +151,6 @@ class Filter:
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def row_mask(filter_: Filter, metadatas: Sequence[Mapping[str, Any]]) -> list[bool]:
