@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Generic, TypeVar
 
 import torch
@@ -68,13 +69,15 @@ class Corpora:
     valid: torch.Tensor | None = None
     lexical: Sequence[LexicalIndex | None] | None = None
     allowed: torch.Tensor | None = None
-    _allowed_count: int | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.allowed is not None and (self.vectors.dim() != 2 or self.allowed.shape != (self.vectors.shape[0],)):
             raise ValueError(f"a filter mask is (N,) over a shared corpus of N chunks, got {tuple(self.allowed.shape)} "
                              f"for vectors of shape {tuple(self.vectors.shape)}.")
-        object.__setattr__(self, "_allowed_count", None if self.allowed is None else int(self.allowed.sum()))
+
+    @cached_property
+    def _allowed_count(self) -> int | None:
+        return None if self.allowed is None else int(self.allowed.sum())
 
     @classmethod
     def shared(cls, vectors: torch.Tensor, texts: Sequence[str], questions: int,
