@@ -121,8 +121,8 @@ def rehearsal_episodes(data: DataConfig, own: int, neighbours: NeighbourSearch |
 
 
 def rehearsed_source(data: DataConfig) -> tuple[str, str | None, SourceInfo]:
-    """`data.rehearse` as (source name, task or None, the source), checked (`DataConfig.validate` calls it, so a
-    bad value is refused before any data is read).
+    """`data.rehearse` as (source name, task or None, the source), checked (`TrainConfig.validate` and
+    `build_episodes` call it first, so a bad value is refused before any data is read).
 
     Raises:
         ConfigError: not a generated source, or its task is missing or unknown.
