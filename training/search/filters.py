@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args
 
@@ -120,13 +120,6 @@ class Filter:
         return {self.join: [p._tree() if isinstance(p, Filter) else [p.key, p.op, p.plain_value]
                             for p in self.parts]}
 
-    def conditions(self) -> list[Condition]:
-        """Every condition of the tree (for stores that translate them)."""
-        out: list[Condition] = []
-        for p in self.parts:
-            out.extend(p.conditions() if isinstance(p, Filter) else [p])
-        return out
-
     # ------------------------------------------------------------------ the forms users write
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Filter:
@@ -151,8 +144,3 @@ class Filter:
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
-
-
-def row_mask(filter_: Filter, metadatas: Sequence[Mapping[str, Any]]) -> list[bool]:
-    """Per chunk, whether `filter_` lets a search take it."""
-    return [filter_.matches(m) for m in metadatas]

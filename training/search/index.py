@@ -32,7 +32,7 @@ from qrag.training.atomic import atomic_dir, recover
 from qrag.training.input_checks import check_ids, check_metadatas, check_texts, json_ok
 from qrag.training.model.config import PRECISIONS, Precision
 from qrag.training.model.qnet import QNetwork, model_lock
-from qrag.training.search.filters import Filter, row_mask
+from qrag.training.search.filters import Filter
 from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical
 
 Backend = Literal["torch", "faiss"]
@@ -338,7 +338,7 @@ class ChunkIndex:
         key = filter_.key
         cached = self._masks.get(key) if key is not None else None
         if cached is None:
-            cached = torch.tensor(row_mask(filter_, self.metadatas), dtype=torch.bool, device=self.device)  # (N,)
+            cached = torch.tensor([filter_.matches(m) for m in self.metadatas], dtype=torch.bool, device=self.device)
             if key is not None:
                 self._masks[key] = cached
         return cached
