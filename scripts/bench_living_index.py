@@ -30,10 +30,10 @@ QUESTIONS = ["Which magazine was started first, Arthur's Magazine or First for W
 
 
 def real_passages(n: int) -> list[str]:
-    """`n` distinct real passages: the HotpotQA pool's, then the Wikipedia summaries'."""
+    """`n` distinct real passages: the HotpotQA pool's training and validation passages (never the rows held out
+    for evaluation), then the Wikipedia summaries'."""
     pool = hotpot_pool.load_pool().pools
-    passages = list(dict.fromkeys([*pool["train"], *pool["val"], *pool["test"],
-                                   *(page.chunk for page in read_pages().values())]))
+    passages = list(dict.fromkeys([*pool["val"], *(page.chunk for page in read_pages().values())]))
     if len(passages) < n:
         raise SystemExit(f"only {len(passages)} real passages are installed; ask for at most that many.")
     return passages[:n]
