@@ -47,6 +47,9 @@ class Corpus:
     ids: tuple[str, ...]
     texts: tuple[str, ...]
     source: str
+    titles: tuple[str | None, ...] | None = None
+    """Each passage's title (a JSON Lines passage's `title`, a Markdown file's heading), None where it has none;
+    None when no passage has one."""
 
     def row(self, passage_id: str, where: str) -> int:
         """The row of a passage id (raises `EpisodeError` at `where`, with the nearest ids, when there is none)."""
@@ -82,6 +85,7 @@ def read_corpus(path: str | Path) -> Corpus:
                                 "passages or a folder of .txt/.md files.")
     ids: list[str] = []
     texts: list[str] = []
+    titles: list[str | None] = []
     first: dict[str, str] = {}
     for _, where, rec in iter_json_lines(p, "corpus file"):
         if not isinstance(rec, dict):
@@ -95,9 +99,14 @@ def read_corpus(path: str | Path) -> Corpus:
             raise EpisodeError(f"{where}: passage {str(pid)!r}: 'title' must be a string, got {title!r:.60}.")
         _add(ids, texts, first, str(pid), f"{title.strip()}. {text.strip()}" if title and title.strip() else text.strip(),
              where)
+        titles.append(title.strip() if title and title.strip() else None)
     if not ids:
         raise EpisodeError(f"corpus file {str(p)!r} holds no passages.")
-    return Corpus(tuple(ids), tuple(texts), str(p))
+    return Corpus(tuple(ids), tuple(texts), str(p), _titles(titles))
+
+
+def _titles(titles: list[str | None]) -> tuple[str | None, ...] | None:
+    return tuple(titles) if any(titles) else None
 
 
 def _add(ids: list[str], texts: list[str], first: dict[str, str], pid: str, text: str, where: str) -> None:
@@ -116,6 +125,7 @@ def _read_folder(folder: Path) -> Corpus:
     files = sorted(f for f in folder.rglob("*") if f.is_file() and f.suffix.lower() in SUFFIXES)
     ids: list[str] = []
     texts: list[str] = []
+    titles: list[str | None] = []
     first: dict[str, str] = {}
     for f in files:
         name = f.relative_to(folder).as_posix()
@@ -123,12 +133,24 @@ def _read_folder(folder: Path) -> Corpus:
             text = read_utf8(f)
         except EpisodeError as e:
             raise EpisodeError(f"corpus folder {str(folder)!r}: {e}") from None
-        for n, passage in enumerate(split_document(text, markdown=f.suffix.lower() == ".md")):
+        markdown = f.suffix.lower() == ".md"
+        title = document_title(text) if markdown else None
+        for n, passage in enumerate(split_document(text, markdown=markdown)):
             _add(ids, texts, first, f"{name}#{n}", passage, f"{f} (passage {n})")
+            titles.append(title)
     if not ids:
         raise EpisodeError(f"corpus folder {str(folder)!r} holds no .txt or .md file with text; pass a folder of "
                            "documents or a JSON Lines file of {\"id\", \"text\"} passages.")
-    return Corpus(tuple(ids), tuple(texts), str(folder))
+    return Corpus(tuple(ids), tuple(texts), str(folder), _titles(titles))
+
+
+def document_title(text: str) -> str | None:
+    """A Markdown document's title: its first level-1 heading (None without one)."""
+    for line in text.splitlines():
+        heading = _HEADING.match(line)
+        if heading and heading.group(1) == "#":
+            return heading.group(2)
+    return None
 
 
 def split_document(text: str, *, markdown: bool = False, max_words: int = MAX_WORDS) -> list[str]:
