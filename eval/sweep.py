@@ -64,9 +64,10 @@ BENCHMARKS: dict[str, Benchmark] = {
     "wiki": Benchmark("wiki", WIKI_KINDS, None),
     # The task names the rows searched: 'test' (9 000-9 999, evaluation only) or 'val' (held out of training).
     "hotpotqa_pool": Benchmark("hotpotqa_pool", ("test", "val"), None, default_tasks=("test",), recall_ks=(2, 5, 10)),
+    # Your questions (--data) over your corpus (--corpus), each searching the whole corpus (recall@5: what a
+    # retriever with k = 5 hands a reader).
+    "corpus": Benchmark("corpus", None, None, needs_path=True, recall_ks=(2, 4, 5, 8)),
     # HotpotQA's distractor setting over the same rows: the two gold passages and the pool's 8 BM25-nearest others.
-    # Your questions (--data) over your corpus (--corpus), each searching the whole corpus.
-    "corpus": Benchmark("corpus", None, None, needs_path=True),
     "hotpotqa_distractor": Benchmark("hotpotqa_pool", ("test", "val"), None, default_tasks=("test",), recall_ks=(2,),
                                      options=(("num_distractors", 8), ("negatives", "bm25"))),
 }

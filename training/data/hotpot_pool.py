@@ -203,7 +203,9 @@ def iter_hotpot_pool(*, split: str = "train", seed: int = 0, num_distractors: in
     rng = _rng(split, seed)
     rows = list(rows)
     if negatives == "bm25":
-        yield from _distractor_setting(_neighbours(path, sp, search), sp, rows, chunks, where, num_distractors, rng)
+        # BM25 alone: the split's own pool, never embedded (the training split's lookup would embed the validation pool)
+        near = search(chunks, None, f"hotpotqa_pool {split} pool")
+        yield from _distractor_setting(near, sp, rows, chunks, where, num_distractors, rng)
         return
     rng.shuffle(rows)
     golds = [[where[p] for p in r.passages] for r in rows]

@@ -64,7 +64,7 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     if known.config:
         config = load_yaml(known.config, base=config)
     init = known.init or config.model.init
-    start = _init_model(init) if init else None
+    start = init_model(init) if init else None
     if start is not None:
         config.model, config.env.max_hops = start
     rest = [_renamed_flag(a) for a in rest]
@@ -82,7 +82,7 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     return config.validate()
 
 
-def _init_model(init: str) -> tuple[ModelConfig, int]:
+def init_model(init: str) -> tuple[ModelConfig, int]:
     """The model section (recording `init`) and the horizon of the checkpoint `--init` names.
 
     Raises:

@@ -37,6 +37,14 @@ class PoolNeighbours:
         return QNetwork.from_encoder(NEIGHBOUR_ENCODER, train_towers="state", max_chunk_tokens=NEIGHBOUR_TOKENS,
                                      normalize=True, scale=1.0).eval()
 
+    def adopt(self, vectors: torch.Tensor, key: str) -> bool:
+        """Take the pool's vectors from elsewhere when they are this lookup's own (`key`: the chunk-vectors key of
+        the tower that embedded them, `QNetwork.chunk_vectors_key`); returns whether it took them."""
+        if key != self.model.chunk_vectors_key() or vectors.shape[0] != len(self.passages):
+            return False
+        self._vectors = vectors
+        return True
+
     @property
     def vectors(self) -> torch.Tensor:
         """(N, D) unit-length MiniLM vectors of the pool, embedded the first time they are needed."""

@@ -1,0 +1,80 @@
+"""`qrag-adapt`'s choice rule and its output folder, by hand: what it ships, what it refuses, what a resumed run
+keeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qrag.training.learn.adapt_choice import HARM_TOLERANCE, Candidate, choose
+from qrag.training.learn.adapt_folder import AdaptError, AdaptFolder, Request
+
+
+def test_the_best_held_out_recall_wins_among_those_that_keep_the_start() -> None:
+    start = Candidate(0.0, 2, 0.40, 0.88)
+    harmful = Candidate(1.0, 3, 0.60, 0.88 - HARM_TOLERANCE - 0.001)  # best held out, but costs the start too much
+    kept = Candidate(0.5, 3, 0.50, 0.88 - HARM_TOLERANCE + 0.001)
+    best, why = choose([start, Candidate(0.5, 2, 0.45, kept.start_score), kept, harmful])
+    assert best == kept
+    assert "w = 0.5 with 3 hops" in why and "refused" in why and "0.880" in why
+
+
+def test_a_tie_goes_to_the_smaller_weight_then_the_shorter_horizon() -> None:
+    a, b, c = Candidate(0.0, 2, 0.5, 0.9), Candidate(0.25, 3, 0.5, 0.9), Candidate(0.25, 2, 0.5, 0.9)
+    assert choose([b, a])[0] == a  # nothing beats the start: it is shipped
+    assert choose([Candidate(0.0, 2, 0.4, 0.9), b, c])[0] == c
+
+
+def test_without_the_starts_data_held_out_recall_alone_decides_and_the_reason_says_so() -> None:
+    best, why = choose([Candidate(0.0, 2, 0.4, None), Candidate(1.0, 2, 0.6, None)])
+    assert best.weight == 1.0 and "nothing guarded" in why
+
+
+def test_the_start_must_be_a_candidate() -> None:
+    with pytest.raises(ValueError, match="include the start"):
+        choose([Candidate(0.5, 2, 0.4, 0.9)])
+
+
+REQUEST = Request("/c.jsonl", "abc", None, None, "qrag/hotpotqa-minilm", 0, 4000)
+
+
+def test_a_new_or_empty_folder_starts_a_run_and_the_same_request_resumes_it(tmp_path: Path) -> None:
+    folder = AdaptFolder(tmp_path / "new")
+    record = folder.open(REQUEST)
+    assert record.seconds == {} and not folder.out.exists()  # opening writes nothing
+    with folder.phase(record, "embed"):
+        record.facts["n"] = 3
+    again = AdaptFolder(tmp_path / "new").open(REQUEST)
+    assert again.done("embed") and again.facts == {"n": 3} and again.seconds["embed"] >= 0
+    (tmp_path / "empty").mkdir()
+    assert AdaptFolder(tmp_path / "empty").open(REQUEST).seconds == {}
+
+
+def test_a_phase_that_fails_is_not_recorded_as_done(tmp_path: Path) -> None:
+    folder = AdaptFolder(tmp_path / "out")
+    record = folder.open(REQUEST)
+    with pytest.raises(RuntimeError), folder.phase(record, "train"):
+        raise RuntimeError("interrupted")
+    assert not folder.open(REQUEST).done("train")
+
+
+def test_a_folder_holding_something_else_or_another_request_is_refused_and_kept(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(AdaptError, match="already holds files \\(notes.txt\\).*nothing there is overwritten"):
+        AdaptFolder(mine).open(REQUEST)
+    assert (mine / "notes.txt").read_text() == "keep me" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(AdaptError, match="is a file"):
+        AdaptFolder(tmp_path / "file").open(REQUEST)
+    run = AdaptFolder(tmp_path / "run")
+    run.save(run.open(REQUEST))
+    other = Request("/c.jsonl", "def", None, None, "qrag/hotpotqa-minilm", 1, 4000)
+    with pytest.raises(AdaptError, match="another request \\(it differs in corpus_digest, seed\\)"):
+        run.open(other)
+    (run.work / "adapt.json").write_text(json.dumps({"format": "something"}))
+    with pytest.raises(AdaptError, match="not a readable qrag-adapt record"):
+        run.open(REQUEST)

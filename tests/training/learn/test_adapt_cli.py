@@ -1,0 +1,180 @@
+"""`qrag-adapt`: bad input refused before any work (nothing written, nothing lost), and a whole run with a tiny
+model: the model folder and report it writes, the choice it records, and a run stopped midway going on where it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qrag.training.learn import adapt as adapt_module
+from qrag.training.learn.adapt_cli import main
+from qrag.training.learn.config import load_preset
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search import neighbours as neighbours_module
+from qrag.training.search.settings import HopSettings
+
+CITIES = ["Port Ellis", "Kestrel Bay", "Amber Ford", "Lowmere", "Daska", "Vireo Point", "Halden", "Marrow Cross"]
+
+
+def band_rows() -> list[dict[str, str]]:
+    """12 bands naming their 2 musicians, 24 musicians naming their city, 8 cities named by 3 each (44 questions),
+    and 40 passages that name nothing."""
+    rows = []
+    for b in range(12):
+        a, c = f"Ada Voss{b}", f"Cleo Marsh{b}"
+        rows.append({"id": f"band-{b}", "title": f"Lantern{b}", "text": f"Lantern{b} is a rock band of {a} and {c}."})
+        for i, person in enumerate((a, c)):
+            city = CITIES[(2 * b + i) % len(CITIES)]
+            rows.append({"id": person, "title": person, "text": f"{person} is a rock guitarist born in {city}."})
+    rows += [{"id": city, "title": city, "text": f"{city} is a coastal town with a harbour."} for city in CITIES]
+    return rows + [{"id": f"note-{i}", "text": f"a note on the weather, number {i}."} for i in range(40)]
+
+
+def _lines(path: Path, rows: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> Path:
+    return _lines(tmp_path / "corpus.jsonl", band_rows())
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    ([], "holds no passages"),
+    ([{"id": "a", "text": "x."}, {"id": "a", "text": "y."}], "passage id 'a' repeats"),
+    ([{"id": f"p{i}", "text": f"Passage {i} is short."} for i in range(5)], "holds 5 passages.*at least 20"),
+    ([{"id": f"p{i}", "text": f"plain words, passage {i}."} for i in range(40)], "yields 0 questions.*at least 30"),
+])
+def test_a_corpus_it_cannot_learn_from_is_refused_before_any_work(tmp_path: Path, rows: list[dict[str, str]], message: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = _lines(tmp_path / "c.jsonl", rows)
+    assert main(["--corpus", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert __import__("re").search(message, capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_arguments_are_named(tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("keep")
+    cases = [
+        (["--out", str(mine)], "already holds files \\(keep.txt\\)"),
+        (["--out", str(tmp_path / "o"), "--minutes", "0"], "--minutes must be a positive number"),
+        (["--out", str(tmp_path / "o"), "--threads", "0"], "--threads must be >= 1"),
+        (["--out", str(tmp_path / "o"), "--init", str(tmp_path)], "is not a trained qrag checkpoint"),
+        (["--out", str(tmp_path / "o"), "--questions", str(tmp_path / "none.jsonl")], "none.jsonl"),
+    ]
+    for extra, message in cases:
+        assert main(["--corpus", str(corpus), *extra]) == 2
+        assert __import__("re").search(message, capsys.readouterr().err), extra
+    assert not (tmp_path / "o").exists() and (mine / "keep.txt").read_text() == "keep"
+    assert main(["--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.fixture()
+def tiny_start(tmp_path: Path, tiny_encoder_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny start (frozen chunk tower, LoRA state tower), tiny training runs, and hard negatives by the tiny encoder."""
+    monkeypatch.setattr(neighbours_module, "NEIGHBOUR_ENCODER", str(tiny_encoder_path))
+
+    def tiny_preset(name: str):  # type: ignore[no-untyped-def]
+        config = load_preset(name)
+        t = config.trainer
+        t.num_envs, t.rollout_steps, t.minibatch_size, t.log_every, t.eval_every, t.save_every = 2, 2, 4, 4, 8, 4
+        t.total_transitions, t.progress = 8, False
+        return config
+
+    monkeypatch.setattr(adapt_module, "load_preset", tiny_preset)
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_mode="lora", train_towers="state", lora_rank=4, max_chunk_tokens=32,
+                                 max_state_piece_tokens=32, normalize=True, scale=1.0)
+    qnet.hop_settings = HopSettings(max_hops=2, stop_threshold=0.3, calibrated=True, fill="question_unguarded",
+                                    lexical_weight=0.2)
+    return qnet.save_pretrained(tmp_path / "start")
+
+
+@pytest.mark.slow
+def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_path: Path, corpus: Path, tiny_start: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    argv = ["--corpus", str(corpus), "--out", str(out), "--init", str(tiny_start), "--threads", "1"]
+    # A budget too small to train stops after the set-up, the embedding and the start's scores, saying what to do.
+    assert main([*argv, "--minutes", "0.4"]) == 2
+    assert "pass more minutes (the run goes on from here)" in capsys.readouterr().err
+    first = json.loads((out / "work" / "adapt.json").read_text())
+    assert {"questions", "embed", "start"} <= set(first["seconds"]) and "train" not in first["seconds"]
+    assert not (out / "model").exists()
+
+    assert main([*argv, "--minutes", "10"]) == 0, capsys.readouterr().err
+    record = json.loads((out / "work" / "adapt.json").read_text())
+    assert record["seconds"]["embed"] == first["seconds"]["embed"]  # nothing embedded twice
+    facts = record["facts"]
+    # 36 fan-outs (12 bands, 24 musicians) less those whose described centre repeats another's question, 8 in-links
+    assert facts["kinds"]["in-links"] == 8 and 24 <= facts["kinds"]["fan-out"] <= 36
+    assert facts["train_questions"] + facts["held_out_questions"] == facts["built"] and facts["horizon"] == 3
+    assert facts["start_data"] is None and facts["rehearsed"] == 0  # a start with no validation data of its own
+    assert {c["horizon"] for c in facts["candidates"]} == {2, 3, 5}
+    assert {c["weight"] for c in facts["candidates"]} == {0.0, 0.25, 0.5, 0.75, 1.0}
+
+    model = QNetwork.from_pretrained(out / "model")
+    choice = json.loads((out / "model" / "adapt.json").read_text())
+    assert choice == facts["choice"] and model.hop_settings.max_hops == choice["horizon"]
+    assert model.hop_settings.calibrated and model.config.init == str(tiny_start)
+    assert (model.hop_settings.fill, model.hop_settings.lexical_weight) == ("question_unguarded", 0.2)  # kept
+    report = (out / "report.md").read_text()
+    for part in (f"Built from the corpus: **{facts['built']}**", "Ten of the questions", "| the start (w = 0) |", "(chosen)",
+                 "## Choice", "| **in all** |", "Lantern"):
+        assert part in report, part
+    assert report.count("\n   - `") >= 20  # ten questions, each with its passages
+
+    # Done: the same command says so and changes nothing.
+    stamp = (out / "model").stat().st_mtime_ns
+    assert main([*argv, "--minutes", "10"]) == 0
+    assert "already done" in capsys.readouterr().out and (out / "model").stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("fill", ["question_unguarded", pytest.param("state", marks=pytest.mark.slow)])
+def test_held_out_recall_at_each_horizon_equals_a_search_with_that_horizon(tiny_start: Path, fill: str) -> None:
+    from qrag.training.learn.adapt import held_out_recalls
+    from qrag.training.search.index import ChunkIndex
+    from qrag.training.search.searcher import MultiHopSearcher
+    from qrag.training.search.settings import SearchConfig
+
+    rows = band_rows()[:30]
+    net = QNetwork.from_pretrained(tiny_start)
+    net.hop_settings = HopSettings(max_hops=2, fill=fill, lexical_weight=0.2)  # type: ignore[arg-type]
+    index = ChunkIndex.from_texts(net, [r["text"] for r in rows], [r["id"] for r in rows], lexical=True)
+    questions = [(f"Which rock musicians play in Lantern{b}?", [f"band-{b}", f"Ada Voss{b}", f"Cleo Marsh{b}"])
+                 for b in range(6)]
+    got = held_out_recalls(net, index, questions, [1, 2, 3, 5])
+    searcher = MultiHopSearcher(net, index, SearchConfig(k=5))
+    for h, recall in got.items():
+        results = searcher.search([q for q, _ in questions], max_hops=h)
+        shares = [len({x.chunk.id for x in r.hits} & set(gold)) / 3 for r, (_, gold) in zip(results, questions, strict=True)]
+        assert recall == pytest.approx(sum(shares) / len(shares)), h
+
+
+@pytest.mark.slow
+def test_labelled_questions_set_the_horizon_and_score_the_choice(tmp_path: Path, corpus: Path, tiny_start: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    labelled = _lines(tmp_path / "qa.jsonl", [
+        {"question": f"Who plays in Lantern{b}, and where were they born?",
+         "supporting": [f"band-{b}", f"Ada Voss{b}", f"Cleo Marsh{b}", CITIES[(2 * b) % len(CITIES)]]}
+        for b in range(10)])
+    base = ["--corpus", str(corpus), "--init", str(tiny_start), "--threads", "1", "--minutes", "0.3",
+            "--questions", str(labelled)]
+    assert main([*base, "--out", str(tmp_path / "mixed")]) == 2  # stops before training: the budget is too short
+    assert "pass more minutes" in capsys.readouterr().err
+    facts = json.loads((tmp_path / "mixed" / "work" / "adapt.json").read_text())["facts"]
+    built = facts["built"]
+    assert built > 30 and facts["labelled"] == 10 and facts["horizon"] == 4  # the labelled questions' median
+    assert facts["held_out_from"] == "labelled" and facts["held_out_questions"] == 2 + round(0.1 * built)
+    held = [json.loads(line) for line in (tmp_path / "mixed" / "work" / "val.jsonl").read_text().splitlines()]
+    assert sum(r["kind"] == "labelled" for r in held) == 2
+    # Labelled questions alone (none built): ten are too few.
+    assert main([*base, "--out", str(tmp_path / "alone"), "--max-questions", "0"]) == 2
+    assert "yields 0 questions (and 10 labelled); qrag-adapt needs at least 30" in capsys.readouterr().err
+    assert main(["--corpus", str(corpus), "--out", str(tmp_path / "x"), "--max-questions", "0"]) == 2
+    assert "without --questions" in capsys.readouterr().err

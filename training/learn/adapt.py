@@ -1,0 +1,393 @@
+"""`qrag-adapt`'s phases: a shipped model taught a corpus, with questions built from it (and a team's, if any).
+
+1. **questions**: questions built from the corpus (`qrag.training.data.synthetic`) and the team's labelled ones,
+   each set split into training and held-out questions; the horizon is the median number of supporting passages.
+2. **embed**: the corpus's chunk vectors, once (the chunk tower is frozen): training, hard negatives, the choice and
+   the shipped index all read them; kept in DIR/work/vectors, so a resumed run embeds nothing twice.
+3. **start**: the start scored as the choice scores every candidate (how long that takes sets the time the choice
+   is given).
+4. **train**: soft Q(λ) from the start (the `corpus-cpu` preset), rehearsing a share of the start's own training
+   questions, for the time the budget leaves; resumable (`qrag.training.learn.trainer`).
+5. **choose**: the fine-tune blended with the start at each weight and horizon, scored, one chosen
+   (`qrag.training.learn.adapt_choice`); its stop rule calibrated; written to DIR/model.
+6. **report**: DIR/report.md (`qrag.training.learn.adapt_report`).
+
+Every phase is timed and recorded when it ends (`qrag.training.learn.adapt_folder`); a run stopped anywhere goes on
+from the phase it was in.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from qrag.training.data.corpus import Question, iter_corpus, read_corpus, read_questions
+from qrag.training.data.episode import Episode
+from qrag.training.data.synthetic import SyntheticError, SyntheticQuestion, make_questions
+from qrag.training.learn.adapt_choice import CHOICE_K, START_HOPS, WEIGHTS, Candidate, choose
+from qrag.training.learn.adapt_folder import (
+    AdaptError,
+    AdaptFolder,
+    AdaptOptions,
+    Request,
+    digest,
+)
+from qrag.training.learn.config import EnvConfig, load_preset
+from qrag.training.learn.evaluation import evaluate
+from qrag.training.model.blend import blend_networks
+from qrag.training.model.precision import choose_precision
+from qrag.training.model.qnet import QNetwork
+from qrag.training.model.shipped import resolve_checkpoint
+from qrag.training.model.towers import precision_autocast
+from qrag.training.search.chunk_vectors import ChunkVectorFolder
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.lexical import LexicalIndex
+from qrag.training.search.neighbours import pool_neighbours
+from qrag.training.search.searcher import MultiHopSearcher
+from qrag.training.search.settings import SearchConfig
+
+PRESET = "corpus-cpu"
+MIN_QUESTIONS = 30
+"""Fewest training and held-out questions together a run needs."""
+HELD_OUT = (0.1, 120)
+"""Share of the built questions held out to choose on, and the most held out."""
+LABELLED_HELD_OUT = 0.2
+"""Share of a team's labelled questions held out (at least one, from five questions on)."""
+MAX_HORIZON = 6
+START_DATA = {"qrag/hotpotqa-minilm": "hotpotqa_pool"}
+"""The start's own validation data, by shipped name: what guards what it knew."""
+START_ROWS = 100
+"""The start's validation questions scored per candidate (in the distractor setting: 8 BM25 distractors)."""
+NEGATIVES = 100
+"""Negatives per training episode (the `corpus-cpu` preset's), three quarters of them hard."""
+REHEARSE_SHARE = 0.25
+"""Share of the training episodes that are the start's own training questions (rehearsal)."""
+CHOICE_MARGIN = 1.3
+"""The time the choice is given: this many times the start's scoring, per blend."""
+EMBED_SLICE = 1024
+"""Passages embedded between two saves of the vectors."""
+
+
+class Adapt:
+    """One run of `qrag-adapt` (module docstring). `prepare` checks everything before any work; `run` does it."""
+
+    def __init__(self, options: AdaptOptions, clock: Any = time.perf_counter) -> None:
+        self.options, self.clock = options, clock
+        self.started = clock()
+        self.folder = AdaptFolder(options.out)
+
+    # ------------------------------------------------------------------ checks, before any work
+    def prepare(self) -> None:
+        """Read and check the corpus, the questions, the start and the output folder.
+
+        Raises:
+            AdaptError, SyntheticError, EpisodeError, FileNotFoundError, ConfigError: named by value, with the fix.
+        """
+        tick = self.clock()
+        o = self.options
+        if not o.minutes > 0 or o.minutes != o.minutes or o.minutes == float("inf"):
+            raise AdaptError(f"--minutes must be a positive number of minutes, got {o.minutes!r}.")
+        if o.max_questions < 0 or (o.max_questions == 0 and o.questions is None):
+            raise AdaptError(f"--max-questions must be >= 0 (0: build none, train on --questions alone), got "
+                             f"{o.max_questions}{'' if o.max_questions < 0 else ' without --questions'}.")
+        from qrag.training.learn.train_cli import init_model
+
+        self.model_config, self.start_horizon = init_model(o.init)
+        if self.model_config.train_towers != "state":
+            raise AdaptError(f"--init {o.init!r} trains its chunk tower; qrag-adapt fine-tunes models whose chunk tower "
+                             "is frozen (train_towers 'state', as the shipped paragraph model), so the corpus is "
+                             "embedded once.")
+        self.corpus = read_corpus(o.corpus)
+        labelled_lines: list[str] = []
+        self.labelled: list[Question] = []
+        if o.questions is not None:
+            self.labelled = read_questions(o.questions, self.corpus)
+            labelled_lines = Path(o.questions).expanduser().read_text(encoding="utf-8").splitlines()
+        self.synthetic = make_questions(self.corpus, seed=o.seed, limit=o.max_questions) if o.max_questions else []
+        total = len(self.synthetic) + len(self.labelled)
+        if total < MIN_QUESTIONS:
+            raise SyntheticError(
+                f"the corpus {self.corpus.source} ({len(self.corpus.texts)} passages) yields {len(self.synthetic)} "
+                f"questions{f' (and {len(self.labelled)} labelled)' if self.labelled else ''}; qrag-adapt needs at "
+                f"least {MIN_QUESTIONS}. Questions come from passages that name one another by title or subject: "
+                "give passages titles ({\"id\", \"title\", \"text\"}), a larger corpus (a few thousand passages), or "
+                "labelled questions with --questions.")
+        request = Request(
+            corpus=str(Path(o.corpus).expanduser().resolve()),
+            corpus_digest=digest([*self.corpus.ids, *self.corpus.texts]),
+            questions=str(Path(o.questions).expanduser().resolve()) if o.questions else None,
+            questions_digest=digest(labelled_lines) if o.questions else None, init=o.init, seed=o.seed,
+            max_questions=o.max_questions)
+        self.record = self.folder.open(request)
+        self.spent_before = self.record.spent  # earlier invocations of a resumed run
+        self.record.seconds["set-up"] = self.record.seconds.get("set-up", 0.0) + self.clock() - tick
+
+    # ------------------------------------------------------------------ the phases
+    def run(self) -> Path:
+        """Every phase not done yet; returns DIR/model."""
+        o = self.options
+        if o.threads:
+            torch.set_num_threads(o.threads)
+        r, f = self.record, self.folder
+        self.budget_s = 60 * o.minutes - self.spent_before  # a resumed run has the rest of its budget
+        if not r.done("questions"):
+            with f.phase(r, "questions"):
+                self._questions()
+        self.start = QNetwork.from_pretrained(o.init).eval()
+        self.vector_folder = ChunkVectorFolder(f.work / "vectors")
+        self.cache = self.vector_folder.get(self.start.chunk_vectors_key())
+        if not r.done("embed"):
+            with f.phase(r, "embed"):
+                self._embed()
+        self.vectors = self.cache.vectors(self.start, list(self.corpus.texts))  # (N, D), all cached
+        self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, chunk_tower=self.start.chunk_tower_fingerprint(),
+                                lexical=LexicalIndex.from_texts(list(self.corpus.texts)), encoder=self.start.config.encoder)
+        self.held_out = self._held_out_questions()
+        self.start_val = self._start_validation()
+        if not r.done("start"):
+            with f.phase(r, "start"):
+                with torch.no_grad():  # the start's validation passages join the cache first: scoring is timed alone
+                    self.cache.vectors(self.start, [c for ep in self.start_val for c in ep.chunks])
+                tick = self.clock()
+                r.facts["start"] = self._score(self.start, 0.0)
+                r.facts["score_seconds"] = self.clock() - tick
+                self.vector_folder.save()
+        if not r.done("train"):
+            with f.phase(r, "train"):
+                self._train()
+                self.vector_folder.save()
+        if not r.done("choose"):
+            with f.phase(r, "choose"):
+                self._choose()
+        from qrag.training.learn.adapt_report import write_report
+
+        with f.phase(r, "report"):
+            write_report(f, r, self.options)
+        return f.model
+
+    def _left(self) -> float:
+        """Seconds of the budget left now."""
+        return self.budget_s - (self.clock() - self.started)
+
+    def _questions(self) -> None:
+        """Write work/train.jsonl and work/val.jsonl; record the counts, the horizon and ten examples."""
+        rng = random.Random(f"qrag-adapt/{self.options.seed}")
+        synth = list(self.synthetic)
+        held = min(HELD_OUT[1], max(1, round(HELD_OUT[0] * len(synth)))) if synth else 0
+        synth_val, synth_train = synth[:held], synth[held:]
+        labelled = list(self.labelled)
+        rng.shuffle(labelled)
+        lab_held = max(1, round(LABELLED_HELD_OUT * len(labelled))) if len(labelled) >= 5 else 0
+        lab_val, lab_train = labelled[:lab_held], labelled[lab_held:]
+        c = self.corpus
+
+        def rows(sq: Sequence[SyntheticQuestion], lq: Sequence[Question], start: int) -> list[dict[str, Any]]:
+            out = [{**q.record(c, start + i), "id": f"qrag-adapt-{start + i}"} for i, q in enumerate(sq)]
+            out += [{"id": q.id, "question": q.question, "supporting": [c.ids[s] for s in q.supporting], "kind": "labelled"}
+                    for q in lq]
+            return out
+
+        train, val = rows(synth_train, lab_train, held), rows(synth_val, lab_val, 0)
+        work = self.folder.work
+        work.mkdir(parents=True, exist_ok=True)
+        for name, lines in (("train.jsonl", train), ("val.jsonl", val)):
+            (work / name).write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+        sizes = [len(q.supporting) for q in (lab_train or synth_train)]
+        horizon = min(MAX_HORIZON, max(1, round(statistics.median(sizes))))
+        kinds: dict[str, int] = {}
+        for q in synth:
+            kinds[q.kind] = kinds.get(q.kind, 0) + 1
+        self.record.facts.update({
+            "passages": len(c.texts), "built": len(synth), "kinds": kinds, "labelled": len(labelled),
+            "train_questions": len(train), "held_out_questions": len(val),
+            "held_out_from": "labelled" if lab_val else "built", "horizon": horizon,
+            "start_horizon": self.start_horizon,
+            "examples": [{"question": q.question, "kind": q.kind,
+                          "passages": [[c.ids[s], c.texts[s][:240]] for s in q.supporting]} for q in synth_train[:10]],
+        })
+
+    def _embed(self) -> None:
+        """The corpus's chunk vectors into the cache, a slice at a time, saved after each (resumable)."""
+        texts = [t for t in dict.fromkeys(self.corpus.texts) if t not in self.cache]
+        precision, _ = choose_precision("auto", self.start.device)
+        with tqdm(total=len(self.corpus.texts), initial=len(self.corpus.texts) - len(texts), unit="passage",
+                  desc="embedding the corpus", file=sys.stderr) as bar:
+            for at in range(0, len(texts), EMBED_SLICE):
+                part = texts[at : at + EMBED_SLICE]
+                with torch.no_grad(), precision_autocast(self.start.device, precision):
+                    self.cache.vectors(self.start, part)
+                self.vector_folder.save()
+                bar.update(len(part))
+        self.record.facts["embed_precision"] = precision
+
+    def _read_rows(self, name: str) -> list[tuple[str, list[str]]]:
+        lines = (self.folder.work / name).read_text(encoding="utf-8").splitlines()
+        return [(rec["question"], list(rec["supporting"])) for rec in map(json.loads, lines)]
+
+    def _held_out_questions(self) -> list[tuple[str, list[str]]]:
+        """The held-out questions the choice scores (the labelled ones when there are any)."""
+        rows = [json.loads(line) for line in (self.folder.work / "val.jsonl").read_text(encoding="utf-8").splitlines()]
+        labelled = [r for r in rows if r.get("kind") == "labelled"]
+        return [(r["question"], list(r["supporting"])) for r in (labelled or rows)]
+
+    def _start_validation(self) -> list[Episode]:
+        """The start's own validation episodes, or none (another start, or its data not installed)."""
+        name = next((n for n in START_DATA if _same_checkpoint(n, self.options.init)), None)
+        if name is None:
+            self.record.facts["start_data"] = None
+            return []
+        from qrag.training.data.hotpot_pool import iter_hotpot_pool
+
+        try:
+            episodes = list(itertools.islice(iter_hotpot_pool(split="val", num_distractors=8, negatives="bm25",
+                                                              neighbours=pool_neighbours), START_ROWS))
+        except FileNotFoundError as e:
+            print(f"qrag-adapt: the start's validation data is not installed ({e}); the choice cannot guard what it "
+                  "knew.", file=sys.stderr)
+            self.record.facts["start_data"] = None
+            return []
+        self.record.facts["start_data"] = f"{START_DATA[name]} validation rows, {len(episodes)} questions"
+        return episodes
+
+    def _score(self, net: QNetwork, weight: float) -> dict[str, Any]:
+        """A candidate's scores: held-out recall@CHOICE_K at each horizon tried, and on the start's own data."""
+        recalls = held_out_recalls(net, self.index, self.held_out, self.horizons())
+        out: dict[str, Any] = {"weight": weight, "held_out": {str(h): v for h, v in recalls.items()}}
+        if self.start_val:
+            env = EnvConfig(max_hops=START_HOPS)
+            out["start_score"] = evaluate(net, self.start_val, env, 16, 64, self.cache)["fact_recall"]
+        return out
+
+    def horizons(self) -> list[int]:
+        """The horizons tried: the start's, the one trained (the questions' median), and one hop per result."""
+        return sorted({self.start_horizon, int(self.record.facts["horizon"]), min(MAX_HORIZON, CHOICE_K)})
+
+    def _train(self) -> None:
+        o, facts = self.options, self.record.facts
+        run = self.folder.work / "run"
+        config = load_preset(PRESET)
+        config.model = self.model_config
+        config.env.max_hops = int(facts["horizon"])
+        config.data.corpus = str(Path(o.corpus).expanduser().resolve())
+        config.data.train_path = str(self.folder.work / "train.jsonl")
+        config.data.val_path = str(self.folder.work / "val.jsonl")
+        config.trainer.output_dir = str(run)
+        config.trainer.seed = o.seed
+        config.trainer.threads = o.threads or torch.get_num_threads()
+        config.trainer.resume = (run / "last").is_dir()
+        train, val = self._corpus_episodes("train.jsonl", "train"), self._corpus_episodes("val.jsonl", "val")
+        rehearsed = self._rehearsal(len(train))
+        facts["rehearsed"] = len(rehearsed)
+        train += rehearsed
+        # the choice scores every blend as the start was scored, then calibrates and saves one
+        reserve = CHOICE_MARGIN * float(facts["score_seconds"]) * len(WEIGHTS) + 30
+        minutes = (self._left() - reserve) / 60  # the trainer's own set-up counts in its budget
+        if minutes < 1:
+            raise AdaptError(f"--minutes {o.minutes:g} leaves {max(0.0, minutes):.1f} minutes to train after the set-up "
+                             f"({self.record.spent / 60:.1f} minutes so far) and the choice; pass more minutes (the run "
+                             "goes on from here).")
+        config.trainer.max_minutes = minutes
+        from qrag.training.learn.trainer import Trainer
+
+        trainer = Trainer(config.validate(), train, val, chunk_cache=self.cache)
+        print(f"qrag-adapt: training {minutes:.1f} minutes on {len(train)} episodes ({facts['rehearsed']} rehearsed)",
+              file=sys.stderr)
+        summary = trainer.train()
+        facts["train"] = {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+
+    def _corpus_episodes(self, name: str, split: str) -> list[Episode]:
+        """The questions of work/NAME as episodes: each with 100 negatives of the corpus, found with the cached
+        vectors (`qrag.training.data.negatives`)."""
+        key = self.cache.key
+
+        def search(passages: Sequence[str], vectors: torch.Tensor | None, what: str) -> Any:
+            near = pool_neighbours(passages, vectors, what)
+            if vectors is None and len(passages) == len(self.corpus.texts):
+                near.adopt(self.vectors, key)  # the corpus's own vectors when the lookup's encoder is the chunk tower
+            return near
+
+        return list(iter_corpus(self.folder.work / name, corpus=self.options.corpus, num_distractors=NEGATIVES,
+                                seed=self.options.seed, split=split, neighbours=search))
+
+    def _rehearsal(self, own: int) -> list[Episode]:
+        """The start's own training questions (distractor setting), `REHEARSE_SHARE` of the training set."""
+        if not self.start_val:
+            return []
+        from qrag.training.data.hotpot_pool import iter_hotpot_pool
+
+        want = round(own * REHEARSE_SHARE / (1 - REHEARSE_SHARE))
+        return list(itertools.islice(iter_hotpot_pool(split="train", num_distractors=8, negatives="bm25",
+                                                      neighbours=pool_neighbours), want))
+
+    def _choose(self) -> None:
+        facts, run = self.record.facts, self.folder.work / "run"
+        tuned_dir = run / "best" if (run / "best").is_dir() else run / "last"
+        if not tuned_dir.is_dir():
+            raise AdaptError(f"the training run {str(run)!r} saved no checkpoint; run qrag-adapt again with more "
+                             "--minutes (it goes on from here).")
+        tuned = QNetwork.from_pretrained(tuned_dir).eval()
+        rows = [facts["start"]]
+        for w in tqdm(WEIGHTS, desc="scoring blends", unit="blend", file=sys.stderr):
+            rows.append(self._score(self._blend(tuned, w), w))
+        candidates = [Candidate(r["weight"], int(h), float(v), r.get("start_score")) for r in rows
+                      for h, v in r["held_out"].items()]
+        best, why = choose(candidates)
+        net = self._blend(tuned, best.weight) if best.weight else copy.deepcopy(self.start)  # the start stays as it was
+        net.config = dataclasses.replace(net.config, init=self.options.init)
+        net.hop_settings = dataclasses.replace(net.hop_settings, max_hops=best.horizon)
+        from qrag.training.learn.checkpoint_selection import calibrate_stop_rule
+
+        calibrate_stop_rule(net, self._corpus_episodes("val.jsonl", "val"), self.cache)
+        facts["candidates"] = [dataclasses.asdict(c) for c in candidates]
+        facts["choice"] = {"weight": best.weight, "horizon": best.horizon, "why": why, "tuned": tuned_dir.name}
+        net.save_pretrained(self.folder.model, extra_files={"adapt.json": json.dumps(facts["choice"], indent=1)})
+
+    def _blend(self, tuned: QNetwork, weight: float) -> QNetwork:
+        if weight == 0:
+            return self.start
+        net = tuned if weight == 1 else blend_networks(self.start, tuned, weight)
+        net.config = dataclasses.replace(net.config, init=self.options.init)
+        return net.eval()
+
+
+def held_out_recalls(net: QNetwork, index: ChunkIndex, questions: Sequence[tuple[str, list[str]]],
+                     horizons: Sequence[int], k: int = CHOICE_K) -> dict[int, float]:
+    """Per horizon, the mean share of each question's supporting passages among the `k` results of the model's own
+    search (its lexical weight and fill) with that many hops, over the whole corpus.
+
+    A model that fills past its hops from the question's own ranking (`fill` 'question_unguarded') is searched
+    twice, not once per horizon: the greedy hops of the longest horizon (each shorter one takes their first h),
+    and one hop with 2k results (the fill's ranking, the same for every horizon) - the results each horizon's own
+    search returns."""
+    searcher = MultiHopSearcher(net, index, SearchConfig(k=k))
+    asked = [q for q, _ in questions]
+    longest = max(horizons)
+    with torch.no_grad():
+        if net.hop_settings.fill != "question_unguarded":
+            hits = {h: [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=h)] for h in horizons}
+        else:
+            chains = [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=longest)]
+            ranked = [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=1, k=2 * k)]
+            hits = {h: [c[:h] + [i for i in r[1:] if i not in c[:h]][: k - h] for c, r in zip(chains, ranked, strict=True)]
+                    for h in horizons}
+    return {h: sum(len(set(found) & set(gold)) / len(gold) for found, (_, gold) in zip(hits[h], questions, strict=True))
+            / max(1, len(questions)) for h in horizons}
+
+
+def _same_checkpoint(a: str, b: str) -> bool:
+    try:
+        return resolve_checkpoint(a).resolve() == resolve_checkpoint(b).resolve()
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,69 @@
+"""What `qrag-adapt` ships: the blend weight and horizon that find most held-out passages and keep the start.
+
+The fine-tune is blended with its start at each weight and searched with each horizon (docs/METHOD.md §3.10).
+
+Each candidate (weight w of the fine-tune, horizon h) is scored on
+- the held-out questions of the corpus: recall@`CHOICE_K` of the whole corpus searched as a user would (the
+  model's own search: its lexical weight and fill, k = `CHOICE_K`); the team's labelled questions when it gave
+  some, else the questions built from the corpus;
+- the start's own validation data (the HotpotQA pool's validation rows for `qrag/hotpotqa-minilm`, in the
+  distractor setting): fact recall of `START_HOPS` greedy hops, where the start must not lose more than
+  `HARM_TOLERANCE`.
+
+The rule: among the candidates within `HARM_TOLERANCE` of the start on its own data (the start itself always is),
+the highest held-out recall; a tie goes to the smaller weight, then the shorter horizon (closer to the start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CHOICE_K = 5
+"""Results per question the held-out recall counts (what a retriever typically hands a reader)."""
+WEIGHTS = (0.25, 0.5, 0.75, 1.0)
+"""The fine-tune's shares tried beside the start (0)."""
+HARM_TOLERANCE = 0.01
+"""Most the start's own validation score may fall."""
+START_HOPS = 2
+"""Greedy hops the start's validation takes (its questions have two supporting passages)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate and its scores (`start_score` None where the start has no validation data)."""
+
+    weight: float
+    horizon: int
+    held_out: float
+    start_score: float | None
+
+    @property
+    def name(self) -> str:
+        return "the start" if self.weight == 0 else f"w = {self.weight:g}"
+
+
+def choose(candidates: Sequence[Candidate]) -> tuple[Candidate, str]:
+    """The candidate the rule picks (module docstring) and why, in a sentence.
+
+    Raises:
+        ValueError: no candidate has weight 0 (the start, the rule's reference).
+    """
+    starts = [c for c in candidates if c.weight == 0]
+    if not starts:
+        raise ValueError("the candidates must include the start (weight 0): it is what the rule compares with.")
+    reference = starts[0].start_score
+    floor = None if reference is None else reference - HARM_TOLERANCE
+    allowed = [c for c in candidates if floor is None or c.start_score is None or c.start_score >= floor - 1e-9]
+    best = max(allowed, key=lambda c: (round(c.held_out, 6), -c.weight, -c.horizon))
+    refused = [c for c in candidates if c not in allowed]
+    why = (f"{best.name} with {best.horizon} hops finds the most held-out passages (recall@{CHOICE_K} "
+           f"{best.held_out:.3f}, the start {max(s.held_out for s in starts):.3f})")
+    if floor is None:
+        why += "; the start has no validation data of its own here, so nothing guarded what it knew"
+    elif refused:
+        why += (f"; {len({c.weight for c in refused})} weight(s) were refused for costing the start more than "
+                f"{HARM_TOLERANCE} on its own validation data ({reference:.3f})")
+    else:
+        why += f"; every candidate stayed within {HARM_TOLERANCE} of the start on its own validation data ({reference:.3f})"
+    return best, why + "."

@@ -1,0 +1,92 @@
+"""`qrag-adapt`'s DIR/report.md: its questions, validation table, choice and the minutes of each phase."""
+
+from __future__ import annotations
+
+import platform
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from qrag.training.learn.adapt_choice import CHOICE_K, HARM_TOLERANCE, START_HOPS
+from qrag.training.model.precision import cpu_flags
+
+if TYPE_CHECKING:
+    from qrag.training.learn.adapt_folder import AdaptFolder, AdaptOptions, Record
+
+PHASES = {"set-up": "reading the corpus, building questions, checks", "questions": "writing the question files", "embed": "embedding the corpus", "start": "scoring the start",
+          "train": "training", "choose": "scoring blends, choosing, saving", "report": "this report"}
+
+
+def machine() -> str:
+    """The CPU's name, its bf16 units (or AVX2 only), threads and torch: the line every timing is read with."""
+    flags = cpu_flags()
+    units: list[str] = [f for f in ("amx_bf16", "avx512_bf16") if f in flags] or (["avx2 (no native bf16)"] if "avx2" in flags
+                                                                       else ["no AVX2"])
+    return (f"{platform.processor() or platform.machine()}, {', '.join(units)}, {torch.get_num_threads()} threads, "
+            f"torch {torch.__version__}")
+
+
+def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> None:
+    """Write DIR/report.md from the run's record."""
+    f = record.facts
+    lines = [
+        "# qrag-adapt", "",
+        f"`{options.init}` taught the corpus `{options.corpus}` ({f['passages']} passages)"
+        + (f" with the labelled questions of `{options.questions}`" if options.questions else ", without labels")
+        + f"; the model: `{folder.model}` (it loads anywhere a model does: `QRAGRetriever.from_texts(texts, "
+        f"model=\"{folder.model}\")`, `qrag-eval --model {folder.model}`). Machine: {machine()}.", "",
+        "## Questions", "",
+        f"Built from the corpus: **{f['built']}** ({', '.join(f'{n} {k}' for k, n in sorted(f['kinds'].items()))}); "
+        f"labelled: {f['labelled']}. Training: {f['train_questions']}; held out to choose on: "
+        f"{f['held_out_questions']} ({'the labelled ones score the choice' if f['held_out_from'] == 'labelled' else 'built ones'}). "
+        f"Horizon trained: {f['horizon']} hops (the median number of supporting passages; the start's: "
+        f"{f['start_horizon']}). Rehearsed: {f.get('rehearsed', 0)} of the start's own training questions.", "",
+        "Ten of the questions it built, with their passages (the first names the others, or is named by them):", "",
+    ]
+    for i, ex in enumerate(f["examples"], 1):
+        lines.append(f"{i}. **{ex['question']}** ({ex['kind']})")
+        lines += [f"   - `{pid}`: {text}{'…' if len(text) >= 240 else ''}" for pid, text in ex["passages"]]
+    lines += ["", "## Validation", "",
+              f"Held-out recall@{CHOICE_K}: the share of a held-out question's passages among the {CHOICE_K} results of "
+              "the whole corpus, searched as a user would (the model's own lexical weight and fill), at each horizon. "
+              f"The start's own data: {f.get('start_data') or 'none'}; fact recall of {START_HOPS} greedy hops.", ""]
+    lines += _table(f)
+    choice = f.get("choice")
+    if choice:
+        lines += ["", "## Choice", "",
+                  f"**The fine-tune's share w = {choice['weight']:g}, {choice['horizon']} hops** (the fine-tune: the "
+                  f"run's `{choice['tuned']}/` checkpoint). {choice['why']} The rule: among the candidates within "
+                  f"{HARM_TOLERANCE} of the start on its own data, the highest held-out recall; ties go to the "
+                  "smaller weight, then the shorter horizon. The stop rule is calibrated on the held-out questions."]
+    train = f.get("train") or {}
+    if train:
+        lines += ["", "## Training", "",
+                  ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in sorted(train.items()))]
+    lines += ["", "## Time", "", "| phase | minutes |", "|---|---|"]
+    lines += [f"| {PHASES.get(name, name)} | {s / 60:.1f} |" for name, s in record.seconds.items()]
+    lines += [f"| **in all** | **{record.spent / 60:.1f}** (budget {options.minutes:g}) |", ""]
+    folder.report.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _table(f: dict[str, Any]) -> list[str]:
+    candidates = f.get("candidates") or []
+    if not candidates:
+        start = f.get("start") or {}
+        candidates = [{"weight": 0.0, "horizon": int(h), "held_out": v, "start_score": start.get("start_score")}
+                      for h, v in (start.get("held_out") or {}).items()]
+    horizons = sorted({c["horizon"] for c in candidates})
+    head = ["candidate", *(f"held-out recall@{CHOICE_K}, {h} hops" for h in horizons), "start's own data"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    chosen = f.get("choice") or {}
+    for w in sorted({c["weight"] for c in candidates}):
+        rows = {c["horizon"]: c for c in candidates if c["weight"] == w}
+        name = "the start (w = 0)" if w == 0 else f"blend w = {w:g}" if w < 1 else "the fine-tune (w = 1)"
+        cells = []
+        for h in horizons:
+            cell = f"{rows[h]['held_out']:.3f}" if h in rows else "–"
+            if chosen.get("weight") == w and chosen.get("horizon") == h:
+                cell = f"**{cell}** (chosen)"
+            cells.append(cell)
+        score = next(iter(rows.values()))["start_score"]
+        out.append(f"| {name} | {' | '.join(cells)} | {'–' if score is None else f'{score:.3f}'} |")
+    return out
