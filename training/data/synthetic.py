@@ -76,9 +76,9 @@ class SyntheticQuestion:
     supporting: tuple[int, ...]
     kind: Kind
 
-    def record(self, corpus: Corpus, index: int) -> dict[str, object]:
+    def record(self, corpus: Corpus, id: str) -> dict[str, object]:
         """The questions-file line (`qrag.training.data.corpus` form) of this question."""
-        return {"id": f"synthetic-{index}", "question": self.question, "kind": self.kind,
+        return {"id": id, "question": self.question, "kind": self.kind,
                 "supporting": [corpus.ids[r] for r in self.supporting]}
 
 

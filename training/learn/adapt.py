@@ -194,7 +194,7 @@ class Adapt:
         c = self.corpus
 
         def rows(sq: Sequence[SyntheticQuestion], lq: Sequence[Question], start: int) -> list[dict[str, Any]]:
-            out = [{**q.record(c, start + i), "id": f"qrag-adapt-{start + i}"} for i, q in enumerate(sq)]
+            out = [q.record(c, f"qrag-adapt-{start + i}") for i, q in enumerate(sq)]
             out += [{"id": q.id, "question": q.question, "supporting": [c.ids[s] for s in q.supporting], "kind": "labelled"}
                     for q in lq]
             return out
@@ -214,8 +214,9 @@ class Adapt:
             "train_questions": len(train), "held_out_questions": len(val),
             "held_out_from": "labelled" if lab_val else "built", "horizon": horizon,
             "start_horizon": self.start_horizon,
-            "examples": [{"question": q.question, "kind": q.kind,
-                          "passages": [[c.ids[s], c.texts[s][:240]] for s in q.supporting]} for q in synth_train[:10]],
+            "examples": [{"question": text, "kind": kind, "passages": [[c.ids[s], c.texts[s][:240]] for s in support]}
+                         for text, kind, support in [*((q.question, q.kind, q.supporting) for q in synth_train),
+                                                     *((q.question, "labelled", q.supporting) for q in lab_train)][:10]],
         })
 
     def _embed(self) -> None:
@@ -231,10 +232,6 @@ class Adapt:
                 self.vector_folder.save()
                 bar.update(len(part))
         self.record.facts["embed_precision"] = precision
-
-    def _read_rows(self, name: str) -> list[tuple[str, list[str]]]:
-        lines = (self.folder.work / name).read_text(encoding="utf-8").splitlines()
-        return [(rec["question"], list(rec["supporting"])) for rec in map(json.loads, lines)]
 
     def _held_out_questions(self) -> list[tuple[str, list[str]]]:
         """The held-out questions the choice scores (the labelled ones when there are any)."""

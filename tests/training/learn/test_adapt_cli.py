@@ -124,7 +124,7 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     assert model.hop_settings.calibrated and model.config.init == str(tiny_start)
     assert (model.hop_settings.fill, model.hop_settings.lexical_weight) == ("question_unguarded", 0.2)  # kept
     report = (out / "report.md").read_text()
-    for part in (f"Built from the corpus: **{facts['built']}**", "Ten of the questions", "| the start (w = 0) |", "(chosen)",
+    for part in (f"Built from the corpus: **{facts['built']}**", "Ten of its training questions", "| the start (w = 0) |", "(chosen)",
                  "## Choice", "| **in all** |", "Lantern"):
         assert part in report, part
     assert report.count("\n   - `") >= 20  # ten questions, each with its passages
