@@ -10,7 +10,7 @@ Examples:
     qrag-eval corpus --data my_questions.jsonl --corpus my_passages.jsonl --model runs/ft/best \
         --methods cosine,bm25,hybrid,init,qrag --budget 8 --out runs/mine
 
-With --budget 8 every method returns 8 passages per question and recall.md gives recall@2/4/8 of each
+With --budget 8 every method returns 8 passages per question and recall.md gives recall@2/4/8 (corpus: 2/4/5/8) of each
 method with its paired 95% interval against the first single-shot floor the sweep runs (hybrid, cosine, dense;
 recall_vs_NAME.md against the others and against 'init', the model a fine-tune started from). The first k of a
 greedy ranking are its top k. `hybrid` fuses BM25 and cosine by reciprocal rank (c = 60), as LangChain's
