@@ -161,6 +161,8 @@ class Adapt:
                 with torch.no_grad():  # the start's validation passages join the cache first: scoring is timed alone
                     self.cache.vectors(self.start, [c for ep in self.start_val for c in ep.chunks])
                 tick = self.clock()
+                print(f"qrag-adapt: scoring the start on {len(self.held_out)} held-out questions"
+                      f"{f' and {len(self.start_val)} of its own' if self.start_val else ''}", file=sys.stderr)
                 r.facts["start"] = self._score(self.start, 0.0)
                 r.facts["score_seconds"] = self.clock() - tick
                 self.vector_folder.save()
@@ -308,6 +310,7 @@ class Adapt:
         """The questions of work/NAME as episodes: each with 100 negatives of the corpus, found with the cached
         vectors (`qrag.training.data.negatives`)."""
         key = self.cache.key
+        print(f"qrag-adapt: hard negatives for the questions of {name}", file=sys.stderr)
 
         def search(passages: Sequence[str], vectors: torch.Tensor | None, what: str) -> Any:
             near = pool_neighbours(passages, vectors, what)
@@ -346,6 +349,7 @@ class Adapt:
         net.hop_settings = dataclasses.replace(net.hop_settings, max_hops=best.horizon)
         from qrag.training.learn.checkpoint_selection import calibrate_stop_rule
 
+        print("qrag-adapt: calibrating the stop rule of the choice on the held-out questions", file=sys.stderr)
         calibrate_stop_rule(net, self._corpus_episodes("val.jsonl", "val"), self.cache)
         facts["candidates"] = [dataclasses.asdict(c) for c in candidates]
         facts["choice"] = {"weight": best.weight, "horizon": best.horizon, "why": why, "tuned": tuned_dir.name}
