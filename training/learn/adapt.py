@@ -2,8 +2,8 @@
 
 1. **questions**: questions built from the corpus (`qrag.training.data.synthetic`) and the team's labelled ones,
    each set split into training and held-out questions; the horizon is the median number of supporting passages.
-2. **embed**: the corpus's chunk vectors, once (the chunk tower is frozen): training, hard negatives, the choice and
-   the shipped index all read them; kept in DIR/work/vectors, so a resumed run embeds nothing twice.
+2. **embed**: the corpus's chunk vectors, once (the chunk tower is frozen): hard negatives, training and the choice
+   all read them; kept in DIR/work/vectors, so a resumed run embeds nothing twice.
 3. **start**: the start scored as the choice scores every candidate (how long that takes sets the time the choice
    is given).
 4. **train**: soft Q(λ) from the start (the `corpus-cpu` preset), rehearsing a share of the start's own training
