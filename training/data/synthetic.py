@@ -97,13 +97,19 @@ def _words(text: str) -> list[str]:
     return [w.strip(_EDGE).removesuffix("'s").removesuffix("’s") for w in text.split()]
 
 
-def links(corpus: Corpus) -> list[list[int]]:
-    """For each passage, the rows of the other passages it names, in the order it names them (module docstring)."""
+def subjects(corpus: Corpus) -> list[str | None]:
+    """Each passage's subject (`subject_of`), None where it has none."""
     titles = corpus.titles or (None,) * len(corpus.texts)
-    subjects = [subject_of(t, title) for t, title in zip(corpus.texts, titles, strict=True)]
+    return [subject_of(t, title) for t, title in zip(corpus.texts, titles, strict=True)]
+
+
+def links(corpus: Corpus, subject: Sequence[str | None] | None = None) -> list[list[int]]:
+    """For each passage, the rows of the other passages it names, in the order it names them (module docstring);
+    `subject`: the passages' subjects when already found (`subjects`)."""
+    subject = subjects(corpus) if subject is None else subject
     lower = Counter(w for t in corpus.texts for w in set(re.findall(r"\b[a-z][a-z-]+\b", t)))
     rows_of: dict[tuple[str, ...], list[int]] = {}
-    for row, s in enumerate(subjects):
+    for row, s in enumerate(subject):
         if s is None or not re.search(r"[A-Za-z]", s) or len(s) < 3:
             continue
         key = tuple(_words(s))
@@ -131,6 +137,7 @@ def links(corpus: Corpus) -> list[list[int]]:
 
 
 def _first_sentence(text: str) -> str:
+    """Up to the first full stop after a lower-case letter, a digit or a bracket, past the first 20 characters."""
     end = re.search(r"(?<=[a-z0-9)][.!?])\s", text[20:])
     return text if end is None else text[: 20 + end.start()]
 
@@ -152,8 +159,9 @@ class _Vocabulary:
         counts: Counter[str] = Counter()
         order: dict[str, int] = {}
         for t in texts:
-            m = _COPULA.match(_first_sentence(t))
-            part = [w.lower() for w in _WORD.findall(m.group("rest") if m else _first_sentence(t))]
+            first = _first_sentence(t)
+            m = _COPULA.match(first)
+            part = [w.lower() for w in _WORD.findall(m.group("rest") if m else first)]
             counts.update(set(part) - avoid)
             for w in part:
                 order.setdefault(w, len(order))
@@ -175,10 +183,9 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
                              f"name one another, and qrag-adapt needs at least {MIN_PASSAGES} (more: a few thousand "
                              "make a good training set).")
     rng = random.Random(f"qrag-synthetic/{seed}")
-    named = links(corpus)
+    subject = subjects(corpus)
+    named = links(corpus, subject)
     vocab = _Vocabulary(corpus.texts)
-    titles = corpus.titles or (None,) * n
-    subjects = [subject_of(t, title) for t, title in zip(corpus.texts, titles, strict=True)]
     naming: dict[int, list[int]] = {}
     for row, found in enumerate(named):
         for r in found:
@@ -189,14 +196,13 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
     out: list[SyntheticQuestion] = []
     seen: set[str] = set()
     for kind, centre, spokes in groups:
-        subject = subjects[centre]
-        if subject is None:
+        name = subject[centre]
+        if name is None:
             continue
-        avoid = {w.lower() for s in (subject, *(subjects[r] or "" for r in spokes)) for w in _WORD.findall(s)}
+        avoid = {w.lower() for s in (name, *(subject[r] or "" for r in spokes)) for w in _WORD.findall(s)}
         words = vocab.kind([corpus.texts[r] for r in spokes], avoid)
         if not words:
             continue
-        name = subject
         if kind == "fan-out" and rng.random() < DESCRIBED_SHARE:
             described = vocab.kind([corpus.texts[centre]], avoid | set(words))
             if len(described) >= 2:
