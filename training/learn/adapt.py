@@ -53,7 +53,6 @@ from qrag.training.model.shipped import resolve_checkpoint
 from qrag.training.model.towers import precision_autocast
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.index import ChunkIndex
-from qrag.training.search.lexical import LexicalIndex
 from qrag.training.search.neighbours import pool_neighbours
 from qrag.training.search.searcher import MultiHopSearcher
 from qrag.training.search.settings import SearchConfig
@@ -152,8 +151,8 @@ class Adapt:
             with f.phase(r, "embed"):
                 self._embed()
         self.vectors = self.cache.vectors(self.start, list(self.corpus.texts))  # (N, D), all cached
-        self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, chunk_tower=self.start.chunk_tower_fingerprint(),
-                                lexical=LexicalIndex.from_texts(list(self.corpus.texts)), encoder=self.start.config.encoder)
+        self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, encoder=self.start.config.encoder,
+                                chunk_tower=self.start.chunk_tower_fingerprint()).with_lexical()
         self.held_out = self._held_out_questions()
         self.start_val = self._start_validation()
         if not r.done("start"):
@@ -309,17 +308,17 @@ class Adapt:
     def _corpus_episodes(self, name: str, split: str) -> list[Episode]:
         """The questions of work/NAME as episodes: each with 100 negatives of the corpus, found with the cached
         vectors (`qrag.training.data.negatives`)."""
-        key = self.cache.key
         print(f"qrag-adapt: hard negatives for the questions of {name}", file=sys.stderr)
-
-        def search(passages: Sequence[str], vectors: torch.Tensor | None, what: str) -> Any:
-            near = pool_neighbours(passages, vectors, what)
-            if vectors is None and len(passages) == len(self.corpus.texts):
-                near.adopt(self.vectors, key)  # the corpus's own vectors when the lookup's encoder is the chunk tower
-            return near
-
         return list(iter_corpus(self.folder.work / name, corpus=self.options.corpus, num_distractors=NEGATIVES,
-                                seed=self.options.seed, split=split, neighbours=search))
+                                seed=self.options.seed, split=split, neighbours=self._neighbours))
+
+    def _neighbours(self, passages: Sequence[str], vectors: torch.Tensor | None, what: str) -> Any:
+        """The corpus's neighbour lookup (`NeighbourSearch`), adopting the cached vectors when its encoder is the chunk
+        tower; one bound method for the run, so the corpus source builds the lookup (and its BM25) once."""
+        near = pool_neighbours(passages, vectors, what)
+        if vectors is None and len(passages) == len(self.corpus.texts):
+            near.adopt(self.vectors, self.cache.key)
+        return near
 
     def _rehearsal(self, own: int) -> list[Episode]:
         """The start's own training questions (distractor setting), `REHEARSE_SHARE` of the training set."""

@@ -12,7 +12,7 @@ from functools import cached_property
 import torch
 
 from qrag.training.model.qnet import QNetwork
-from qrag.training.search.lexical import LexicalIndex
+from qrag.training.search.lexical import LexicalIndex, corpus_lexical
 
 NEIGHBOUR_ENCODER = "all-MiniLM-L6-v2"
 NEIGHBOUR_TOKENS = 256
@@ -64,7 +64,7 @@ class PoolNeighbours:
     def bm25(self, queries: list[str], k: int) -> list[list[int]]:
         """The k pool passages BM25 ranks highest for each query, best first."""
         if self._bm25 is None:
-            self._bm25 = LexicalIndex.from_texts(self.passages)
+            self._bm25 = corpus_lexical(tuple(self.passages))  # shared with an index of the same texts
         return self._bm25.top(queries, k)[1].tolist()  # type: ignore[no-any-return]
 
 
