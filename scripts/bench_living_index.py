@@ -19,7 +19,7 @@ import torch
 from qrag.eval.living_speed import add_versus_build, filtered_hop_times, living_table
 from qrag.training.data import hotpot_pool
 from qrag.training.data.wiki import read_pages
-from qrag.training.model.precision import cpu_flags
+from qrag.training.model.precision import speed_flags
 from qrag.training.search import load_model
 
 QUESTIONS = ["Which magazine was started first, Arthur's Magazine or First for Women?",
@@ -63,9 +63,8 @@ def main() -> int:
         grow = add_versus_build(model, texts[: args.base], texts[args.base :], QUESTIONS, args.precision)
     print(living_table(hops, grow))
     if args.out:
-        machine = {"cpu": platform.processor() or platform.machine(), "flags": sorted(cpu_flags() & {
-            "avx2", "avx512f", "avx512_bf16", "amx_bf16"}), "threads": torch.get_num_threads(),
-            "torch": torch.__version__}
+        machine = {"cpu": platform.processor() or platform.machine(), "flags": speed_flags(),
+                   "threads": torch.get_num_threads(), "torch": torch.__version__}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"model": args.model, "machine": machine, "hops": hops, "add": grow},
                                        indent=2) + "\n")

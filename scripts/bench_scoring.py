@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from qrag.eval.scoring_speed import indexing_rate, random_minilm, scoring_row, scoring_table
-from qrag.training.model.precision import cpu_flags
+from qrag.training.model.precision import speed_flags
 from qrag.training.model.shipped import resolve_checkpoint
 from qrag.training.search.searcher import load_model
 
@@ -64,7 +64,7 @@ def main() -> int:
         rate = indexing_rate(model, args.index_chunks, args.precision, device)
         table += f"\nindexing {args.index_chunks:,} sentences in {args.precision}: {rate:,.0f} chunks/s\n"
     machine = {"device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-               "cpu_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}), "threads": torch.get_num_threads(), "torch": torch.__version__,
+               "cpu_flags": speed_flags(), "threads": torch.get_num_threads(), "torch": torch.__version__,
                "python": platform.python_version()}
     print(table)
     print(json.dumps(machine))

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from qrag.training.model.precision import cpu_flags
+from qrag.training.model.precision import speed_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def cpu() -> dict[str, object]:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     model = re.search(r"model name\s*:\s*(.+)", text)
     return {"model": model.group(1) if model else platform.processor(), "cores": os.cpu_count(),
-            "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})}
+            "flags": speed_flags()}
 
 
 def main() -> int:

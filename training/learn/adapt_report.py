@@ -8,22 +8,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from qrag.training.learn.adapt_choice import CHOICE_K, HARM_TOLERANCE, START_HOPS
-from qrag.training.model.precision import cpu_flags
+from qrag.training.model.precision import cpu_bf16_support, speed_flags
 
 if TYPE_CHECKING:
     from qrag.training.learn.adapt_folder import AdaptFolder, AdaptOptions, Record
 
-PHASES = {"set-up": "reading the corpus, building questions, checks", "questions": "writing the question files", "embed": "embedding the corpus", "start": "scoring the start",
-          "train": "training", "choose": "scoring blends, choosing, saving", "report": "this report"}
+PHASES = {"set-up": "reading the corpus, building questions, checks", "questions": "writing the question files",
+          "embed": "embedding the corpus", "start": "scoring the start", "train": "training",
+          "choose": "scoring blends, choosing, saving", "report": "this report"}
 
 
 def machine() -> str:
-    """The CPU's name, its bf16 units (or AVX2 only), threads and torch: the line every timing is read with."""
-    flags = cpu_flags()
-    units: list[str] = [f for f in ("amx_bf16", "avx512_bf16") if f in flags] or (["avx2 (no native bf16)"] if "avx2" in flags
-                                                                       else ["no AVX2"])
-    return (f"{platform.processor() or platform.machine()}, {', '.join(units)}, {torch.get_num_threads()} threads, "
-            f"torch {torch.__version__}")
+    """The CPU, its speed flags, whether this process runs bf16 natively (an AVX2-only CPU, or one kept to AVX2, does
+    not), threads and torch: the line every timing is read with."""
+    _, bf16 = cpu_bf16_support()
+    return (f"{platform.processor() or platform.machine()} ({', '.join(speed_flags()) or 'no AVX2'}; {bf16}), "
+            f"{torch.get_num_threads()} threads, torch {torch.__version__}")
 
 
 def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> None:

@@ -40,6 +40,15 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(flags)
 
 
+SPEED_FLAGS = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
+"""The CPU flags a timing is read with: AVX2, AVX-512 and the native bf16 units."""
+
+
+def speed_flags() -> list[str]:
+    """Which of `SPEED_FLAGS` this CPU lists, sorted (the machine line of every benchmark's JSON)."""
+    return sorted(cpu_flags() & SPEED_FLAGS)
+
+
 def _onednn_bf16() -> bool:
     """Whether oneDNN will run bf16 instructions in this process (False under a lower ONEDNN_MAX_CPU_ISA)."""
     try:

@@ -119,5 +119,6 @@ def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path, monkeypatch: pytest.Monk
     precision.cpu_flags.cache_clear()
     try:
         assert precision.cpu_flags() == frozenset({"fpu", "avx2", "avx512_bf16"})
+        assert precision.speed_flags() == ["avx2", "avx512_bf16"]  # the ones a timing is read with, sorted
     finally:
         precision.cpu_flags.cache_clear()
