@@ -157,7 +157,8 @@ def split_document(text: str, *, markdown: bool = False, max_words: int = MAX_WO
     """A document's passages: its paragraphs (blank-line separated) packed up to `max_words` words, a longer
     paragraph cut between its sentences (a sentence longer than that is a passage of its own). With `markdown`, the
     first level-1 heading titles every passage ("{title}. {passage}") and every other heading starts a paragraph."""
-    title: str | None = None
+    title = document_title(text) if markdown else None
+    titled = title is None  # the title's own heading is read once, not kept as a paragraph
     paragraphs: list[str] = []
     lines: list[str] = []
     for line in [*text.splitlines(), ""]:
@@ -166,8 +167,8 @@ def split_document(text: str, *, markdown: bool = False, max_words: int = MAX_WO
             if lines:
                 paragraphs.append(" ".join(lines))
                 lines = []
-            if heading and title is None and heading.group(1) == "#":
-                title = heading.group(2)
+            if heading and not titled and heading.group(1) == "#":
+                titled = True
             elif heading:
                 paragraphs.append(heading.group(2).rstrip(".:") + ".")  # packed with the paragraphs after it
             continue
