@@ -26,7 +26,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ EMBED_SLICE = 1024
 class Adapt:
     """One run of `qrag-adapt` (module docstring). `prepare` checks everything before any work; `run` does it."""
 
-    def __init__(self, options: AdaptOptions, clock: Any = time.perf_counter) -> None:
+    def __init__(self, options: AdaptOptions, clock: Callable[[], float] = time.perf_counter) -> None:
         self.options, self.clock = options, clock
         self.started = clock()
         self.folder = AdaptFolder(options.out)

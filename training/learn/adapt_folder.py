@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,7 +61,7 @@ class Request:
     max_questions: int
 
 
-def digest(texts: Iterator[str] | list[str]) -> str:
+def digest(texts: Iterable[str]) -> str:
     """A short digest of texts (a corpus's ids and texts, a questions file's lines)."""
     h = hashlib.sha256()
     for t in texts:

@@ -4,6 +4,7 @@ model: the model folder and report it writes, the choice it records, and a run s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_a_corpus_it_cannot_learn_from_is_refused_before_any_work(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = _lines(tmp_path / "c.jsonl", rows)
     assert main(["--corpus", str(path), "--out", str(tmp_path / "out")]) == 2
-    assert __import__("re").search(message, capsys.readouterr().err)
+    assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
 
 
@@ -69,7 +70,7 @@ def test_bad_arguments_are_named(tmp_path: Path, corpus: Path, capsys: pytest.Ca
     ]
     for extra, message in cases:
         assert main(["--corpus", str(corpus), *extra]) == 2
-        assert __import__("re").search(message, capsys.readouterr().err), extra
+        assert re.search(message, capsys.readouterr().err), extra
     assert not (tmp_path / "o").exists() and (mine / "keep.txt").read_text() == "keep"
     assert main(["--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
