@@ -11,11 +11,13 @@ shapes of a question whose facts must be found one after another (HotpotQA's bri
   hop finds A by its subject, each later one a passage A names, read from A once it is in the state.
 - **in-links**: a passage C named by 2 to `MAX_SPOKES` others. Its gold passages are C and those that name it.
 
-The question names the group's centre (its subject, or for a share `DESCRIBED_SHARE` of fan-outs its description,
-so the first hop is a search too) and the kind of the other passages: the words their first sentences share (or
-hold, for one), chosen among the corpus's common content words ("Which American musicians are connected to
-Metallica?"). A question is a search target, not prose: its words are what a person asking about that group
-would type.
+The question names the group's centre (its subject, or for a share `DESCRIBED_SHARE` of fan-outs what its first
+sentence says it is, "the capital and largest city of Jamaica", so the first hop is a search too) and the kind of
+the other passages, in the plural, as a person asking for them would: the nouns their definitions end on ("Bill
+Murray is an American actor, comedian and writer" → "actor"), the most shared first, with the word before the noun
+when all share it ("Which island countries are connected to Martinique?"); passages that define nothing are asked
+for by the content words their first sentences share. A question is a search target, not prose: its words are what
+a person asking about that group would type.
 
     >>> corpus = read_corpus("passages.jsonl")  # doctest: +SKIP
     >>> questions = make_questions(corpus, seed=0)  # doctest: +SKIP
@@ -55,12 +57,27 @@ _COPULA = re.compile(r"^(?P<subject>[A-Z0-9][^.;:!?]{0,80}?)\s*(?:\([^)]*\)\s*)?
 _DISAMBIGUATION = re.compile(r"\s*\([^)]*\)\s*$")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*[A-Za-z]|[A-Za-z]")
 _EDGE = "\"'“”‘’()[]{},.;:!?"
+MAX_DESCRIPTION_WORDS = 10
+_DEFINES = re.compile(r"(?:^|\s)(?:is|was|are|were|has been|refers to)\s+(?P<rest>.*)$", re.S)
+_ARTICLE = re.compile(r"^(?:(?:one|any|each) of (?:the |many |several )?|a |an |the |any |some )", re.I)
+_CLAUSE = r"which|who|whom|that|whose|where|when|while|located|known|best|founded|established|born|consisting|comprising"
+_HEAD_END = re.compile(r"\s*[,;:(]|\s(?:and|or|but|of|in|on|at|from|for|by|to|with|between|as|since|during|into|"
+                       rf"within|near|under|about|than|used|made|based|{_CLAUSE})\b")
+_DESCRIPTION_END = re.compile(rf"\s*[,;:(]|\s(?:{_CLAUSE})\b")
+_LOWER_WORD = re.compile(r"[a-z][a-z-]*[a-z]")
+_NOT_NOUN = ("ed", "ing", "ous", "ful", "less", "able", "ible", "ly")
+"""Endings of the words a definition ends on that are no noun ("written by", "religious", "belonging to")."""
+_IRREGULAR = {"person": "people", "man": "men", "woman": "women", "child": "children", "mouse": "mice",
+              "goose": "geese", "tooth": "teeth", "foot": "feet", "leaf": "leaves", "wife": "wives", "life": "lives",
+              "knife": "knives", "thief": "thieves", "wolf": "wolves", "shelf": "shelves", "half": "halves",
+              "criterion": "criteria", "phenomenon": "phenomena", "genus": "genera"}
 _TEMPLATES = (
     "Which {kind} are connected to {centre}?",
-    "What are the {kind} related to {centre}?",
+    "What {kind} are associated with {centre}?",
+    "List the {kind} related to {centre}.",
     "Name the {kind} linked with {centre}.",
-    "{centre}: which {kind}?",
-    "Tell me about {centre} and the {kind} it involves.",
+    "{centre}: which {kind} are involved?",
+    "What do the {kind} connected to {centre} have in common?",
 )
 
 
@@ -154,21 +171,74 @@ class _Vocabulary:
         """A content word many passages use (a kind: 'film', 'singer'), not a function word or a rare name."""
         return len(word) > 2 and word not in self.stop and 2 <= self.df[word] <= COMMON_SHARE * self.n
 
-    def kind(self, texts: Sequence[str], avoid: set[str]) -> list[str]:
-        """Up to `KIND_WORDS` words the first sentences of `texts` share (all of them, for one), most used first."""
+    def head(self, first: str) -> tuple[str, str | None] | None:
+        """The noun a first sentence says its subject is, and the word before it ("Jamaica is an island country in
+        the Caribbean" → ("country", "island")): the last word of its definition before a preposition, a
+        conjunction or a clause; None when that word is no common lower-case noun of the corpus."""
+        m = _DEFINES.search(first)
+        if m is None:
+            return None
+        phrase = _HEAD_END.split(_ARTICLE.sub("", m.group("rest").strip()), maxsplit=1)[0]
+        words = [w.strip(_EDGE) for w in phrase.split()]
+        words = [w for w in words if w][:MAX_SUBJECT_WORDS]
+        if not words or not _LOWER_WORD.fullmatch(words[-1]) or not self.common(words[-1]) or words[-1].endswith(
+                _NOT_NOUN):
+            return None
+        before = words[-2] if len(words) > 1 and _WORD.fullmatch(words[-2]) and self.common(words[-2].lower()) else None
+        return words[-1], before
+
+    def description(self, first: str) -> str | None:
+        """What a first sentence says its subject is, up to its first clause ("the capital and largest city of
+        Jamaica"), at most `MAX_DESCRIPTION_WORDS` words; None without a definition of at least two words."""
+        m = _DEFINES.search(first)
+        if m is None:
+            return None
+        words = _DESCRIPTION_END.split(m.group("rest").strip(), maxsplit=1)[0].strip(" .").split()
+        while words and words[-1].lower() in self.stop:  # "a game for two players in" (which …)
+            words.pop()
+        return " ".join(words) if 2 <= len(words) <= MAX_DESCRIPTION_WORDS else None
+
+    def kind(self, firsts: Sequence[str], avoid: set[str]) -> str | None:
+        """What kind of passages `firsts` (their first sentences) are, in the plural, as a person would ask for
+        them ("island countries", "cities and empires"): the nouns their definitions end on, the most shared first
+        (two at most), with the word before the noun when every passage has the same one; else up to `KIND_WORDS`
+        content words they share (all of them, for one), most used first."""
+        found = [h for h in map(self.head, firsts) if h is not None and h[0] not in avoid]
+        if found:
+            said = [noun for noun, _ in found]
+            count = Counter(said)
+            nouns = sorted(count, key=lambda n: (-count[n], said.index(n)))[:2]
+            befores = {before.lower() if before else None for _, before in found}
+            shared = befores.pop() if count[nouns[0]] == len(firsts) and len(befores) == 1 else None
+            prefix = f"{shared} " if shared is not None and shared not in avoid else ""
+            return prefix + " and ".join(plural(n) for n in nouns)
         counts: Counter[str] = Counter()
         order: dict[str, int] = {}
-        for t in texts:
-            first = _first_sentence(t)
-            m = _COPULA.match(first)
-            part = [w.lower() for w in _WORD.findall(m.group("rest") if m else first)]
+        for first_sentence in firsts:
+            m = _COPULA.match(first_sentence)
+            part = [w.lower() for w in _WORD.findall(m.group("rest") if m else first_sentence)]
             counts.update(set(part) - avoid)
             for w in part:
                 order.setdefault(w, len(order))
-        need = 1 if len(texts) == 1 else 2
+        need = 1 if len(firsts) == 1 else 2
         words = [w for w, c in counts.items() if c >= need and self.common(w)]
         chosen = sorted(words, key=lambda w: (-counts[w], -self.df[w], w))[:KIND_WORDS]
-        return sorted(chosen, key=order.__getitem__)  # as the passages write them
+        return " ".join(sorted(chosen, key=order.__getitem__)) or None  # as the passages write them
+
+
+def plural(noun: str) -> str:
+    """An English noun's plural by the regular rules and a few common exceptions ("city" → "cities")."""
+    if noun in _IRREGULAR:
+        return _IRREGULAR[noun]
+    if noun.endswith(("ss", "us", "x", "z", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("is"):
+        return noun[:-2] + "es"  # "analysis" → "analyses"
+    if noun.endswith("s"):
+        return noun  # "species", "series", a noun already plural
+    if noun.endswith("y") and len(noun) > 1 and noun[-2] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun + "s"
 
 
 def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -> list[SyntheticQuestion]:
@@ -186,6 +256,9 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
     subject = subjects(corpus)
     named = links(corpus, subject)
     vocab = _Vocabulary(corpus.texts)
+    titles = corpus.titles or (None,) * n
+    first = [_first_sentence(t.removeprefix(f"{title}. ") if title else t) for t, title in zip(corpus.texts, titles,
+                                                                                               strict=True)]
     naming: dict[int, list[int]] = {}
     for row, found in enumerate(named):
         for r in found:
@@ -200,14 +273,14 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
         if name is None:
             continue
         avoid = {w.lower() for s in (name, *(subject[r] or "" for r in spokes)) for w in _WORD.findall(s)}
-        words = vocab.kind([corpus.texts[r] for r in spokes], avoid)
-        if not words:
+        what = vocab.kind([first[r] for r in spokes], avoid)
+        if what is None:
             continue
         if kind == "fan-out" and rng.random() < DESCRIBED_SHARE:
-            described = vocab.kind([corpus.texts[centre]], avoid | set(words))
-            if len(described) >= 2:
-                name = "the " + " ".join(described)
-        question = rng.choice(_TEMPLATES).format(kind=" ".join(words), centre=name)
+            described = vocab.description(first[centre])
+            if described is not None:
+                name = re.sub(r"^(?:a|an)\s", "the ", described)
+        question = rng.choice(_TEMPLATES).format(kind=what, centre=name)
         if question in seen:
             continue
         seen.add(question)

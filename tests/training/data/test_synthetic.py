@@ -14,6 +14,7 @@ from qrag.training.data.synthetic import (
     SyntheticError,
     links,
     make_questions,
+    plural,
     subject_of,
 )
 
@@ -91,15 +92,43 @@ def test_fan_out_and_in_link_questions_hold_the_right_passages() -> None:
     by_centre = {corpus.ids[q.supporting[0]]: q for q in questions}
     band = by_centre["Iron Lantern"]
     assert band.kind == "fan-out" and [corpus.ids[r] for r in band.supporting] == ["Iron Lantern", "Ada Stone", "Bram Holt"]
-    # the kind asked for: words both musicians' first sentences share (every one twice here), those the corpus uses
-    # most first (english, rock: 9 passages; born, guitarist, singer: 6, alphabetical), in the order they are written
-    assert band.question == "Which english rock born are connected to Iron Lantern?"
+    # the kind asked for: the noun both musicians' definitions end on ("an English rock guitarist and singer born in
+    # …": the last word before "and"), in the plural, with the word before it that both share
+    assert band.question == "Which rock guitarists are connected to Iron Lantern?"
     city = by_centre["Port Ellis"]
     assert city.kind == "in-links"
     assert [corpus.ids[r] for r in city.supporting] == ["Port Ellis", "Ada Stone", "Bram Holt", "Ezra Vale"]
     assert {q.kind for q in questions} == {"fan-out", "in-links"}
     assert all(corpus.ids[q.supporting[0]] != "filler-0" for q in questions)  # no names, no questions
     assert len({q.question for q in questions}) == len(questions)
+
+
+def test_a_group_of_two_kinds_is_asked_for_by_both_nouns_and_a_described_centre_by_its_definition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from qrag.training.data import synthetic
+
+    rows = [("Mara Quill", "Mara Quill is a Welsh poet of the sea, who wrote of Port Ellis and Iron Lantern.", "Mara Quill"),
+            ("Port Ellis", "Port Ellis is a small coastal town in the north.", "Port Ellis"),
+            ("Iron Lantern", "Iron Lantern was an English rock band from the north.", "Iron Lantern"),
+            ("Kestrel Bay", "Kestrel Bay is a coastal town with a harbour.", "Kestrel Bay"),
+            ("Salt Engine", "Salt Engine was a rock band.", "Salt Engine"),
+            ("Tom Reed", "Tom Reed is a Welsh poet.", "Tom Reed")]
+    rows += [(f"filler-{i}", f"Filler passage number {i} is about weather.", None) for i in range(20)]
+    monkeypatch.setattr(synthetic, "DESCRIBED_SHARE", 1.0)
+    corpus = _corpus(rows)
+    (poet,) = [q for q in make_questions(corpus, seed=0) if corpus.ids[q.supporting[0]] == "Mara Quill"]
+    assert [corpus.ids[r] for r in poet.supporting] == ["Mara Quill", "Port Ellis", "Iron Lantern"]
+    # one town, one band: both nouns, as often as each other, in the order the passage names them, and no word before
+    # them (the two differ); the centre by what its first sentence says it is, up to its first clause
+    assert "towns and bands" in poet.question and "the Welsh poet of the sea" in poet.question
+    assert "Mara" not in poet.question
+
+
+def test_plurals_follow_the_rules_and_the_common_exceptions() -> None:
+    assert [plural(n) for n in ("town", "city", "day", "church", "box", "class", "bus", "analysis", "species",
+                                "person", "woman", "leaf")] == [
+        "towns", "cities", "days", "churches", "boxes", "classes", "buses", "analyses", "species", "people", "women",
+        "leaves"]
 
 
 def test_questions_are_the_same_for_a_seed_and_limited_on_request() -> None:
