@@ -57,8 +57,9 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
         lines += ["", "## Choice", "",
                   f"**The fine-tune's share w = {choice['weight']:g}, {choice['horizon']} hops** (the fine-tune: the "
                   f"run's `{choice['tuned']}/` checkpoint). {choice['why']} The rule: among the candidates within "
-                  f"{HARM_TOLERANCE} of the start on its own data, the highest held-out recall; ties go to the "
-                  "smaller weight, then the shorter horizon. The stop rule is calibrated on the held-out questions."]
+                  f"{HARM_TOLERANCE} of the start on its own data, those within one standard error of the highest "
+                  "held-out recall; of them the largest weight, at its best horizon (a tie: the shorter). The stop "
+                  "rule is calibrated on the held-out questions."]
     train = f.get("train") or {}
     if train:
         lines += ["", "## Training", "",

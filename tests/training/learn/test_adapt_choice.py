@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.learn.adapt_choice import HARM_TOLERANCE, Candidate, choose
+from qrag.training.learn.adapt_choice import HARM_TOLERANCE, Candidate, choose, standard_error
 from qrag.training.learn.adapt_folder import AdaptError, AdaptFolder, Request
 
 
@@ -21,10 +21,25 @@ def test_the_best_held_out_recall_wins_among_those_that_keep_the_start() -> None
     assert "w = 0.5 with 3 hops" in why and "refused" in why and "0.880" in why
 
 
-def test_a_tie_goes_to_the_smaller_weight_then_the_shorter_horizon() -> None:
-    a, b, c = Candidate(0.0, 2, 0.5, 0.9), Candidate(0.25, 3, 0.5, 0.9), Candidate(0.25, 2, 0.5, 0.9)
-    assert choose([b, a])[0] == a  # nothing beats the start: it is shipped
-    assert choose([Candidate(0.0, 2, 0.4, 0.9), b, c])[0] == c
+def test_within_one_standard_error_of_the_best_the_largest_weight_wins_at_its_best_horizon() -> None:
+    start = Candidate(0.0, 2, 0.62, 0.88, 0.02)
+    blend = Candidate(0.75, 5, 0.70, 0.88, 0.02)  # the highest reading
+    tuned_5, tuned_3 = Candidate(1.0, 5, 0.69, 0.88, 0.02), Candidate(1.0, 3, 0.681, 0.88, 0.02)
+    best, why = choose([start, blend, tuned_3, tuned_5])
+    assert best == tuned_5  # 0.69 ≥ 0.70 − 0.02; at w = 1 the better horizon
+    assert "w = 1 with 5 hops" in why and "one standard error (0.020)" in why and "w = 0.75, 5 hops: 0.700" in why
+    below = Candidate(1.0, 5, 0.679, 0.88, 0.02)  # 0.021 below the best: out of reach of the rule
+    assert choose([start, blend, below])[0] == blend
+    tie_short, tie_long = Candidate(1.0, 3, 0.69, 0.88), Candidate(1.0, 5, 0.69, 0.88)
+    assert choose([start, tie_long, tie_short])[0] == tie_short  # a tie at one weight: the shorter horizon
+    # without a spread (a record from before the rule) the highest reading alone decides
+    assert choose([Candidate(0.0, 2, 0.5, 0.9), Candidate(0.25, 3, 0.5, 0.9)])[0].weight == 0.25
+    assert choose([Candidate(0.0, 2, 0.51, 0.9), Candidate(0.25, 3, 0.5, 0.9)])[0].weight == 0.0
+
+
+def test_the_standard_error_is_the_sample_deviation_over_the_root_of_n() -> None:
+    assert standard_error([0.0, 1.0, 0.5, 0.5]) == pytest.approx((1 / 6 / 4) ** 0.5)  # variance (.25 + .25) / 3
+    assert standard_error([0.7]) == 0.0 and standard_error([0.3, 0.3, 0.3]) == 0.0
 
 
 def test_without_the_starts_data_held_out_recall_alone_decides_and_the_reason_says_so() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
+import yaml
 
 from qrag.training.learn import adapt as adapt_module
 from qrag.training.learn.adapt_cli import main
@@ -114,10 +116,14 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     facts = record["facts"]
     # 36 fan-outs (12 bands, 24 musicians) less those whose described centre repeats another's question, 8 in-links
     assert facts["kinds"]["in-links"] == 8 and 24 <= facts["kinds"]["fan-out"] <= 36
-    assert facts["train_questions"] + facts["held_out_questions"] == facts["built"] and facts["horizon"] == 3
+    assert facts["train_questions"] + facts["held_out_questions"] == facts["built"]
+    sizes = [len(json.loads(line)["supporting"]) for line in (out / "work" / "train.jsonl").read_text().splitlines()]
+    assert len(sizes) == facts["train_questions"] and facts["horizon"] == round(statistics.median(sizes)) in (2, 3)
     assert facts["start_data"] is None and facts["rehearsed"] == 0  # a start with no validation data of its own
-    assert {c["horizon"] for c in facts["candidates"]} == {2, 3, 5}
+    assert {c["horizon"] for c in facts["candidates"]} == {2, facts["horizon"], 5}
     assert {c["weight"] for c in facts["candidates"]} == {0.0, 0.25, 0.5, 0.75, 1.0}
+    trained = yaml.safe_load((out / "work" / "run" / "config.yaml").read_text())
+    assert trained["optim"]["warmup_steps"] == adapt_module.WARMUP_UPDATES  # not the preset's 50 of a short run
 
     model = QNetwork.from_pretrained(out / "model")
     choice = json.loads((out / "model" / "adapt.json").read_text())
@@ -154,7 +160,7 @@ def test_held_out_recall_at_each_horizon_equals_a_search_with_that_horizon(tiny_
     for h, recall in got.items():
         results = searcher.search([q for q, _ in questions], max_hops=h)
         shares = [len({x.chunk.id for x in r.hits} & set(gold)) / 3 for r, (_, gold) in zip(results, questions, strict=True)]
-        assert recall == pytest.approx(sum(shares) / len(shares)), h
+        assert recall == pytest.approx(shares), h  # each question's own share, in order
 
 
 @pytest.mark.slow
