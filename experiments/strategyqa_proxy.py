@@ -5,13 +5,15 @@
 
 `qrag-adapt` chooses what it ships on questions it built itself; how it builds them (the phrasing, the kinds) is a
 design choice that needs a judge the built questions cannot give, and FanOutQA's dev and test questions may not be
-that judge. This writes one from StrategyQA (BIG-bench's `strategyqa/task.json`, in the `bigbench==1.0.0` sdist:
-2 290 yes/no questions written by people, each with the facts that answer it): a question's supporting passages
-are the summaries whose titles its text or its facts name (case-sensitive, whole words, the longest title
-first; a one-word title the summaries also write in lower case, such as "Island", names nothing),
-kept when there are 2 to 8 of them and the question itself names at least one (the others are hops: "Could Brooke
-Shields succeed at University of Pennsylvania?" needs Princeton University, named only in its facts). Written in
-the `corpus` source's form, `{"id", "question", "supporting": [titles]}`, for `qrag-eval corpus --data`.
+that judge. This writes one from StrategyQA: BIG-bench's `strategyqa/task.json`, in the `bigbench==1.0.0` sdist on
+the package index (pip cannot build it: fetch the archive itself and unpack
+`bigbench-1.0.0/bigbench/benchmark_tasks/strategyqa/task.json`), 2 290 yes/no questions written by people, each with
+the facts that answer it. A question's supporting passages are the summaries whose titles its text or its facts name
+(case-sensitive, whole words, the longest title first; a one-word title the summaries also write in lower case, such
+as "Island", names nothing), kept when there are 2 to 8 of them and the question itself names at least one (the
+others are hops: "Could Brooke Shields succeed at University of Pennsylvania?" needs Princeton University, named only
+in its facts). Written in the `corpus` source's form, `{"id", "question", "supporting": [titles]}`, for `qrag-eval
+corpus --data`.
 
 `compare` reads `qrag-eval` results files (`NAME=FILE:METHOD`) and prints, and writes as JSON, each one's recall@2,
 @4 and @5 and the paired difference (95 % interval) of every later one against every earlier one.
