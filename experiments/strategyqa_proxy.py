@@ -30,28 +30,12 @@ from pathlib import Path
 from stop_words import get_stop_words
 
 from qrag.eval.metrics import paired_margin
-
-_EDGE = "\"'“”‘’()[]{},.;:!?"
-
-
-def _words(text: str) -> list[str]:
-    return [w.strip(_EDGE).removesuffix("'s").removesuffix("’s") for w in text.split()]
+from qrag.training.data.synthetic import find_names, name_key, subject_of
 
 
 def named(text: str, titles: dict[tuple[str, ...], str], longest: int) -> list[str]:
-    """The titles `text` names, in order, the longest first at each place."""
-    words, at, found = _words(text), 0, []
-    while at < len(words):
-        for n in range(min(longest, len(words) - at), 0, -1):
-            hit = titles.get(tuple(words[at : at + n]))
-            if hit is not None:
-                if hit not in found:
-                    found.append(hit)
-                at += n
-                break
-        else:
-            at += 1
-    return found
+    """The titles `text` names, each once, in order, the longest first at each place."""
+    return list(dict.fromkeys(find_names(text, titles, longest)))
 
 
 def build(task: Path, corpus: Path, out: Path) -> None:
@@ -61,7 +45,7 @@ def build(task: Path, corpus: Path, out: Path) -> None:
     lower = Counter(w for r in records for w in set(re.findall(r"\b[a-z][a-z-]+\b", r["text"])))
     titles: dict[tuple[str, ...], str] = {}
     for rec in records:
-        key = tuple(_words(re.sub(r"\s*\([^)]*\)\s*$", "", rec["title"])))
+        key = name_key(subject_of("", rec["title"]) or "")
         common = len(key) == 1 and (key[0].lower() in stop or len(key[0]) < 3 or lower[key[0].lower()] >= 3)
         if key and not common:  # a one-word title the corpus also writes in lower case is a common word
             titles.setdefault(key, rec["id"])

@@ -28,15 +28,16 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from stop_words import get_stop_words
 
 from qrag.training.data.corpus import Corpus
 
 Kind = Literal["fan-out", "in-links"]
+T = TypeVar("T")
 MAX_SPOKES = 4
 """Most passages a question's centre names (fan-out) or is named by (in-links)."""
 MAX_NAMED_SHARE = 0.02
@@ -114,6 +115,26 @@ def _words(text: str) -> list[str]:
     return [w.strip(_EDGE).removesuffix("'s").removesuffix("’s") for w in text.split()]
 
 
+def name_key(name: str) -> tuple[str, ...]:
+    """A name as `find_names` matches it: its words, without edge punctuation or a possessive."""
+    return tuple(_words(name))
+
+
+def find_names(text: str, names: Mapping[tuple[str, ...], T], longest: int) -> Iterator[T]:
+    """What `names` (keyed by `name_key`, none longer than `longest` words) gives for each name `text` holds as whole
+    words, case-sensitively, in the order it holds them, the longest name first at each place."""
+    words, at = _words(text), 0
+    while at < len(words):
+        for n in range(min(longest, len(words) - at), 0, -1):
+            hit = names.get(tuple(words[at : at + n]))
+            if hit is not None:
+                yield hit
+                at += n
+                break
+        else:
+            at += 1
+
+
 def subjects(corpus: Corpus) -> list[str | None]:
     """Each passage's subject (`subject_of`), None where it has none."""
     titles = corpus.titles or (None,) * len(corpus.texts)
@@ -129,24 +150,16 @@ def links(corpus: Corpus, subject: Sequence[str | None] | None = None) -> list[l
     for row, s in enumerate(subject):
         if s is None or not re.search(r"[A-Za-z]", s) or len(s) < 3:
             continue
-        key = tuple(_words(s))
+        key = name_key(s)
         if len(key) == 1 and lower[key[0].lower()] >= 3 and not key[0].isupper():
             continue  # a common word ("Empire", "Opera"): the corpus writes it in lower case too
         rows_of.setdefault(key, []).append(row)
     longest = max((len(k) for k in rows_of), default=0)
     named: list[list[int]] = []
     for row, text in enumerate(corpus.texts):
-        words, at = _words(text), 0
         found: list[int] = []
-        while at < len(words):
-            for n in range(min(longest, len(words) - at), 0, -1):
-                hit = rows_of.get(tuple(words[at : at + n]))
-                if hit is not None:
-                    found.extend(r for r in hit[:1] if r != row and r not in found)  # a document's first passage
-                    at += n
-                    break
-            else:
-                at += 1
+        for hit in find_names(text, rows_of, longest):
+            found.extend(r for r in hit[:1] if r != row and r not in found)  # a document's first passage
         named.append(found)
     cap = max(MIN_COMMON_NAMED, round(MAX_NAMED_SHARE * len(corpus.texts)))
     by = Counter(r for found in named for r in found)
