@@ -9,7 +9,11 @@ shapes of a question whose facts must be found one after another (HotpotQA's bri
 
 - **fan-out**: a passage A naming 1 to `MAX_SPOKES` others B₁…Bₘ. Its gold passages are A and the Bᵢ: the first
   hop finds A by its subject, each later one a passage A names, read from A once it is in the state.
-- **in-links**: a passage C named by 2 to `MAX_SPOKES` others. Its gold passages are C and those that name it.
+- **in-links**: passages of one kind that all name a passage C, 2 to `MAX_MEMBERS` of them ("Which countries are
+  connected to Italy?": the countries whose passages name Italy). Its gold passages are those members, not C: each
+  is found from the question, by its kind and the name it holds, and each found one shows the next what is asked for
+  (FanOutQA's shape: entities of one kind that share a relation, none of which the question names). A passage's
+  kind is the noun its definition ends on (below); passages that define nothing are in no in-link question.
 
 The question names the group's centre (its subject, or for a share `DESCRIBED_SHARE` of fan-outs what its first
 sentence says it is, "the capital and largest city of Jamaica", so the first hop is a search too) and the kind of
@@ -39,7 +43,10 @@ from qrag.training.data.corpus import Corpus
 Kind = Literal["fan-out", "in-links"]
 T = TypeVar("T")
 MAX_SPOKES = 4
-"""Most passages a question's centre names (fan-out) or is named by (in-links)."""
+"""Most passages a fan-out question's centre names."""
+MAX_MEMBERS = 6
+"""Most passages of one kind an in-link question asks for: as many as the longest search (`MAX_HORIZON` of
+`qrag.training.learn.adapt`) finds one hop each."""
 MAX_NAMED_SHARE = 0.02
 """A subject named by more than this share of the passages (at least `MIN_COMMON_NAMED`) links nothing: a
 question about everything that names it has no answer."""
@@ -88,7 +95,7 @@ class SyntheticError(ValueError):
 
 @dataclass(frozen=True)
 class SyntheticQuestion:
-    """One question built from the corpus: its text, its gold passages (rows, the centre first) and its kind."""
+    """One question built from the corpus: its text, its gold passages (rows; a fan-out's centre first) and its kind."""
 
     question: str
     supporting: tuple[int, ...]
@@ -254,6 +261,17 @@ def plural(noun: str) -> str:
     return noun + "s"
 
 
+def _same_kind(rows: Sequence[int], heads: Sequence[tuple[str, str | None] | None]) -> list[list[int]]:
+    """`rows` by the noun their definitions end on (rows without one in none), each group of 2 to `MAX_MEMBERS`,
+    in the order of their first rows."""
+    by: dict[str, list[int]] = {}
+    for r in rows:
+        h = heads[r]
+        if h is not None:
+            by.setdefault(h[0], []).append(r)
+    return [g for g in by.values() if 2 <= len(g) <= MAX_MEMBERS]
+
+
 def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -> list[SyntheticQuestion]:
     """Fan-out and in-link questions of `corpus` (module docstring), shuffled by `seed`, at most `limit`.
 
@@ -278,7 +296,8 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
             naming.setdefault(r, []).append(row)
     groups: list[tuple[Kind, int, list[int]]] = [("fan-out", row, found) for row, found in enumerate(named)
                                                  if 1 <= len(found) <= MAX_SPOKES]
-    groups += [("in-links", row, sorted(by)) for row, by in naming.items() if 2 <= len(by) <= MAX_SPOKES]
+    heads = [vocab.head(f) for f in first]
+    groups += [("in-links", row, members) for row, by in naming.items() for members in _same_kind(sorted(by), heads)]
     out: list[SyntheticQuestion] = []
     seen: set[str] = set()
     for kind, centre, spokes in groups:
@@ -297,6 +316,6 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
         if question in seen:
             continue
         seen.add(question)
-        out.append(SyntheticQuestion(question, (centre, *spokes), kind))
+        out.append(SyntheticQuestion(question, (centre, *spokes) if kind == "fan-out" else tuple(spokes), kind))
     rng.shuffle(out)
     return out[:limit] if limit is not None else out

@@ -41,8 +41,8 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
         f"{f['held_out_questions']} ({'the labelled ones score the choice' if f['held_out_from'] == 'labelled' else 'built ones'}). "
         f"Horizon trained: {f['horizon']} hops (the median number of supporting passages; the start's: "
         f"{f['start_horizon']}). Rehearsed: {f.get('rehearsed', 0)} of the start's own training questions.", "",
-        "Ten of its training questions, with their passages (in a built one, the first names the others, or is named "
-        "by them):", "",
+        "Ten of its training questions, with their passages (in a fan-out, the first names the others; in an "
+        "in-link question, each names the passage it asks about):", "",
     ]
     for i, ex in enumerate(f["examples"], 1):
         lines.append(f"{i}. **{ex['question']}** ({ex['kind']})")

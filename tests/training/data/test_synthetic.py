@@ -89,18 +89,51 @@ def test_a_name_nearly_every_passage_holds_links_nothing(monkeypatch: pytest.Mon
 def test_fan_out_and_in_link_questions_hold_the_right_passages() -> None:
     corpus = band_corpus()
     questions = make_questions(corpus, seed=0)
-    by_centre = {corpus.ids[q.supporting[0]]: q for q in questions}
+    by_centre = {corpus.ids[q.supporting[0]]: q for q in questions if q.kind == "fan-out"}
     band = by_centre["Iron Lantern"]
-    assert band.kind == "fan-out" and [corpus.ids[r] for r in band.supporting] == ["Iron Lantern", "Ada Stone", "Bram Holt"]
+    assert [corpus.ids[r] for r in band.supporting] == ["Iron Lantern", "Ada Stone", "Bram Holt"]
     # the kind asked for: the noun both musicians' definitions end on ("an English rock guitarist and singer born in
     # …": the last word before "and"), in the plural, with the word before it that both share
     assert band.question == "Which rock guitarists are connected to Iron Lantern?"
-    city = by_centre["Port Ellis"]
-    assert city.kind == "in-links"
-    assert [corpus.ids[r] for r in city.supporting] == ["Port Ellis", "Ada Stone", "Bram Holt", "Ezra Vale"]
-    assert {q.kind for q in questions} == {"fan-out", "in-links"}
+    # in-links: the guitarists that name a town, not the town; the question names the town they share
+    in_links = {q.question.split()[-1].rstrip("?."): q for q in questions if q.kind == "in-links"}
+    assert sorted(in_links) == ["Bay", "Ellis"]
+    city = in_links["Ellis"]
+    assert "Port Ellis" in city.question and "rock guitarists" in city.question
+    assert [corpus.ids[r] for r in city.supporting] == ["Ada Stone", "Bram Holt", "Ezra Vale"]
     assert all(corpus.ids[q.supporting[0]] != "filler-0" for q in questions)  # no names, no questions
     assert len({q.question for q in questions}) == len(questions)
+
+
+def test_in_link_questions_ask_for_one_kind_at_a_time_and_skip_passages_that_define_nothing() -> None:
+    rows = [("Italy", "Italy is a country in Southern Europe.", "Italy"),
+            *[(c, f"{c} is a small country that borders Italy.", c) for c in ("Austria", "Slovenia", "San Marino")],
+            *[(t, f"{t} is a city in Italy with an old harbour.", t) for t in ("Genoa", "Naples")],
+            ("Tiber Vale", "Tiber Vale, near Italy, has many old farms.", "Tiber Vale"),
+            ("Ostia Moss", "Ostia Moss, near Italy, has many old farms.", "Ostia Moss"),
+            *[(f"filler-{i}", f"Filler passage number {i} is about the weather.", None)
+              for i in range(20)]]
+    corpus = _corpus(rows)
+    asked = {tuple(corpus.ids[r] for r in q.supporting): q.question for q in make_questions(corpus, seed=0)
+             if q.kind == "in-links"}
+    # the three countries, the two cities; the two passages that define nothing ("…, near Italy, has …") are in none
+    assert sorted(asked) == [("Austria", "Slovenia", "San Marino"), ("Genoa", "Naples")]
+    assert "countries" in asked[("Austria", "Slovenia", "San Marino")] and "Italy" in asked[("Genoa", "Naples")]
+    assert "cities" in asked[("Genoa", "Naples")]
+
+
+def test_an_in_link_group_larger_than_a_search_finds_is_asked_for_by_no_question(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from qrag.training.data import synthetic
+
+    rows = [("Italy", "Italy is a country in Southern Europe.", "Italy"),
+            *[(f"Town {c}", f"Town {c} is a city in Italy.", f"Town {c}") for c in "ABCD"],
+            *[(f"filler-{i}", f"Filler passage number {i} is about the weather.", None)
+              for i in range(20)]]
+    corpus = _corpus(rows)
+    assert [len(q.supporting) for q in make_questions(corpus, seed=0) if q.kind == "in-links"] == [4]
+    monkeypatch.setattr(synthetic, "MAX_MEMBERS", 3)
+    assert [q for q in make_questions(corpus, seed=0) if q.kind == "in-links"] == []
 
 
 def test_a_group_of_two_kinds_is_asked_for_by_both_nouns_and_a_described_centre_by_its_definition(
