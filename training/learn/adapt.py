@@ -74,6 +74,10 @@ their weights)."""
 WARMUP_UPDATES = 10
 """Updates over which the learning rate rises: a 30-minute run on 2 cores makes about 90 (the preset's 50 would
 spend half of them warming up)."""
+LEARNING_RATE = 3e-4
+"""The fine-tune's learning rate, three times the preset's: in about 90 updates the held-out built questions' fact
+recall rose from 0.505 to 0.576 by 1 024 transitions at 3e-4 (at 1e-3 too: 0.575), 0.535 at 1e-4, whose run ended
+at 0.560 (2 880)."""
 NEGATIVES = 100
 """Negatives per training episode (the `corpus-cpu` preset's), three quarters of them hard."""
 REHEARSE_SHARE = 0.25
@@ -303,7 +307,7 @@ class Adapt:
                              f"({self.record.spent / 60:.1f} minutes so far) and the choice; pass more minutes (the run "
                              "goes on from here).")
         config.trainer.max_minutes = minutes
-        config.optim.warmup_steps = WARMUP_UPDATES
+        config.optim.warmup_steps, config.optim.lr = WARMUP_UPDATES, LEARNING_RATE
         from qrag.training.learn.trainer import Trainer
 
         trainer = Trainer(config.validate(), train, val, chunk_cache=self.cache)
