@@ -1,0 +1,76 @@
+"""Which learning rate does `qrag-adapt`'s short fine-tune learn fastest at? Its training phase re-run at one rate.
+
+A finished `qrag-adapt` folder holds everything its training phase reads (the question files, the corpus's vectors,
+the record of the phases before); this copies those into OUT and runs that phase again at `--lr`, for
+`--transitions` transitions, so two rates are read on the same held-out built questions at the same number of
+transitions (the trainer's `eval/fact_recall` in OUT/work/run/metrics.jsonl, at 0 and at the last transition).
+Validation data only: the questions are the run's own.
+
+    python experiments/adapt_learning_rate.py runs/adapt runs/lr-3e-4 --lr 3e-4 --transitions 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from qrag.training.learn import adapt
+from qrag.training.learn.adapt_folder import AdaptOptions
+from qrag.training.learn.config import load_preset
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.chunk_vectors import ChunkVectorFolder
+
+KEPT = ("train.jsonl", "val.jsonl", "vectors")
+"""What the training phase reads of a finished run's work folder (besides its record)."""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="a finished qrag-adapt --out folder")
+    p.add_argument("out", type=Path, help="a new folder for the re-run")
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--transitions", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    if a.out.exists():
+        raise SystemExit(f"{a.out} exists: give a new folder.")
+    record = json.loads((a.run / "work" / "adapt.json").read_text(encoding="utf-8"))
+    for phase in ("train", "choose", "report"):
+        record["seconds"].pop(phase, None)
+    (a.out / "work").mkdir(parents=True)
+    for name in KEPT:
+        src, dst = a.run / "work" / name, a.out / "work" / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    (a.out / "work" / "adapt.json").write_text(json.dumps(record), encoding="utf-8")
+
+    def preset(name: str):  # type: ignore[no-untyped-def]
+        config = load_preset(name)
+        config.trainer.total_transitions = a.transitions
+        return config
+
+    adapt.load_preset = preset  # type: ignore[assignment]
+    adapt.LEARNING_RATE = a.lr  # the phase sets the preset's rate to it
+    req = record["request"]
+    run = adapt.Adapt(AdaptOptions(corpus=req["corpus"], out=str(a.out), init=req["init"], seed=req["seed"],
+                                   threads=a.threads, minutes=600, max_questions=req["max_questions"]))
+    run.prepare()
+    torch.set_num_threads(a.threads)
+    run.budget_s = 600 * 60
+    run.start = QNetwork.from_pretrained(req["init"]).eval()
+    run.vector_folder = ChunkVectorFolder(run.folder.work / "vectors")
+    run.cache = run.vector_folder.get(run.start.chunk_vectors_key())
+    run.vectors = run.cache.vectors(run.start, list(run.corpus.texts))
+    run.start_val = run._start_validation()
+    run._train()
+    readings = [json.loads(line) for line in (a.out / "work" / "run" / "metrics.jsonl").read_text().splitlines()]
+    for r in readings:
+        if "eval/fact_recall" in r:
+            print(f"lr {a.lr:g}: {r['transitions']} transitions, held-out fact recall {r['eval/fact_recall']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
