@@ -77,8 +77,8 @@ spend half of them warming up)."""
 LEARNING_RATE = 1e-4
 """The fine-tune's learning rate (the preset's). At 3e-4 the held-out built questions rose faster (fact recall 0.576
 by 1 024 transitions against 0.535, 0.594 by 2 048 against 0.568) but the model it shipped found fewer passages of
-questions people wrote (StrategyQA over the same summaries, recall@5 −0.034 ± 0.018): it learned the built questions.
-form, not the corpus (results/HISTORY.md, "qrag-adapt, third and fourth runs")."""
+questions people wrote (StrategyQA over the same summaries, recall@5 −0.034 ± 0.018): it learned the built questions'
+form more than the corpus (results/HISTORY.md, "qrag-adapt, third and fourth runs")."""
 NEGATIVES = 100
 """Negatives per training episode (the `corpus-cpu` preset's), three quarters of them hard."""
 REHEARSE_SHARE = 0.25
