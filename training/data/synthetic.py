@@ -218,12 +218,12 @@ class _Vocabulary:
             words.pop()
         return " ".join(words) if 2 <= len(words) <= MAX_DESCRIPTION_WORDS else None
 
-    def kind(self, firsts: Sequence[str], avoid: set[str]) -> str | None:
-        """What kind of passages `firsts` (their first sentences) are, in the plural, as a person would ask for
-        them ("island countries", "cities and empires"): the nouns their definitions end on, the most shared first
-        (two at most), with the word before the noun when every passage has the same one; else up to `KIND_WORDS`
-        content words they share (all of them, for one), most used first."""
-        found = [h for h in map(self.head, firsts) if h is not None and h[0] not in avoid]
+    def kind(self, firsts: Sequence[str], heads: Sequence[tuple[str, str | None] | None], avoid: set[str]) -> str | None:
+        """What kind of passages `firsts` (their first sentences; `heads`, their `head`s) are, in the plural, as a
+        person would ask for them ("island countries", "cities and empires"): the nouns their definitions end on, the
+        most shared first (two at most), with the word before the noun when every passage has the same one; else up to
+        `KIND_WORDS` content words they share (all of them, for one), most used first."""
+        found = [h for h in heads if h is not None and h[0] not in avoid]
         if found:
             said = [noun for noun, _ in found]
             count = Counter(said)
@@ -290,13 +290,13 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
     titles = corpus.titles or (None,) * n
     first = [_first_sentence(t.removeprefix(f"{title}. ") if title else t) for t, title in zip(corpus.texts, titles,
                                                                                                strict=True)]
+    heads = [vocab.head(f) for f in first]  # each passage's, once: the in-link groups and every kind read them
     naming: dict[int, list[int]] = {}
     for row, found in enumerate(named):
         for r in found:
             naming.setdefault(r, []).append(row)
     groups: list[tuple[Kind, int, list[int]]] = [("fan-out", row, found) for row, found in enumerate(named)
                                                  if 1 <= len(found) <= MAX_SPOKES]
-    heads = [vocab.head(f) for f in first]
     groups += [("in-links", row, members) for row, by in naming.items() for members in _same_kind(sorted(by), heads)]
     out: list[SyntheticQuestion] = []
     seen: set[str] = set()
@@ -305,7 +305,7 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
         if name is None:
             continue
         avoid = {w.lower() for s in (name, *(subject[r] or "" for r in spokes)) for w in _WORD.findall(s)}
-        what = vocab.kind([first[r] for r in spokes], avoid)
+        what = vocab.kind([first[r] for r in spokes], [heads[r] for r in spokes], avoid)
         if what is None:
             continue
         if kind == "fan-out" and rng.random() < DESCRIBED_SHARE:
