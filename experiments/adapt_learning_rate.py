@@ -16,13 +16,9 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
-
 from qrag.training.learn import adapt
 from qrag.training.learn.adapt_folder import AdaptOptions
 from qrag.training.learn.config import load_preset
-from qrag.training.model.qnet import QNetwork
-from qrag.training.search.chunk_vectors import ChunkVectorFolder
 
 KEPT = ("train.jsonl", "val.jsonl", "vectors")
 """What the training phase reads of a finished run's work folder (besides its record)."""
@@ -58,13 +54,7 @@ def main() -> None:
     run = adapt.Adapt(AdaptOptions(corpus=req["corpus"], out=str(a.out), init=req["init"], seed=req["seed"],
                                    threads=a.threads, minutes=600, max_questions=req["max_questions"]))
     run.prepare()
-    torch.set_num_threads(a.threads)
-    run.budget_s = 600 * 60
-    run.start = QNetwork.from_pretrained(req["init"]).eval()
-    run.vector_folder = ChunkVectorFolder(run.folder.work / "vectors")
-    run.cache = run.vector_folder.get(run.start.chunk_vectors_key())
-    run.vectors = run.cache.vectors(run.start, list(run.corpus.texts))
-    run.start_val = run._start_validation()
+    run.load()  # every phase before training is done: this reads what they wrote
     run._train()
     readings = [json.loads(line) for line in (a.out / "work" / "run" / "metrics.jsonl").read_text().splitlines()]
     for r in readings:

@@ -146,25 +146,8 @@ class Adapt:
     # ------------------------------------------------------------------ the phases
     def run(self) -> Path:
         """Every phase not done yet; returns DIR/model."""
-        o = self.options
-        if o.threads:
-            torch.set_num_threads(o.threads)
+        self.load()
         r, f = self.record, self.folder
-        self.budget_s = 60 * o.minutes - self.spent_before  # a resumed run has the rest of its budget
-        if not r.done("questions"):
-            with f.phase(r, "questions"):
-                self._questions()
-        self.start = QNetwork.from_pretrained(o.init).eval()
-        self.vector_folder = ChunkVectorFolder(f.work / "vectors")
-        self.cache = self.vector_folder.get(self.start.chunk_vectors_key())
-        if not r.done("embed"):
-            with f.phase(r, "embed"):
-                self._embed()
-        self.vectors = self.cache.vectors(self.start, list(self.corpus.texts))  # (N, D), all cached
-        self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, encoder=self.start.config.encoder,
-                                chunk_tower=self.start.chunk_tower_fingerprint()).with_lexical()
-        self.held_out = self._held_out_questions()
-        self.start_val = self._start_validation()
         if not r.done("start"):
             with f.phase(r, "start"):
                 with torch.no_grad():  # the start's validation passages join the cache first: scoring is timed alone
@@ -187,6 +170,28 @@ class Adapt:
         with f.phase(r, "report"):
             write_report(f, r, self.options)
         return f.model
+
+    def load(self) -> None:
+        """What every later phase reads: the threads and the budget, the questions and the corpus's vectors (their
+        phases, if not done yet), the start, the corpus's index, the held-out questions and the start's own."""
+        o, r, f = self.options, self.record, self.folder
+        if o.threads:
+            torch.set_num_threads(o.threads)
+        self.budget_s = 60 * o.minutes - self.spent_before  # a resumed run has the rest of its budget
+        if not r.done("questions"):
+            with f.phase(r, "questions"):
+                self._questions()
+        self.start = QNetwork.from_pretrained(o.init).eval()
+        self.vector_folder = ChunkVectorFolder(f.work / "vectors")
+        self.cache = self.vector_folder.get(self.start.chunk_vectors_key())
+        if not r.done("embed"):
+            with f.phase(r, "embed"):
+                self._embed()
+        self.vectors = self.cache.vectors(self.start, list(self.corpus.texts))  # (N, D), all cached
+        self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, encoder=self.start.config.encoder,
+                                chunk_tower=self.start.chunk_tower_fingerprint()).with_lexical()
+        self.held_out = self._held_out_questions()
+        self.start_val = self._start_validation()
 
     def _left(self) -> float:
         """Seconds of the budget left now."""
