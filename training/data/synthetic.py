@@ -235,16 +235,19 @@ class _Vocabulary:
         return " ".join(words) if 2 <= len(words) <= MAX_DESCRIPTION_WORDS else None
 
     def kind(self, firsts: Sequence[str], heads: Sequence[tuple[str, str | None] | None], avoid: set[str]) -> str | None:
-        """What kind of passages `firsts` (their first sentences; `heads`, their `head`s: one noun, `_same_kind`'s
-        groups) are, in the plural, as a person would ask for them ("island countries"): the noun their definitions
-        end on, with the word before it when every passage has the same one; where that noun is a word of the names
-        (`avoid`), up to `KIND_WORDS` content words they share (all of them, for one), most used first."""
+        """What kind of passages `firsts` (their first sentences; `heads`, their `head`s) are, in the plural, as a
+        person would ask for them ("island countries", "cities and empires"): the nouns their definitions end on, the
+        most shared first (two at most), with the word before the noun when every passage has the same one; else up to
+        `KIND_WORDS` content words they share (all of them, for one), most used first."""
         found = [h for h in heads if h is not None and h[0] not in avoid]
         if found:
+            said = [noun for noun, _ in found]
+            count = Counter(said)
+            nouns = sorted(count, key=lambda n: (-count[n], said.index(n)))[:2]
             befores = {before.lower() if before else None for _, before in found}
-            shared = befores.pop() if len(found) == len(firsts) and len(befores) == 1 else None
+            shared = befores.pop() if count[nouns[0]] == len(firsts) and len(befores) == 1 else None
             prefix = f"{shared} " if shared is not None and shared not in avoid else ""
-            return prefix + plural(found[0][0])
+            return prefix + " and ".join(plural(n) for n in nouns)
         counts: Counter[str] = Counter()
         order: dict[str, int] = {}
         for first_sentence in firsts:
