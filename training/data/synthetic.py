@@ -7,18 +7,13 @@ at each place; subjects that are common words (the corpus also writes them in lo
 name (more than `MAX_NAMED_SHARE` of them) link nothing. Two kinds of questions come from those links, the two
 shapes of a question whose facts must be found one after another (HotpotQA's bridges, FanOutQA's fan-outs):
 
-- **fan-out**: a passage A and 2 to `MAX_SPOKES` passages of one kind that A names, B₁…Bₘ ("Which rock
-  guitarists are connected to Iron Lantern?"). Its gold passages are A and the Bᵢ: the first hop finds A by its
-  subject, each later one a passage A names, read from A once it is in the state.
+- **fan-out**: a passage A naming 1 to `MAX_SPOKES` others B₁…Bₘ. Its gold passages are A and the Bᵢ: the first
+  hop finds A by its subject, each later one a passage A names, read from A once it is in the state.
 - **in-links**: passages of one kind that all name a passage C, 2 to `MAX_MEMBERS` of them ("Which countries are
   connected to Italy?": the countries whose passages name Italy). Its gold passages are those members, not C: each
   is found from the question, by its kind and the name it holds, and each found one shows the next what is asked for
-  (FanOutQA's shape: entities of one kind that share a relation, none of which the question names).
-
-Both ask for several passages of one kind, as people ask for a set ("the members of", "the countries that"): a
-passage's kind is the noun its definition ends on (below), and passages that define nothing are in no question. A
-group of mixed kinds ("physicists and cities connected to curium") is no question a person asks; one passage named
-by another is a two-hop bridge, the shape the start's own questions (rehearsed while training) already teach.
+  (FanOutQA's shape: entities of one kind that share a relation, none of which the question names). A passage's
+  kind is the noun its definition ends on (below); passages that define nothing are in no in-link question.
 
 The question names the group's centre (its subject, or for a share `DESCRIBED_SHARE` of fan-outs what its first
 sentence says it is, "the capital and largest city of Jamaica", so the first hop is a search too) and the kind of
@@ -47,10 +42,8 @@ from qrag.training.data.corpus import Corpus
 
 Kind = Literal["fan-out", "in-links"]
 T = TypeVar("T")
-MIN_MEMBERS = 2
-"""Fewest passages of one kind a question asks for (besides a fan-out's centre)."""
 MAX_SPOKES = 4
-"""Most passages of one kind a fan-out question asks for besides its centre."""
+"""Most passages a fan-out question's centre names."""
 MAX_MEMBERS = 6
 """Most passages of one kind an in-link question asks for: as many as the longest search (`MAX_HORIZON` of
 `qrag.training.learn.adapt`) finds one hop each."""
@@ -80,9 +73,8 @@ _HEAD_END = re.compile(r"\s*[,;:(]|\s(?:and|or|but|of|in|on|at|from|for|by|to|wi
                        rf"within|near|under|about|than|used|made|based|{_CLAUSE})\b")
 _DESCRIPTION_END = re.compile(rf"\s*[,;:(]|\s(?:{_CLAUSE})\b")
 _LOWER_WORD = re.compile(r"[a-z][a-z-]*[a-z]")
-_NOT_NOUN = ("ed", "ing", "ous", "ful", "less", "able", "ible")
-"""Endings of the words a definition ends on that are no noun ("written by", "religious", "belonging to"); a word
-ending in "-ly" is no noun when the corpus holds the word it is made from (`_Vocabulary.adverb`)."""
+_NOT_NOUN = ("ed", "ing", "ous", "ful", "less", "able", "ible", "ly")
+"""Endings of the words a definition ends on that are no noun ("written by", "religious", "belonging to")."""
 _IRREGULAR = {"person": "people", "man": "men", "woman": "women", "child": "children", "mouse": "mice",
               "goose": "geese", "tooth": "teeth", "foot": "feet", "leaf": "leaves", "wife": "wives", "life": "lives",
               "knife": "knives", "thief": "thieves", "wolf": "wolves", "shelf": "shelves", "half": "halves",
@@ -210,18 +202,10 @@ class _Vocabulary:
         words = [w.strip(_EDGE) for w in phrase.split()]
         words = [w for w in words if w][:MAX_SUBJECT_WORDS]
         if not words or not _LOWER_WORD.fullmatch(words[-1]) or not self.common(words[-1]) or words[-1].endswith(
-                _NOT_NOUN) or self.adverb(words[-1]):
+                _NOT_NOUN):
             return None
         before = words[-2] if len(words) > 1 and _WORD.fullmatch(words[-2]) and self.common(words[-2].lower()) else None
         return words[-1], before
-
-    def adverb(self, word: str) -> bool:
-        """Whether a lower-case word is an adverb made from another word of the corpus ("typically" ← "typical",
-        "easily" ← "easy"), not a noun that ends in "-ly" ("family", "assembly")."""
-        if not word.endswith("ly"):
-            return False
-        stems = [word[:-2], word[:-3] + "y" if word[:-2].endswith("i") else ""]
-        return any(len(stem) >= 3 and self.df[stem] > 0 for stem in stems)
 
     def description(self, first: str) -> str | None:
         """What a first sentence says its subject is, up to its first clause ("the capital and largest city of
@@ -277,16 +261,15 @@ def plural(noun: str) -> str:
     return noun + "s"
 
 
-def _same_kind(rows: Sequence[int], heads: Sequence[tuple[str, str | None] | None], most: int) -> list[list[int]]:
-    """`rows` by the noun their definitions end on (rows without one in none), each group of `MIN_MEMBERS` to
-    `most`, in the order of their first rows (a larger group is asked for by no question: a part of it would leave
-    passages that answer it out of the gold)."""
+def _same_kind(rows: Sequence[int], heads: Sequence[tuple[str, str | None] | None]) -> list[list[int]]:
+    """`rows` by the noun their definitions end on (rows without one in none), each group of 2 to `MAX_MEMBERS`,
+    in the order of their first rows."""
     by: dict[str, list[int]] = {}
     for r in rows:
         h = heads[r]
         if h is not None:
             by.setdefault(h[0], []).append(r)
-    return [g for g in by.values() if MIN_MEMBERS <= len(g) <= most]
+    return [g for g in by.values() if 2 <= len(g) <= MAX_MEMBERS]
 
 
 def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -> list[SyntheticQuestion]:
@@ -312,10 +295,9 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
     for row, found in enumerate(named):
         for r in found:
             naming.setdefault(r, []).append(row)
-    groups: list[tuple[Kind, int, list[int]]] = [("fan-out", row, spokes) for row, found in enumerate(named)
-                                                 for spokes in _same_kind(found, heads, MAX_SPOKES)]
-    groups += [("in-links", row, members) for row, by in naming.items()
-               for members in _same_kind(sorted(by), heads, MAX_MEMBERS)]
+    groups: list[tuple[Kind, int, list[int]]] = [("fan-out", row, found) for row, found in enumerate(named)
+                                                 if 1 <= len(found) <= MAX_SPOKES]
+    groups += [("in-links", row, members) for row, by in naming.items() for members in _same_kind(sorted(by), heads)]
     out: list[SyntheticQuestion] = []
     seen: set[str] = set()
     for kind, centre, spokes in groups:

@@ -96,12 +96,10 @@ def test_fan_out_and_in_link_questions_hold_the_right_passages() -> None:
     # …": the last word before "and"), in the plural, with the word before it that both share
     assert band.question == "Which rock guitarists are connected to Iron Lantern?"
     # in-links: the guitarists that name a town, not the town; the question names the town they share
-    in_links = {town: q for q in questions if q.kind == "in-links" for town in ("Port Ellis", "Kestrel Bay")
-                if town in q.question}
-    assert sorted(in_links) == ["Kestrel Bay", "Port Ellis"] and len(in_links) == sum(
-        q.kind == "in-links" for q in questions)
-    city = in_links["Port Ellis"]
-    assert "rock guitarists" in city.question
+    in_links = {q.question.split()[-1].rstrip("?."): q for q in questions if q.kind == "in-links"}
+    assert sorted(in_links) == ["Bay", "Ellis"]
+    city = in_links["Ellis"]
+    assert "Port Ellis" in city.question and "rock guitarists" in city.question
     assert [corpus.ids[r] for r in city.supporting] == ["Ada Stone", "Bram Holt", "Ezra Vale"]
     assert all(corpus.ids[q.supporting[0]] != "filler-0" for q in questions)  # no names, no questions
     assert len({q.question for q in questions}) == len(questions)
@@ -138,40 +136,25 @@ def test_an_in_link_group_larger_than_a_search_finds_is_asked_for_by_no_question
     assert [q for q in make_questions(corpus, seed=0) if q.kind == "in-links"] == []
 
 
-def test_a_fan_out_asks_for_two_or_more_passages_of_one_kind_and_a_described_centre_by_its_definition(
+def test_a_group_of_two_kinds_is_asked_for_by_both_nouns_and_a_described_centre_by_its_definition(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from qrag.training.data import synthetic
 
-    rows = [("Mara Quill", "Mara Quill is a Welsh poet of the sea, who wrote of Port Ellis, Kestrel Bay and Iron "
-                           "Lantern.", "Mara Quill"),
+    rows = [("Mara Quill", "Mara Quill is a Welsh poet of the sea, who wrote of Port Ellis and Iron Lantern.", "Mara Quill"),
             ("Port Ellis", "Port Ellis is a small coastal town in the north.", "Port Ellis"),
             ("Iron Lantern", "Iron Lantern was an English rock band from the north.", "Iron Lantern"),
             ("Kestrel Bay", "Kestrel Bay is a coastal town with a harbour.", "Kestrel Bay"),
             ("Salt Engine", "Salt Engine was a rock band.", "Salt Engine"),
-            ("Tom Reed", "Tom Reed is a Welsh poet who wrote of Salt Engine.", "Tom Reed")]
+            ("Tom Reed", "Tom Reed is a Welsh poet.", "Tom Reed")]
     rows += [(f"filler-{i}", f"Filler passage number {i} is about weather.", None) for i in range(20)]
     monkeypatch.setattr(synthetic, "DESCRIBED_SHARE", 1.0)
     corpus = _corpus(rows)
-    fan_outs = [q for q in make_questions(corpus, seed=0) if q.kind == "fan-out"]
-    # the two towns Mara Quill names are one question; the one band she names, and the one Tom Reed names, are none
-    # (a single passage named is a bridge; "towns and bands" no question a person asks)
-    (poet,) = fan_outs
-    assert [corpus.ids[r] for r in poet.supporting] == ["Mara Quill", "Port Ellis", "Kestrel Bay"]
-    # both towns' definitions end on "coastal town": the noun, with the word before it both share
-    assert "coastal towns" in poet.question and "band" not in poet.question
-    # the centre by what its first sentence says it is, up to its first clause
-    assert "the Welsh poet of the sea" in poet.question and "Mara" not in poet.question
-
-
-def test_a_definition_ending_on_an_adverb_has_no_kind_but_one_ending_on_a_noun_in_ly_has() -> None:
-    from qrag.training.data.synthetic import _Vocabulary
-
-    vocab = _Vocabulary(["a typical day", "a typical week", "the family", "a family", "an easy one", "easy",
-                         "it rained typically", "it rained typically again", "they met easily", "they met easily"])
-    assert vocab.head("The Roses are a family") == ("family", None)  # "fami" is no word of the corpus
-    assert vocab.head("Rain here is typically") is None  # "typical" is
-    assert vocab.head("It is easily") is None  # "easy" is
-    assert vocab.adverb("typically") and vocab.adverb("easily") and not vocab.adverb("family")
+    (poet,) = [q for q in make_questions(corpus, seed=0) if corpus.ids[q.supporting[0]] == "Mara Quill"]
+    assert [corpus.ids[r] for r in poet.supporting] == ["Mara Quill", "Port Ellis", "Iron Lantern"]
+    # one town, one band: both nouns, as often as each other, in the order the passage names them, and no word before
+    # them (the two differ); the centre by what its first sentence says it is, up to its first clause
+    assert "towns and bands" in poet.question and "the Welsh poet of the sea" in poet.question
+    assert "Mara" not in poet.question
 
 
 def test_plurals_follow_the_rules_and_the_common_exceptions() -> None:

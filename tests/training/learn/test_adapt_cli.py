@@ -22,17 +22,15 @@ CITIES = ["Port Ellis", "Kestrel Bay", "Amber Ford", "Lowmere", "Daska", "Vireo 
 
 
 def band_rows() -> list[dict[str, str]]:
-    """12 bands naming their 2 musicians, 24 musicians naming the 2 towns they lived in, 8 towns named by 6 musicians
-    each (44 questions: a band's musicians, a musician's towns, a town's musicians), and 40 passages that name
-    nothing."""
+    """12 bands naming their 2 musicians, 24 musicians naming their city, 8 cities named by 3 each (44 questions),
+    and 40 passages that name nothing."""
     rows = []
     for b in range(12):
         a, c = f"Ada Voss{b}", f"Cleo Marsh{b}"
         rows.append({"id": f"band-{b}", "title": f"Lantern{b}", "text": f"Lantern{b} is a rock band of {a} and {c}."})
         for i, person in enumerate((a, c)):
-            city, then = CITIES[(2 * b + i) % len(CITIES)], CITIES[(2 * b + i + 1) % len(CITIES)]
-            rows.append({"id": person, "title": person,
-                         "text": f"{person} is a rock guitarist born in {city} who lived in {then}."})
+            city = CITIES[(2 * b + i) % len(CITIES)]
+            rows.append({"id": person, "title": person, "text": f"{person} is a rock guitarist born in {city}."})
     rows += [{"id": city, "title": city, "text": f"{city} is a coastal town with a harbour."} for city in CITIES]
     return rows + [{"id": f"note-{i}", "text": f"a note on the weather, number {i}."} for i in range(40)]
 
