@@ -79,6 +79,9 @@ _IRREGULAR = {"person": "people", "man": "men", "woman": "women", "child": "chil
               "goose": "geese", "tooth": "teeth", "foot": "feet", "leaf": "leaves", "wife": "wives", "life": "lives",
               "knife": "knives", "thief": "thieves", "wolf": "wolves", "shelf": "shelves", "half": "halves",
               "criterion": "criteria", "phenomenon": "phenomena", "genus": "genera"}
+_NOT_COMPOUND_MAN = {"human", "german", "roman", "shaman", "talisman", "caiman", "cayman", "ottoman", "walkman",
+                     "doberman", "desman", "dolman", "leman"}
+"""Nouns ending in "man" that are no compound of it ("humans", not "humen")."""
 _TEMPLATES = (
     "Which {kind} are connected to {centre}?",
     "What {kind} are associated with {centre}?",
@@ -247,9 +250,13 @@ class _Vocabulary:
 
 
 def plural(noun: str) -> str:
-    """An English noun's plural by the regular rules and a few common exceptions ("city" → "cities")."""
+    """An English noun's plural by the regular rules and a few common exceptions ("city" → "cities", "statesman" →
+    "statesmen")."""
     if noun in _IRREGULAR:
         return _IRREGULAR[noun]
+    for one, many in (("woman", "women"), ("man", "men")):  # "statesman" → "statesmen", "businesswoman" → "…women"
+        if noun.endswith(one) and len(noun) - len(one) >= 3 and noun not in _NOT_COMPOUND_MAN:
+            return noun[: -len(one)] + many
     if noun.endswith(("ss", "us", "x", "z", "ch", "sh")):
         return noun + "es"
     if noun.endswith("is"):

@@ -162,6 +162,9 @@ def test_plurals_follow_the_rules_and_the_common_exceptions() -> None:
                                 "person", "woman", "leaf")] == [
         "towns", "cities", "days", "churches", "boxes", "classes", "buses", "analyses", "species", "people", "women",
         "leaves"]
+    # compounds of "man" and "woman" take theirs; nouns that only end in "man" do not
+    assert [plural(n) for n in ("statesman", "businesswoman", "nobleman", "human", "shaman", "german")] == [
+        "statesmen", "businesswomen", "noblemen", "humans", "shamans", "germans"]
 
 
 def test_questions_are_the_same_for_a_seed_and_limited_on_request() -> None:
