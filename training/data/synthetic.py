@@ -73,9 +73,8 @@ _HEAD_END = re.compile(r"\s*[,;:(]|\s(?:and|or|but|of|in|on|at|from|for|by|to|wi
                        rf"within|near|under|about|than|used|made|based|{_CLAUSE})\b")
 _DESCRIPTION_END = re.compile(rf"\s*[,;:(]|\s(?:{_CLAUSE})\b")
 _LOWER_WORD = re.compile(r"[a-z][a-z-]*[a-z]")
-_NOT_NOUN = ("ed", "ing", "ous", "ful", "less", "able", "ible")
-"""Endings of the words a definition ends on that are no noun ("written by", "religious", "belonging to"); a word
-ending in "-ly" is no noun when the corpus holds the word it is made from (`_Vocabulary.adverb`)."""
+_NOT_NOUN = ("ed", "ing", "ous", "ful", "less", "able", "ible", "ly")
+"""Endings of the words a definition ends on that are no noun ("written by", "religious", "belonging to")."""
 _IRREGULAR = {"person": "people", "man": "men", "woman": "women", "child": "children", "mouse": "mice",
               "goose": "geese", "tooth": "teeth", "foot": "feet", "leaf": "leaves", "wife": "wives", "life": "lives",
               "knife": "knives", "thief": "thieves", "wolf": "wolves", "shelf": "shelves", "half": "halves",
@@ -206,18 +205,10 @@ class _Vocabulary:
         words = [w.strip(_EDGE) for w in phrase.split()]
         words = [w for w in words if w][:MAX_SUBJECT_WORDS]
         if not words or not _LOWER_WORD.fullmatch(words[-1]) or not self.common(words[-1]) or words[-1].endswith(
-                _NOT_NOUN) or self.adverb(words[-1]):
+                _NOT_NOUN):
             return None
         before = words[-2] if len(words) > 1 and _WORD.fullmatch(words[-2]) and self.common(words[-2].lower()) else None
         return words[-1], before
-
-    def adverb(self, word: str) -> bool:
-        """Whether a lower-case word is an adverb made from another word of the corpus ("typically" ← "typical",
-        "easily" ← "easy"), not a noun that ends in "-ly" ("family", "assembly")."""
-        if not word.endswith("ly"):
-            return False
-        stems = [word[:-2], word[:-3] + "y" if word[:-2].endswith("i") else ""]
-        return any(len(stem) >= 3 and self.df[stem] > 0 for stem in stems)
 
     def description(self, first: str) -> str | None:
         """What a first sentence says its subject is, up to its first clause ("the capital and largest city of
@@ -289,8 +280,7 @@ def _same_kind(rows: Sequence[int], heads: Sequence[tuple[str, str | None] | Non
 
 
 def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -> list[SyntheticQuestion]:
-    """Fan-out and in-link questions of `corpus` (module docstring), shuffled by `seed`, at most `limit` (every
-    in-link question first: FanOutQA's shape, and the rarer kind; then fan-outs).
+    """Fan-out and in-link questions of `corpus` (module docstring), shuffled by `seed`, at most `limit`.
 
     Raises:
         SyntheticError: the corpus has fewer than `MIN_PASSAGES` passages.
@@ -335,10 +325,4 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
         seen.add(question)
         out.append(SyntheticQuestion(question, (centre, *spokes) if kind == "fan-out" else tuple(spokes), kind))
     rng.shuffle(out)
-    if limit is None or len(out) <= limit:
-        return out
-    # a limit keeps every in-link question first (FanOutQA's shape, and the rarer kind), then fan-outs
-    kept = [q for q in out if q.kind == "in-links"][:limit]
-    kept += [q for q in out if q.kind == "fan-out"][: limit - len(kept)]
-    rng.shuffle(kept)
-    return kept
+    return out[:limit] if limit is not None else out

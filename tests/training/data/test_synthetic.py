@@ -171,25 +171,7 @@ def test_questions_are_the_same_for_a_seed_and_limited_on_request() -> None:
     corpus = band_corpus()
     first, again = make_questions(corpus, seed=3), make_questions(corpus, seed=3)
     assert first == again
-    in_links = [q for q in first if q.kind == "in-links"]
-    assert 0 < len(in_links) < len(first)
-    # a limit keeps every in-link question first, then fan-outs; shuffled as before
-    limited = make_questions(corpus, seed=3, limit=len(in_links) + 1)
-    assert len(limited) == len(in_links) + 1 and set(in_links) <= set(limited)
-    assert sum(q.kind == "fan-out" for q in limited) == 1
-    assert make_questions(corpus, seed=3, limit=1)[0].kind == "in-links"
-    assert make_questions(corpus, seed=3, limit=len(first)) == first
-
-
-def test_a_definition_ending_on_an_adverb_has_no_kind_but_one_ending_on_a_noun_in_ly_has() -> None:
-    from qrag.training.data.synthetic import _Vocabulary
-
-    vocab = _Vocabulary(["a typical day", "a typical week", "the family", "a family", "an easy one", "easy",
-                         "it rained typically", "it rained typically again", "they met easily", "they met easily"])
-    assert vocab.head("The Roses are a family") == ("family", None)  # "fami" is no word of the corpus
-    assert vocab.head("Rain here is typically") is None  # "typical" is
-    assert vocab.head("It is easily") is None  # "easy" is
-    assert vocab.adverb("typically") and vocab.adverb("easily") and not vocab.adverb("family")
+    assert make_questions(corpus, seed=3, limit=2) == first[:2]
 
 
 def test_a_corpus_too_small_says_how_many_passages_it_needs() -> None:
