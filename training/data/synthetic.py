@@ -79,9 +79,10 @@ _IRREGULAR = {"person": "people", "man": "men", "woman": "women", "child": "chil
               "goose": "geese", "tooth": "teeth", "foot": "feet", "leaf": "leaves", "wife": "wives", "life": "lives",
               "knife": "knives", "thief": "thieves", "wolf": "wolves", "shelf": "shelves", "half": "halves",
               "criterion": "criteria", "phenomenon": "phenomena", "genus": "genera"}
-_NOT_COMPOUND_MAN = {"human", "german", "roman", "shaman", "talisman", "caiman", "cayman", "ottoman", "walkman",
-                     "doberman", "desman", "dolman", "leman"}
-"""Nouns ending in "man" that are no compound of it ("humans", not "humen")."""
+_NOT_COMPOUND_MAN = {"german", "shaman", "talisman", "caiman", "cayman", "ottoman", "walkman", "doberman", "desman",
+                     "dolman"}
+"""Nouns ending in "man" after 3 letters or more that are no compound of it ("shamans", not "shamen"; shorter ones,
+"human", "roman", are none by `plural`'s length rule)."""
 _TEMPLATES = (
     "Which {kind} are connected to {centre}?",
     "What {kind} are associated with {centre}?",
