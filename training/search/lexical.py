@@ -1,6 +1,6 @@
 """Lexical evidence (METHOD.md §4.5): BM25 over the chunks of a corpus, and reciprocal-rank fusion.
 
-Shape legend: R queries (state rows), N chunks.
+Shape legend: R queries (state rows), N chunks, P postings (a word's occurrences counted once per chunk).
 
 A model whose `HopSettings.lexical_weight` ω is above 0 ranks the chunks at every hop by
 
@@ -8,140 +8,510 @@ A model whose `HopSettings.lexical_weight` ω is above 0 ranks the chunks at eve
 
 text(s) being the state's text (the question and the passages taken so far), so a passage that shares rare words
 with the question, or with a passage already taken (the bridge entity of a two-hop question), climbs the
-ranking. The Q-value alone still drives the stop rule. BM25 is `bm25s`'s (Lucene's variant, k1 1.5, b 0.75,
-lower-cased words, English stop words dropped), the same index the `bm25` and `hybrid` baselines of
-`qrag-eval` search. `reciprocal_rank_fusion` is the fusion LangChain's `EnsembleRetriever` and LlamaIndex's
-`QueryFusionRetriever` apply to BM25 and a vector store: Σ_i w_i / (c + rank_i), c = 60.
+ranking. The Q-value alone still drives the stop rule. BM25 is `bm25s`'s Lucene variant, k1 1.5, b 0.75, over
+`bm25s`'s words (lower-cased runs of two or more word characters, English stop words dropped), the same scores
+the `bm25` and `hybrid` baselines of `qrag-eval` rank by:
 
-A `LexicalIndex` is saved as `bm25s` writes it: NumPy arrays (never pickled) and JSON.
+    BM25(q, c) = Σ_{w in q} idf(w) · tf(w, c) / (tf(w, c) + k1 · (1 − b + b · |c| / avgdl)),
+    idf(w) = ln(1 + (N − df(w) + 0.5) / (df(w) + 0.5)),
+
+a word repeated in the query counting once per repetition, |c| the chunk's words, avgdl their mean over the N
+chunks (chunks without a word count in N and avgdl, and score 0). `reciprocal_rank_fusion` is the fusion
+LangChain's `EnsembleRetriever` and LlamaIndex's `QueryFusionRetriever` apply to BM25 and a vector store:
+Σ_i w_i / (c + rank_i), c = 60.
+
+A `LexicalIndex` is immutable and made of segments: each holds the term frequencies of a run of consecutive chunks,
+and the document frequencies, N and avgdl are read off all of them at query time, so `added` and `deleted` give the
+scores a fresh build over the resulting texts gives, while readers of the version they started from see it
+unchanged. `added` indexes only the new texts (a new segment; segments merge like a binary counter, so a version
+holds O(log N) of them and a chunk is merged O(log N) times in all); `deleted` drops rows of the segments that hold
+them, with no text read again. Saved as NumPy arrays (never pickled) and JSON.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Sequence
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from qrag.training.atomic import atomic_dir
 
-__all__ = ["RRF_C", "LexicalIndex", "LexicalLoadError", "corpus_lexical", "lexical_evidence", "reciprocal_rank_fusion",
-           "state_text"]
+__all__ = ["CACHE_CHUNKS", "CACHE_CORPORA", "RRF_C", "LexicalIndex", "LexicalLoadError", "corpus_lexical",
+           "forget_corpus", "lexical_evidence", "reciprocal_rank_fusion", "state_text"]
 
 RRF_C = 60
 """The c of reciprocal-rank fusion (LangChain's and LlamaIndex's default)."""
+K1 = 1.5
+B = 0.75
 HEADER_FILE = "lexical.json"
+WORDS_FILE = "words.json"
+ARRAYS = ("terms", "starts", "rows", "tf", "lengths")
 FORMAT = "qrag-lexical-index"
+VERSION = 2  # 1: bm25s's own files (precomputed scores), read back only by rebuilding from the texts
 STOPWORDS = "en"
+WORD = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) token pattern
+SCRATCH = 1 << 22  # query rows × chunks scored at once, bounding the float64 scratch to 32 MB
+CACHE_CORPORA = 1024
+"""`corpus_lexical` holds the indexes of at most this many corpora..."""
+CACHE_CHUNKS = 500_000
+"""...and of at most this many chunks in all (about 200 MB for paragraph-sized chunks); a larger corpus is not held."""
 
 
 class LexicalLoadError(ValueError):
     """A saved lexical index is missing, damaged or belongs to another corpus; the message names the file and the fix."""
 
 
-def _bm25s() -> Any:
+@lru_cache(maxsize=1)
+def _stopwords() -> frozenset[str]:
     try:
-        import bm25s
+        from bm25s.stopwords import STOPWORDS_EN
     except ImportError as e:  # a core dependency; an environment built without it gets the command
         raise ImportError("lexical evidence needs `bm25s`: pip install 'bm25s>=0.2'.") from e
-    return bm25s
+    return frozenset(STOPWORDS_EN)
 
 
-def _tokens(texts: Sequence[str]) -> list[list[str]]:
-    """Lower-cased words of each text, English stop words dropped (bm25s's tokenizer)."""
-    out = _bm25s().tokenize(list(texts), stopwords=STOPWORDS, return_ids=False, show_progress=False)
-    return [list(t) for t in out]
+def _words(text: str) -> list[str]:
+    """The words BM25 reads in `text`, in order, as `bm25s.tokenize(..., stopwords='en')` gives them."""
+    stop = _stopwords()
+    return [w for w in WORD.findall(text.lower()) if w not in stop]
+
+
+def _checked_texts(texts: Iterable[str], what: str) -> list[str]:
+    out = list(texts) if not isinstance(texts, str) else None
+    if out is None:
+        raise ValueError(f"{what} must be a sequence of texts, got one string {texts[:40]!r}; wrap it in a list.")
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise ValueError(f"{what}[{i}] is {type(t).__name__} {t!r:.60}, not a text; pass strings.")
+    return out
+
+
+class _Vocabulary:
+    """Words to term ids, shared by an index and every version made from it. Append-only: a word keeps its id
+    for ever, so a version ignores the ids that later versions add (no posting of its own carries them)."""
+
+    def __init__(self, words: Sequence[str] = ()) -> None:
+        self.words: list[str] = list(words)
+        self.ids: dict[str, int] = {w: i for i, w in enumerate(self.words)}
+        self._lock = threading.Lock()  # writers building versions from one base at once
+
+    def add(self, docs: Sequence[Sequence[str]]) -> list[list[int]]:
+        """The term ids of each document's words, giving new words the next ids."""
+        with self._lock:
+            ids, words = self.ids, self.words
+            out = []
+            for doc in docs:
+                row = []
+                for w in doc:
+                    i = ids.get(w)
+                    if i is None:
+                        i = len(words)
+                        words.append(w)
+                        ids[w] = i
+                    row.append(i)
+                out.append(row)
+            return out
+
+
+def _frozen(*arrays: np.ndarray) -> None:
+    for a in arrays:
+        a.setflags(write=False)
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """The term frequencies of a run of consecutive chunks, by term: chunk `rows[starts[j]:starts[j+1]]` (local rows,
+    ascending) holds term `terms[j]` `tf[...]` times. Read-only arrays: versions share segments."""
+
+    terms: np.ndarray  # (U,) int64 global term ids, ascending
+    starts: np.ndarray  # (U + 1,) int64 offsets into rows and tf
+    rows: np.ndarray  # (P,) int32
+    tf: np.ndarray  # (P,) int32
+    lengths: np.ndarray  # (n,) int32 words of each chunk
+
+    def __post_init__(self) -> None:
+        _frozen(self.terms, self.starts, self.rows, self.tf, self.lengths)
+
+    @property
+    def size(self) -> int:
+        return len(self.lengths)
+
+    @classmethod
+    def of_ids(cls, docs: Sequence[Sequence[int]]) -> _Segment:
+        """The segment of documents given as term ids (repeats counted)."""
+        n = len(docs)
+        lengths = np.fromiter(map(len, docs), dtype=np.int64, count=n)  # (n,)
+        term = np.fromiter(itertools.chain.from_iterable(docs), dtype=np.int64, count=int(lengths.sum()))  # (T,)
+        doc = np.repeat(np.arange(n, dtype=np.int64), lengths)  # (T,)
+        keys, tf = np.unique(term * max(n, 1) + doc, return_counts=True)  # (P,) sorted by term, then chunk
+        return cls._of_sorted(keys // max(n, 1), keys % max(n, 1), tf, lengths)
+
+    @classmethod
+    def _of_sorted(cls, term: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray) -> _Segment:
+        """From postings sorted by term, then row."""
+        terms, first = np.unique(term, return_index=True)  # (U,)
+        starts = np.append(first, len(term)).astype(np.int64)
+        return cls(terms.astype(np.int64), starts, rows.astype(np.int32), tf.astype(np.int32),
+                   lengths.astype(np.int32))
+
+    def _posting_terms(self) -> np.ndarray:
+        return np.repeat(self.terms, np.diff(self.starts))  # (P,)
+
+    def merged(self, after: _Segment) -> _Segment:
+        """This segment's chunks followed by `after`'s."""
+        term = np.concatenate([self._posting_terms(), after._posting_terms()])  # (P,)
+        order = np.argsort(term, kind="stable")  # within a term: this segment's rows, then after's, both ascending
+        rows = np.concatenate([self.rows.astype(np.int64), after.rows.astype(np.int64) + self.size])
+        return _Segment._of_sorted(term[order], rows[order], np.concatenate([self.tf, after.tf])[order],
+                                   np.concatenate([self.lengths, after.lengths]))
+
+    def without(self, drop: np.ndarray) -> _Segment:
+        """The segment without local rows `drop` (ascending, distinct); the others keep their order."""
+        keep = np.ones(self.size, dtype=bool)
+        keep[drop] = False
+        renumber = np.cumsum(keep) - 1  # (n,) new row of each kept row
+        kept = keep[self.rows]  # (P,)
+        term = self._posting_terms()[kept]
+        return _Segment._of_sorted(term, renumber[self.rows[kept]], self.tf[kept], self.lengths[keep])
+
+    def postings(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(U,) start and end offsets of each of the (U,) ascending `terms`' postings (equal where absent)."""
+        pos = np.searchsorted(self.terms, terms)  # (U,)
+        found = pos < len(self.terms)
+        found[found] = self.terms[pos[found]] == terms[found]
+        lo = np.where(found, self.starts[np.minimum(pos, len(self.terms))], 0)
+        hi = np.where(found, self.starts[np.minimum(pos + 1, len(self.terms))], 0)
+        return lo, hi
+
+
+def _tiered(segments: Iterable[_Segment]) -> tuple[_Segment, ...]:
+    """The segments, adjacent ones merged until each is at least twice the size of the one after it (a binary
+    counter: O(log N) segments; a chunk's segment grows by at least half at each merge it takes part in)."""
+    out: list[_Segment] = []
+    for s in segments:
+        if s.size == 0:
+            continue
+        out.append(s)
+        while len(out) >= 2 and out[-2].size < 2 * out[-1].size:
+            out[-2:] = [out[-2].merged(out[-1])]
+    return tuple(out)
 
 
 class LexicalIndex:
-    """BM25 over a corpus's chunk texts, scoring every chunk for a query.
+    """BM25 over a corpus's chunk texts, scoring every chunk for a query; immutable (`added` and `deleted` return
+    new versions, sharing this one's segments).
 
     Example:
         >>> index = LexicalIndex.from_texts(["The cat sat on the mat.", "Dogs bark.", "A cat is an animal."])
         >>> [round(float(s), 3) for s in index.scores(["cat animal"])[0]]
-        [0.188, 0.0, 0.58]
+        [0.167, 0.0, 0.62]
+        >>> grown = index.added(["A lion is a cat."])  # index itself is unchanged
+        >>> [round(float(s), 3) for s in grown.deleted([1]).scores(["cat animal"])[0]]
+        [0.047, 0.476, 0.057]
     """
 
-    def __init__(self, bm25: Any, count: int) -> None:
-        self._bm25 = bm25
-        self.count = count
+    def __init__(self, segments: Sequence[_Segment], vocabulary: _Vocabulary) -> None:
+        self._segments = tuple(segments)
+        self._vocabulary = vocabulary
+        self._offsets = np.cumsum([0, *(s.size for s in self._segments)])  # (S + 1,) first row of each segment
+        self.count = int(self._offsets[-1])
+        self._words = sum(int(s.lengths.sum(dtype=np.int64)) for s in self._segments)
 
     @classmethod
     def from_texts(cls, texts: Sequence[str]) -> LexicalIndex:
-        """Index `texts` (one document per chunk, in the corpus's order)."""
-        texts = list(texts)
+        """Index `texts` (one document per chunk, in the corpus's order; a text without a word scores 0).
+
+        Raises:
+            ValueError: no text, or one that is not a string (named by its index).
+        """
+        texts = _checked_texts(texts, "texts")
         if not texts:
             raise ValueError("a lexical index needs at least one text.")
-        bm25s = _bm25s()
-        bm25 = bm25s.BM25()
-        # Token ids of the corpus; texts without a single indexable word are kept (they score 0 for every query).
-        bm25.index(bm25s.tokenize(texts, stopwords=STOPWORDS, show_progress=False), show_progress=False)
-        return cls(bm25, len(texts))
+        vocabulary = _Vocabulary()
+        return cls(_tiered([_Segment.of_ids(vocabulary.add([_words(t) for t in texts]))]), vocabulary)
 
     def __len__(self) -> int:
         return self.count
 
+    @property
+    def segments(self) -> int:
+        """How many segments this version holds (O(log N))."""
+        return len(self._segments)
+
+    # ------------------------------------------------------------------ versions
+    def added(self, texts: Sequence[str]) -> LexicalIndex:
+        """A new index over this one's texts followed by `texts`; this one is unchanged. Costs the new texts'
+        words plus amortised merges (O(len(texts) · log N)).
+
+        Raises:
+            ValueError: a text that is not a string (named by its index).
+        """
+        texts = _checked_texts(texts, "texts")
+        if not texts:
+            return self
+        new = _Segment.of_ids(self._vocabulary.add([_words(t) for t in texts]))
+        return LexicalIndex(_tiered([*self._segments, new]), self._vocabulary)
+
+    def deleted(self, rows: Iterable[int]) -> LexicalIndex:
+        """A new index without chunk rows `rows` (rows of this version); the others keep their order and this
+        one is unchanged. No text is read again: O(N) array work at most.
+
+        Raises:
+            ValueError: a row that is not an integer in [0, len(self)).
+        """
+        rows = rows.tolist() if isinstance(rows, np.ndarray | torch.Tensor) else list(rows)
+        bad = [r for r in rows if isinstance(r, bool) or not isinstance(r, int | np.integer)
+               or not 0 <= r < self.count]
+        if bad:
+            raise ValueError(f"cannot delete row {bad[0]!r}: rows are integers in [0, {self.count}) (the chunks' "
+                             "positions in this index).")
+        drop = np.unique(np.asarray(rows, dtype=np.int64))
+        if drop.size == 0:
+            return self
+        cut = np.searchsorted(drop, self._offsets)  # (S + 1,) the rows to drop of each segment
+        kept = [s if cut[i] == cut[i + 1] else s.without(drop[cut[i]:cut[i + 1]] - self._offsets[i])
+                for i, s in enumerate(self._segments)]
+        return LexicalIndex(_tiered(kept), self._vocabulary)
+
+    # ------------------------------------------------------------------ scoring
     def scores(self, queries: Sequence[str]) -> torch.Tensor:
         """(R, N) BM25 score of every chunk for each query (0 where a query shares no word with a chunk)."""
-        out = np.zeros((len(queries), self.count), dtype=np.float32)
-        for r, words in enumerate(_tokens(queries)):
-            known = [w for w in words if w in self._bm25.vocab_dict]
-            if known:
-                out[r] = self._bm25.get_scores(known)  # (N,)
+        queries = _checked_texts(queries, "queries")
+        out = np.zeros((len(queries), self.count), dtype=np.float32)  # (R, N)
+        step = max(1, SCRATCH // max(self.count, 1))
+        for r in range(0, len(queries), step):
+            out[r:r + step] = self._scores(queries[r:r + step])
         return torch.from_numpy(out)
 
     def top(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(R, K) best BM25 scores and their chunk rows per query, best first, K = min(k, N) (bm25s's own top-k:
-        ties, and queries that share no word with the corpus, come back in its order)."""
-        k = min(k, self.count)
-        docs, scores = self._bm25.retrieve(_tokens(queries), k=k, show_progress=False, n_threads=1)  # (R, K) each
-        return torch.as_tensor(scores, dtype=torch.float32), torch.as_tensor(docs, dtype=torch.long)
+        """(R, K) best BM25 scores and their chunk rows per query, best first, K = min(k, N); equal scores come
+        in row order (the lower row first), so a query that shares no word with the corpus gets rows 0 … K−1."""
+        queries = _checked_texts(queries, "queries")
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
+            raise ValueError(f"k must be an integer >= 0, got {k!r}.")
+        k = min(int(k), self.count)
+        best = np.zeros((len(queries), k), dtype=np.float32)  # (R, K)
+        rows = np.zeros((len(queries), k), dtype=np.int64)  # (R, K)
+        step = max(1, SCRATCH // max(self.count, 1))
+        for r0 in range(0, len(queries), step):
+            block = self._scores(queries[r0:r0 + step])  # (r, N)
+            for i, s in enumerate(block):
+                rows[r0 + i] = _best_rows(s, k)
+                best[r0 + i] = s[rows[r0 + i]]
+        return torch.from_numpy(best), torch.from_numpy(rows)
+
+    def _scores(self, queries: Sequence[str]) -> np.ndarray:
+        """(R, N) float32 BM25 scores of a block of queries, summed in float64."""
+        n_q = len(queries)
+        out = np.zeros((n_q, self.count), dtype=np.float32)
+        if self._words == 0 or n_q == 0:
+            return out  # no chunk holds a word
+        ids = self._vocabulary.ids
+        pairs = [(r, i) for r, q in enumerate(queries) for i in map(ids.get, _words(q)) if i is not None]
+        if not pairs:
+            return out
+        q_row, q_term = np.asarray(pairs, dtype=np.int64).T  # (Q,) each: one per known word of a query
+        terms, term_of = np.unique(q_term, return_inverse=True)  # (U,) and (Q,)
+        pair, times = np.unique(q_row * len(terms) + term_of, return_counts=True)  # a repeated word counts again
+        p_row, p_term = pair // len(terms), pair % len(terms)  # (Qd,) each
+        spans = [s.postings(terms) for s in self._segments]  # per segment (U,) starts and ends
+        df = sum((hi - lo for lo, hi in spans), np.zeros(len(terms), dtype=np.int64))  # (U,)
+        idf = np.log1p((self.count - df + 0.5) / (df + 0.5))  # (U,) Lucene's, as bm25s
+        weight = times * idf[p_term]  # (Qd,)
+        avgdl = self._words / self.count
+        keys, values = [], []
+        for seg, first, (lo, hi) in zip(self._segments, self._offsets, spans, strict=False):
+            length = (hi - lo)[p_term]  # (Qd,) postings of each query's word in this segment
+            total = int(length.sum())
+            if total == 0:
+                continue
+            at = np.repeat(lo[p_term] - (np.cumsum(length) - length), length) + np.arange(total)  # (P,)
+            rows = seg.rows[at].astype(np.int64)
+            tf = seg.tf[at].astype(np.float64)
+            norm = K1 * (1 - B + B * seg.lengths[rows] / avgdl)  # (P,)
+            keys.append(np.repeat(p_row, length) * self.count + first + rows)
+            values.append(np.repeat(weight, length) * tf / (tf + norm))
+        if keys:
+            flat = np.bincount(np.concatenate(keys), weights=np.concatenate(values), minlength=n_q * self.count)
+            out[:] = flat.reshape(n_q, self.count)
+        return out
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
-        """Write the index into `folder` (atomic: built beside it, then renamed in)."""
+        """Write the index into `folder` (atomic: built beside it, then renamed in): its segments' arrays (.npy)
+        with their words renumbered 0 … V−1 in `words.json`, and a header."""
         target = Path(folder)
+        used = np.unique(np.concatenate([s.terms for s in self._segments] or [np.zeros(0, np.int64)]))  # (V,)
+        words = [self._vocabulary.words[i] for i in used.tolist()]
+        arrays = {"terms": [np.searchsorted(used, s.terms) for s in self._segments],  # ascending stays ascending
+                  "starts": [s.starts for s in self._segments], "rows": [s.rows for s in self._segments],
+                  "tf": [s.tf for s in self._segments], "lengths": [s.lengths for s in self._segments]}
+        head = {"format": FORMAT, "version": VERSION, "count": self.count, "k1": K1, "b": B, "stopwords": STOPWORDS,
+                "words": len(words), "segments": [[s.size, len(s.terms), len(s.rows)] for s in self._segments]}
         with atomic_dir(target, replace=lambda d: (d / HEADER_FILE).is_file() or not any(d.iterdir())) as tmp:
-            self._bm25.save(str(tmp), show_progress=False)
-            (tmp / HEADER_FILE).write_text(json.dumps({"format": FORMAT, "version": 1, "count": self.count}),
-                                           encoding="utf-8")
+            for name, parts in arrays.items():
+                dtype = np.int32 if name in ("rows", "tf", "lengths") else np.int64
+                np.save(tmp / f"{name}.npy", np.concatenate([*parts, np.zeros(0, dtype)]).astype(dtype),
+                        allow_pickle=False)
+            (tmp / WORDS_FILE).write_text(json.dumps(words, ensure_ascii=False), encoding="utf-8")
+            (tmp / HEADER_FILE).write_text(json.dumps(head), encoding="utf-8")
         return target
 
     @classmethod
-    def load(cls, folder: str | Path, count: int | None = None) -> LexicalIndex:
-        """Read a folder written by `save`; `count` is the number of chunks the index must cover.
+    def load(cls, folder: str | Path, count: int | None = None, texts: Sequence[str] | None = None) -> LexicalIndex:
+        """Read a folder written by `save`; `count` is the number of chunks the index must cover. A folder saved
+        by an earlier qrag (bm25s's files, header version 1) is rebuilt from `texts`, the corpus's texts.
 
         Raises:
-            LexicalLoadError: the folder or one of its files is missing or damaged, or it indexes another number
-                of chunks than `count`.
+            LexicalLoadError: the folder or one of its files is missing or damaged, it indexes another number
+                of chunks than `count` (or `texts`), or it is an earlier qrag's and `texts` is not given.
         """
         d = Path(folder)
         head_path = d / HEADER_FILE
         fix = "rebuild it (build the retriever or index from its texts again) and save it"
+        if texts is not None:
+            texts = _checked_texts(texts, "texts")
+            count = len(texts) if count is None else count
         if not head_path.is_file():
             raise LexicalLoadError(f"{str(d)!r} holds no lexical index: {HEADER_FILE} is missing; {fix}.")
         try:
             head = json.loads(head_path.read_text(encoding="utf-8"))
             if not isinstance(head, dict) or head.get("format") != FORMAT or not isinstance(head.get("count"), int):
                 raise ValueError("not a qrag lexical-index header")
-            bm25 = _bm25s().BM25.load(str(d), show_progress=False, allow_pickle=False)
+            if head.get("version") == 1:
+                index = None
+            else:
+                index = cls._read(d, head)
         except Exception as e:  # noqa: BLE001 - a missing array, bad JSON or a truncated .npy all mean a damaged index
             raise LexicalLoadError(f"the lexical index in {str(d)!r} is damaged ({type(e).__name__}: {e}); {fix}.") from None
-        if bm25.scores.get("num_docs") != head["count"] or (count is not None and head["count"] != count):
-            raise LexicalLoadError(f"the lexical index in {str(d)!r} covers {bm25.scores.get('num_docs')} chunks "
-                                   f"(its header says {head['count']}) but the corpus holds {count}; {fix}.")
-        return cls(bm25, head["count"])
+        if count is not None and head["count"] != count:
+            raise LexicalLoadError(f"the lexical index in {str(d)!r} covers {head['count']} chunks but the corpus "
+                                   f"holds {count}; {fix}.")
+        if index is not None:
+            return index
+        if texts is None:
+            raise LexicalLoadError(f"the lexical index in {str(d)!r} was saved by an earlier qrag (bm25s's files, "
+                                   f"version 1), which holds no term frequencies: load it with its corpus's texts "
+                                   f"(LexicalIndex.load(folder, texts=...)) to rebuild it, or {fix}.")
+        return cls.from_texts(texts)
+
+    @classmethod
+    def _read(cls, d: Path, head: dict[str, object]) -> LexicalIndex:
+        """The index of a version-2 folder, every array checked against the header (ValueError where one is off)."""
+        if head.get("version") != VERSION or head.get("k1") != K1 or head.get("b") != B \
+                or head.get("stopwords") != STOPWORDS:
+            raise ValueError(f"unknown version or BM25 settings {head!r:.200}")
+        words = json.loads((d / WORDS_FILE).read_text(encoding="utf-8"))
+        if not isinstance(words, list) or len(words) != head.get("words") or len(set(words)) != len(words):
+            raise ValueError(f"{WORDS_FILE} does not hold the header's {head.get('words')} distinct words")
+        a = {name: np.load(d / f"{name}.npy", allow_pickle=False) for name in ARRAYS}
+        sizes = np.asarray(head.get("segments"), dtype=np.int64).reshape(-1, 3)  # (S, 3) chunks, terms, postings
+        want = {"terms": sizes[:, 1].sum(), "starts": (sizes[:, 1] + 1).sum(), "rows": sizes[:, 2].sum(),
+                "tf": sizes[:, 2].sum(), "lengths": sizes[:, 0].sum()}
+        if any(a[k].ndim != 1 or a[k].dtype.kind not in "iu" or len(a[k]) != want[k] for k in ARRAYS) \
+                or sizes[:, 0].sum() != head["count"]:
+            raise ValueError("array lengths differ from the header's segments")
+        segments = []
+        at = np.zeros(4, dtype=np.int64)  # offsets into terms, starts, rows and tf, lengths
+        for n, u, p in sizes.tolist():
+            terms, starts = a["terms"][at[0]:at[0] + u], a["starts"][at[1]:at[1] + u + 1]
+            rows, tf, lengths = a["rows"][at[2]:at[2] + p], a["tf"][at[2]:at[2] + p], a["lengths"][at[3]:at[3] + n]
+            at += (u, u + 1, p, n)
+            if (np.any(np.diff(terms) <= 0) or (u and not 0 <= terms[0] <= terms[-1] < len(words))
+                    or starts[0] != 0 or starts[-1] != p or np.any(np.diff(starts) <= 0)
+                    or np.any((rows < 0) | (rows >= n)) or np.any(tf < 1) or np.any(lengths < 0)):
+                raise ValueError("a segment's arrays are out of range")
+            segments.append(_Segment(terms.astype(np.int64), starts.astype(np.int64), rows.astype(np.int32),
+                                     tf.astype(np.int32), lengths.astype(np.int32)))
+        return cls(segments, _Vocabulary(words))
 
 
-@lru_cache(maxsize=1024)
-def corpus_lexical(texts: tuple[str, ...]) -> LexicalIndex:
-    """The BM25 index of a corpus given as a tuple of texts, built once per process for the corpora seen last
-    (validation episodes are searched at every evaluation of a training run)."""
-    return LexicalIndex.from_texts(texts)
+def _best_rows(s: np.ndarray, k: int) -> np.ndarray:
+    """(K,) rows of the k best of the (N,) scores `s`, best first, equal scores in row order."""
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    if k < s.size:
+        kth = np.partition(s, s.size - k)[s.size - k]  # the k-th best score
+        above = np.flatnonzero(s > kth)
+        rows = np.concatenate([above, np.flatnonzero(s == kth)[:k - above.size]])
+    else:
+        rows = np.arange(s.size)
+    return rows[np.lexsort((rows, -s[rows]))]
+
+
+# ---------------------------------------------------------------------- per-corpus cache
+class _CorpusCache:
+    """The BM25 indexes of the corpora seen last, by their texts: at most `corpora` of them and `chunks` chunks in
+    all, least recently used dropped first; thread-safe (an index is built outside the lock)."""
+
+    def __init__(self, corpora: int, chunks: int) -> None:
+        self.corpora, self.chunks = corpora, chunks
+        self._held: OrderedDict[tuple[str, ...], LexicalIndex] = OrderedDict()
+        self._chunks_held = 0
+        self._lock = threading.Lock()
+
+    def get(self, texts: tuple[str, ...]) -> LexicalIndex:
+        with self._lock:
+            index = self._held.get(texts)
+            if index is not None:
+                self._held.move_to_end(texts)
+                return index
+        index = LexicalIndex.from_texts(texts)
+        if len(texts) > self.chunks:
+            return index  # larger than the whole bound: its owner holds it
+        with self._lock:
+            held = self._held.get(texts)
+            if held is not None:  # another thread built it meanwhile: one index per corpus
+                self._held.move_to_end(texts)
+                return held
+            self._held[texts] = index
+            self._chunks_held += len(texts)
+            while len(self._held) > self.corpora or self._chunks_held > self.chunks:
+                _, dropped = self._held.popitem(last=False)
+                self._chunks_held -= len(dropped)
+        return index
+
+    def forget(self, texts: tuple[str, ...]) -> None:
+        with self._lock:
+            dropped = self._held.pop(texts, None)
+            if dropped is not None:
+                self._chunks_held -= len(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+            self._chunks_held = 0
+
+    def held(self) -> tuple[int, int]:
+        """How many corpora and chunks the cache holds."""
+        with self._lock:
+            return len(self._held), self._chunks_held
+
+
+_CACHE = _CorpusCache(CACHE_CORPORA, CACHE_CHUNKS)
+
+
+def corpus_lexical(texts: Sequence[str]) -> LexicalIndex:
+    """The BM25 index of a corpus given by its texts, built once per process for the corpora seen last (validation
+    episodes are searched at every evaluation of a training run). The cache holds at most `CACHE_CORPORA` corpora
+    and `CACHE_CHUNKS` chunks in all, the least recently used dropped first; a corpus above `CACHE_CHUNKS` chunks
+    is built and not held. Thread-safe."""
+    return _CACHE.get(tuple(texts))
+
+
+def forget_corpus(texts: Sequence[str]) -> None:
+    """Drop the cache's index of the corpus given by its texts (an index whose corpus was replaced calls it, so
+    only its own references keep that BM25 alive); nothing happens when the cache does not hold it."""
+    _CACHE.forget(tuple(texts))
 
 
 def state_text(question: str, taken: Sequence[str]) -> str:

@@ -161,7 +161,7 @@ def test_a_damaged_lexical_index_is_refused_by_name(tmp_path: Path, damage: str)
     elif damage == "header":
         (lexical / "lexical.json").write_text("{not json")
     elif damage == "array":
-        next(lexical.glob("data*.npy")).write_bytes(b"\x93NUMPY truncated")
+        next(lexical.glob("rows.npy")).write_bytes(b"\x93NUMPY truncated")
     else:
         head = json.loads((lexical / "lexical.json").read_text())
         (lexical / "lexical.json").write_text(json.dumps({**head, "count": 7}))
