@@ -6,6 +6,7 @@ Together they are the scale-out path: chunk vectors g_φ(c) don't depend on the 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
 from qrag.integrations.store_filters import store_filter
+from qrag.training.input_checks import check_ids
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
     Chunk,
@@ -157,6 +159,40 @@ class LangChainChunkStore:
 
         return search_rows(queries, k, exclude, fetch)
 
+    # ------------------------------------------------------------------ a living store
+    def add_texts(self, texts: list[str], metadatas: list[dict[str, Any]], ids: Sequence[str] | None) -> list[str]:
+        """Add checked texts to the store under `ids` (default: new random ids); returns the ids.
+
+        Raises:
+            ValueError: an id the store already holds (named; nothing is added: stores differ, Chroma would
+                overwrite it, so qrag refuses as its own index does), or a store that cannot look ids up.
+        """
+        new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
+        held = stored_ids(self.store, new_ids)
+        taken = [i for i in new_ids if i in held]
+        if taken:
+            raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__} store; delete them "
+                             "first to replace them, or add the texts under new ids. Nothing was added.")
+        return list(self.store.add_texts(texts, metadatas, ids=new_ids))
+
+    def delete(self, ids: list[str]) -> None:
+        """Delete these ids from the store.
+
+        Raises:
+            ValueError: an id the store does not hold (named; nothing is deleted: Chroma and Qdrant would ignore
+                it), a deletion that would empty the store, or a store that cannot look ids up.
+        """
+        kind = type(self.store).__name__
+        held = stored_ids(self.store, ids)
+        missing = sorted({i for i in ids if i not in held})
+        if missing:
+            raise ValueError(f"ids {missing[:5]} are not in this {kind} store; nothing was deleted.")
+        size = store_size(self.store)
+        if size is not None and ids and len(set(ids)) >= size:
+            raise ValueError(f"cannot delete every document of this {kind} store; build a new one for a new corpus.")
+        if ids:
+            self.store.delete(ids=ids)
+
     def _chunk(self, doc: Any) -> Chunk:
         meta = dict(doc.metadata or {})
         cid = meta.get(self.id_key) if self.id_key else (doc.id if doc.id is not None else meta.get("_id"))
@@ -167,3 +203,37 @@ class LangChainChunkStore:
             )
         pos = meta.get(self.position_key) if self.position_key else None
         return Chunk(str(cid), doc.page_content, meta, int(pos) if pos is not None else None)
+
+
+def stored_ids(store: VectorStore, ids: Sequence[str]) -> set[str]:
+    """Which of `ids` a LangChain vector store holds: Chroma's collection is asked directly (its `get_by_ids`
+    fails on a document stored without metadata), any other store through `get_by_ids`.
+
+    Raises:
+        ValueError: the store cannot look documents up by id, so qrag cannot keep its rule (adding an id that
+            exists or deleting one that does not is refused): change that store through its own API.
+    """
+    if not ids:
+        return set()
+    if type(store).__name__ == "Chroma":
+        return set(store._collection.get(ids=list(ids), include=[])["ids"])  # type: ignore[attr-defined]
+    try:
+        found = store.get_by_ids(list(ids))
+    except NotImplementedError:
+        raise ValueError(
+            f"{type(store).__name__} cannot look documents up by id (get_by_ids), so qrag cannot check that an added "
+            "id is new and a deleted one exists; add to and delete from that store through its own API."
+        ) from None
+    return {str(d.id) for d in found if d.id is not None}
+
+
+def store_size(store: VectorStore) -> int | None:
+    """How many documents a LangChain vector store holds, where it can be told (Chroma, Qdrant, in-memory)."""
+    kind = type(store).__name__
+    if kind == "Chroma":
+        return int(store._collection.count())  # type: ignore[attr-defined]
+    if kind == "QdrantVectorStore":
+        return int(store.client.count(store.collection_name, exact=True).count)  # type: ignore[attr-defined]
+    if kind == "InMemoryVectorStore":
+        return len(store.store)  # type: ignore[attr-defined]
+    return None

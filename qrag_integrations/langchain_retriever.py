@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -22,6 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 
+from qrag.training.input_checks import check_delete_ids
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -39,6 +40,9 @@ from qrag.training.search import (
     load_model,
     recover_folder,
 )
+
+if TYPE_CHECKING:
+    from qrag.integrations.langchain_embeddings import LangChainChunkStore
 
 CALL_ARGS = ("k", "max_hops", "stop_threshold", "beam_size", "order", "fill", "lexical_weight", "score_threshold",
              "filter")
@@ -66,13 +70,16 @@ class QRAGRetriever(BaseRetriever):
     lexical_weight=..., score_threshold=..., filter=...)`.
 
     `filter` (a field, or per call): which documents may be returned, `{key: value}` (every key must match; a list
-    value: any of its items) or a function of the metadata dict returning a bool. Every hop takes only documents it
-    allows and the rest of `k` comes from inside it, so fewer than `k` come back when fewer match (none for a key
-    no document has). Over a vector store the dict goes to the database as its own filter (Chroma `where`, a
+    value: any of its items) or a function of the metadata dict returning a bool. The field's filter holds on every
+    call (a tenant's floor); a per-call filter narrows it (both must allow a document) and `filter=None` adds
+    nothing. Every hop takes only documents it allows and the rest of `k` comes from inside it, so fewer than `k`
+    come back when fewer match (none for a key no document has). Over a vector store the dict goes to the database as its own filter (Chroma `where`, a
     Qdrant filter); a function needs `from_texts`. `score_threshold` drops the documents whose `score` is below it
     (possibly all). Documents come in hop order (`order='hop'`) or document order, not score order.
     `add_texts`, `add_documents` and `delete` change the documents without a rebuild (only what is added is
-    embedded); `save_local` keeps the changes.
+    embedded); adding an id that exists or deleting one that does not is refused, in-process and over a store
+    alike; `save_local` keeps the changes. `search_kwargs={"k": 3, "filter": ...}` (LangChain's `as_retriever`
+    spelling) is accepted by the constructors beside the fields themselves.
 
     Example:
         >>> retriever = QRAGRetriever.from_texts(
@@ -100,6 +107,7 @@ class QRAGRetriever(BaseRetriever):
     def _check_raw_args(cls, data: Any) -> Any:
         # Before pydantic coerces "3" or True to 3: the constructor is as strict as a per-call argument.
         if isinstance(data, dict):
+            data = _with_search_kwargs(data)
             SearchConfig().with_overrides({k: data[k] for k in SEARCH_ARGS if k in data})
             Filter.coerce(data.get("filter"))
         return data
@@ -130,6 +138,7 @@ class QRAGRetriever(BaseRetriever):
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
         `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
         state passes from a bf16 copy of the state tower: `QNetwork.serve_in`)."""
+        kwargs = cls._check_fields(kwargs)  # a bad argument is refused before anything is embedded
         texts = check_texts(texts)
         metas = check_metadatas(metadatas, len(texts))
         for i, meta in enumerate(metas):
@@ -140,11 +149,14 @@ class QRAGRetriever(BaseRetriever):
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
 
     @classmethod
-    def from_documents(cls, documents: Sequence[Document], model: QNetwork | str | Path, **kwargs: Any) -> QRAGRetriever:
-        """`from_texts` on the documents' contents, metadata and ids (missing ids become positions)."""
+    def from_documents(cls, documents: Sequence[Document], model: QNetwork | str | Path, *,
+                       ids: Iterable[str] | None = None, **kwargs: Any) -> QRAGRetriever:
+        """`from_texts` on the documents' contents, metadata and ids: explicit `ids` (one per document) win over
+        each `Document.id`; without them a missing `Document.id` becomes the document's position."""
         if not isinstance(documents, Sequence) or not all(isinstance(d, Document) for d in documents):
             raise ValueError(f"documents must be a list of langchain Document objects, got {documents!r:.80}.")
-        ids = [d.id if d.id is not None else str(i) for i, d in enumerate(documents)]
+        if ids is None:
+            ids = [d.id if d.id is not None else str(i) for i, d in enumerate(documents)]
         return cls.from_texts([d.page_content for d in documents], model, [d.metadata for d in documents], ids, **kwargs)
 
     @classmethod
@@ -168,16 +180,32 @@ class QRAGRetriever(BaseRetriever):
                 "product metric (Qdrant Distance.DOT, FAISS DistanceStrategy.MAX_INNER_PRODUCT, Chroma "
                 "'hnsw:space': 'ip'), or use QRAGRetriever.from_texts for an exact in-process index."
             )
+        kwargs = cls._check_fields(kwargs)
         return cls(searcher=MultiHopSearcher(load_model(model), LangChainChunkStore(store, id_key=id_key)), **kwargs)
+
+    @classmethod
+    def _check_fields(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A constructor's retriever fields (`search_kwargs` merged in), checked as the constructor will check them:
+        `from_texts` refuses a bad one before it embeds anything."""
+        fields = _with_search_kwargs(kwargs)
+        unknown = sorted(set(fields) - set(cls.model_fields) | ({"searcher"} & set(fields)))
+        if unknown:
+            names = [f for f in cls.model_fields if f != "searcher"]
+            raise ValueError(f"QRAGRetriever got unknown argument(s) {unknown}; its arguments are {names}.")
+        cls._check_raw_args(fields)
+        return fields
 
     # ------------------------------------------------------------------ retrieval
     def _search_args(self, call_kwargs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(call_kwargs) - set(CALL_ARGS))
         if unknown:
             raise ValueError(f"QRAGRetriever got unknown argument(s) {unknown}; per-call arguments are {list(CALL_ARGS)}.")
-        args = {name: call_kwargs.get(name, getattr(self, name)) for name in CALL_ARGS}
-        self.searcher.config.with_overrides({k: args[k] for k in SEARCH_ARGS})  # validates k ≥ 1, ... with a message
-        args["filter"] = Filter.coerce(args["filter"])  # a malformed filter is refused before any search
+        args = {name: call_kwargs.get(name, getattr(self, name)) for name in SEARCH_ARGS}
+        self.searcher.config.with_overrides(args)  # validates k ≥ 1, ... with a message
+        # The field's filter is a floor: a call's filter narrows it (None: nothing more), never replaces it. A
+        # malformed filter is refused here, before any search.
+        floor, narrower = Filter.coerce(self.filter), Filter.coerce(call_kwargs.get("filter"))
+        args["filter"] = floor if narrower is None else narrower if floor is None else Filter((floor, narrower), "and")
         return args
 
     @staticmethod
@@ -258,36 +286,44 @@ class QRAGRetriever(BaseRetriever):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         index = self.searcher.index
         if index is None:
-            return list(self._vector_store().add_texts(texts, metas, ids=None if ids is None else list(ids)))
+            return self._chunk_store().add_texts(texts, metas, None if ids is None else list(ids))
         return index.add(self.searcher.model, texts, ids, metas)
 
     def add_documents(self, documents: Sequence[Document], ids: Iterable[str] | None = None) -> list[str]:
-        """`add_texts` of the documents' contents and metadata; ids default to each `Document.id` (new random ids
-        where it is None)."""
+        """`add_texts` of the documents' contents and metadata; returns their ids: explicit `ids` (one per document)
+        win over each `Document.id`, and without them a missing `Document.id` becomes a new random id."""
         if not isinstance(documents, Sequence) or not all(isinstance(d, Document) for d in documents):
             raise ValueError(f"documents must be a list of langchain Document objects, got {documents!r:.80}.")
         if ids is None:
             ids = [d.id if d.id is not None else uuid.uuid4().hex for d in documents]
         return self.add_texts([d.page_content for d in documents], [d.metadata for d in documents], ids)
 
-    def delete(self, ids: Iterable[str]) -> None:
-        """Remove the documents with these ids (over a vector store: from the store).
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """Remove the documents with these ids (over a vector store: from the store); LangChain's
+        `VectorStore.delete` signature. Returns True (nothing was deleted if it raised).
 
         Raises:
-            ValueError: an id that is not there (named; nothing is deleted), or deleting every document.
+            ValueError: `ids` None (never read as "every document") or a single string (never read as its
+                characters: pass `["12"]`), an id that is not there (named; nothing is deleted), deleting every
+                document, an option other than `ids`, or a store that cannot look ids up.
         """
+        if kwargs:
+            raise ValueError(f"QRAGRetriever.delete takes only ids, got {sorted(kwargs)}.")
+        ids = check_delete_ids(ids, "QRAGRetriever.delete")
         index = self.searcher.index
         if index is None:
-            self._vector_store().delete(ids=list(ids))
-            return
-        index.delete(ids)
+            self._chunk_store().delete(ids)
+        else:
+            index.delete(ids)
+        return True
 
-    def _vector_store(self) -> VectorStore:
-        store = getattr(self.searcher.store, "store", None)
-        if not isinstance(store, VectorStore):
+    def _chunk_store(self) -> LangChainChunkStore:
+        from qrag.integrations.langchain_embeddings import LangChainChunkStore
+
+        if not isinstance(self.searcher.store, LangChainChunkStore):
             raise ValueError(f"this retriever searches a {type(self.searcher.store).__name__}, which qrag cannot "
                              "change; add to or delete from that store itself.")
-        return store
+        return self.searcher.store
 
     # ------------------------------------------------------------------ persistence
     def save_local(self, folder: str | Path) -> Path:
@@ -318,3 +354,22 @@ class QRAGRetriever(BaseRetriever):
         except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
             raise ValueError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save the retriever again.") from None
         return cls(searcher=MultiHopSearcher.load(folder, device=device, encoder=encoder), **fields)
+
+
+def _with_search_kwargs(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor arguments with LangChain's `as_retriever` spelling, `search_kwargs={"k": 3, "filter": ...}`,
+    merged in: its keys that are qrag's per-call arguments are taken, the others refused by name."""
+    out = dict(fields)
+    extra = out.pop("search_kwargs", None)
+    if extra is None:
+        return out
+    if not isinstance(extra, Mapping):
+        raise ValueError(f"search_kwargs must be a dict such as {{'k': 3}}, got {type(extra).__name__}.")
+    unknown = sorted(set(extra) - set(CALL_ARGS))
+    if unknown:
+        raise ValueError(f"search_kwargs {unknown} mean nothing to qrag (fetch_k and lambda_mult tune MMR, which qrag's "
+                         f"hops replace); qrag takes {list(CALL_ARGS)}, in search_kwargs or as arguments (k=3).")
+    twice = sorted(set(extra) & set(out))
+    if twice:
+        raise ValueError(f"{twice} given both as arguments and in search_kwargs; pass each once.")
+    return {**out, **extra}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -18,6 +19,7 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from qrag.integrations.llama_index_filters import from_metadata_filters
+from qrag.training.input_checks import check_delete_ids, check_json_metadata
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -25,15 +27,26 @@ from qrag.training.search import (
     Fill,
     FromModel,
     MultiHopSearcher,
+    SearchConfig,
     check_query,
     check_trace_keys,
     load_model,
     recover_folder,
 )
 
+if TYPE_CHECKING:
+    from qrag.integrations.llama_index_store import LlamaIndexChunkStore
+
 TRACE_KEYS = ("hop", "q_value", "past_stop")
+SEARCH_ARGS = ("max_hops", "stop_threshold", "beam_size", "order", "fill", "lexical_weight", "score_threshold")
 SAVE_FILE = "retriever.json"
 NODES_FILE = "docstore.json"
+# LlamaIndex's `load_index_from_storage` reads this file first: its one entry names no index type LlamaIndex knows,
+# so the attempt stops with this text (a KeyError) instead of a missing file.
+INDEX_STORE_FILE = "index_store.json"
+NOT_AN_INDEX = ("this folder holds a persisted QRAGLlamaIndexRetriever, not a LlamaIndex index (qrag's vectors come "
+                "from its own chunk tower, which a VectorStoreIndex would not use for queries): load it with "
+                "QRAGLlamaIndexRetriever.from_persist_dir(path)")
 SAVE_FORMAT = "qrag-llama-index-retriever"
 dispatcher = instrument.get_dispatcher(__name__)
 
@@ -145,6 +158,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             nodes = node_parser.get_nodes_from_documents(documents) if node_parser else documents
         assert nodes is not None
         nodes = list(nodes)  # read once: a generator works
+        cls._check_args(similarity_top_k, kwargs)
+        _check_nodes(nodes, "from_defaults")
         qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], [n.metadata for n in nodes],
@@ -159,7 +174,18 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         vectors with an inner-product metric (checked for Chroma). Nodes come back from the store."""
         from qrag.integrations.llama_index_store import LlamaIndexChunkStore
 
+        cls._check_args(similarity_top_k, kwargs)
         return cls(MultiHopSearcher(load_model(model), LlamaIndexChunkStore(vector_store)), [], similarity_top_k, **kwargs)
+
+    @classmethod
+    def _check_args(cls, similarity_top_k: int | None, kwargs: dict[str, Any]) -> None:
+        """Refuse a constructor argument the retriever would refuse, before anything is embedded."""
+        names = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "searcher", "nodes")]
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise TypeError(f"QRAGLlamaIndexRetriever got unknown argument(s) {unknown}; its arguments are {names}.")
+        SearchConfig().with_overrides({"k": similarity_top_k, **{k: kwargs[k] for k in SEARCH_ARGS if k in kwargs}})
+        from_metadata_filters(kwargs.get("filters"))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle.query_str, "QRAGLlamaIndexRetriever")
@@ -178,59 +204,91 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         return out
 
     # ------------------------------------------------------------------ a living node set
+    def insert(self, document: Document, node_parser: NodeParser | None = None) -> None:
+        """Insert one document (LlamaIndex's `BaseIndex.insert`): split by `node_parser` if given, else one node,
+        as `from_defaults(documents=...)` does. `delete_ref_doc(document.doc_id)` removes it again."""
+        if not isinstance(document, Document):
+            raise ValueError(f"insert takes a LlamaIndex Document, got {type(document).__name__} ({document!r:.80}); "
+                             "use insert_nodes for nodes.")
+        self.insert_nodes(node_parser.get_nodes_from_documents([document]) if node_parser else [document])
+
     def insert_nodes(self, nodes: Sequence[BaseNode]) -> None:
         """Add nodes without a rebuild: only they are embedded (in the arithmetic the index was built in), and
         rankings then equal a retriever built from scratch on the whole set; `persist` keeps them. Over a vector
         store they are added to the store (with the vectors of its `QRAGLlamaIndexEmbedding`).
 
         Raises:
-            ValueError: a node id that is already there (named), or nodes that are not LlamaIndex nodes.
+            ValueError: a node id that is already there, in-process or in the store (named; nothing is added),
+                nodes that are not LlamaIndex nodes, or metadata a save could not write (checked before embedding).
         """
+        if isinstance(nodes, BaseNode):
+            raise ValueError(f"insert_nodes takes a list of nodes, got one node ({nodes.node_id!r}); pass [node].")
         nodes = list(nodes)
-        if not all(isinstance(n, BaseNode) for n in nodes):
-            raise ValueError(f"insert_nodes takes LlamaIndex nodes, got {nodes!r:.80}.")
-        for n in nodes:
-            check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
+        _check_nodes(nodes, "insert_nodes")
         index = self.searcher.index
-        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         if index is None:
             from qrag.integrations.llama_index_embeddings import QRAGLlamaIndexEmbedding
 
-            vectors = QRAGLlamaIndexEmbedding(self.searcher.model).get_text_embedding_batch(texts)
-            self._vector_store().add([n if n.embedding is not None else n.model_copy(update={"embedding": v})
-                                      for n, v in zip(nodes, vectors, strict=True)])
+            self._chunk_store().add(nodes, QRAGLlamaIndexEmbedding(self.searcher.model).get_text_embedding_batch)
             return
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index.add(self.searcher.model, texts, [n.node_id for n in nodes], [n.metadata for n in nodes])
         self._nodes.update({n.node_id: n for n in nodes})
 
-    def delete_nodes(self, node_ids: Sequence[str]) -> None:
-        """Remove the nodes with these ids (over a vector store: from the store).
+    def delete_nodes(self, node_ids: Sequence[str], delete_from_docstore: bool = False) -> None:
+        """Remove the nodes with these ids (over a vector store: from the store). `delete_from_docstore` is
+        LlamaIndex's keyword; the retriever keeps no node outside its index, so a deleted node leaves what
+        `persist` writes either way.
 
         Raises:
-            ValueError: an id that is not there (named; nothing is deleted), or deleting every node.
+            ValueError: a single string (never read as its characters: pass `["12"]`), an id that is not there
+                (named; nothing is deleted), or deleting every node.
         """
-        node_ids = list(node_ids)  # read once: a generator works
+        node_ids = check_delete_ids(node_ids, "delete_nodes")
+        if not isinstance(delete_from_docstore, bool):
+            raise ValueError(f"delete_from_docstore must be True or False, got {delete_from_docstore!r}.")
         index = self.searcher.index
         if index is None:
-            self._vector_store().delete_nodes(node_ids)
+            self._chunk_store().delete(node_ids)
             return
         index.delete(node_ids)
         for i in node_ids:
             self._nodes.pop(i, None)
 
-    def _vector_store(self) -> Any:
-        store = getattr(self.searcher.store, "store", None)
-        if store is None:
+    def delete_ref_doc(self, ref_doc_id: str, delete_from_docstore: bool = False) -> None:
+        """Remove every node of the source document `ref_doc_id` (LlamaIndex's `BaseIndex.delete_ref_doc`): the
+        nodes whose `ref_doc_id` it is, or the document itself where it was inserted as one node.
+
+        Raises:
+            ValueError: no node comes from `ref_doc_id` (named; nothing is deleted), or deleting every node.
+        """
+        if not isinstance(ref_doc_id, str):
+            raise ValueError(f"delete_ref_doc takes one document id as a string, got {ref_doc_id!r:.80}.")
+        if self.searcher.index is None:
+            node_ids = self._chunk_store().ref_doc_node_ids(ref_doc_id)
+        else:
+            node_ids = [i for i, n in self._nodes.items() if _ref_doc_id(n) == ref_doc_id]
+        if not node_ids:
+            raise ValueError(f"no node of this retriever comes from document {ref_doc_id!r}; nothing was deleted.")
+        self.delete_nodes(node_ids, delete_from_docstore=delete_from_docstore)
+
+    def _chunk_store(self) -> LlamaIndexChunkStore:
+        from qrag.integrations.llama_index_store import LlamaIndexChunkStore
+
+        if not isinstance(self.searcher.store, LlamaIndexChunkStore):
             raise ValueError(f"this retriever searches a {type(self.searcher.store).__name__}, which qrag cannot "
                              "change; add to or delete from that store itself.")
-        return store
+        return self.searcher.store
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         # The default would run the torch work on the event loop thread and block it.
         return await asyncio.to_thread(self._retrieve, query_bundle)
 
     def persist(self, path: str | Path) -> Path:
-        """Write the searcher (model + index), the nodes (a LlamaIndex `SimpleDocumentStore`) and every argument."""
+        """Write the searcher (model + index), the nodes (a LlamaIndex `SimpleDocumentStore`) and every argument.
+
+        Load it with `from_persist_dir`: LlamaIndex's `load_index_from_storage` refuses the folder with a message
+        saying so (a `VectorStoreIndex` over these vectors would embed queries with another model)."""
         if self.searcher.index is None:
             raise ValueError("a retriever over an external vector store has nothing of its own to persist; keep the "
                              "store and call from_vector_store again.")
@@ -240,7 +298,9 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         head = {"format": SAVE_FORMAT, "version": 1,
                 "args": {**self._args(), "verbose": self._verbose, "filters": filters}}
         try:
-            files = {NODES_FILE: json.dumps(docstore.to_dict()), SAVE_FILE: json.dumps(head, indent=2)}
+            files = {NODES_FILE: json.dumps(docstore.to_dict()), SAVE_FILE: json.dumps(head, indent=2),
+                     INDEX_STORE_FILE: json.dumps({"index_store/data": {"qrag": {"__type__": NOT_AN_INDEX,
+                                                                                 "__data__": "{}"}}})}
         except (TypeError, ValueError) as e:
             raise ValueError(f"cannot persist: node metadata is not JSON-serialisable ({e}).") from None
         return self.searcher.save(path, extra_files=files)  # one atomic write: model, index, nodes, arguments
@@ -294,6 +354,21 @@ def _read_nodes(path: Path, index: ChunkIndex) -> list[BaseNode]:
     except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
         raise ValueError(f"{path} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
     return nodes
+
+
+def _check_nodes(nodes: list[BaseNode], who: str) -> None:
+    """Refuse what is not a node, a node whose metadata uses a trace key, or metadata a save could not write."""
+    for n in nodes:
+        if not isinstance(n, BaseNode):
+            raise ValueError(f"{who} takes LlamaIndex nodes, got {type(n).__name__} ({n!r:.80}).")
+        check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
+        check_json_metadata(n.metadata, f"node {n.node_id!r}'s metadata")
+
+
+def _ref_doc_id(node: BaseNode) -> str | None:
+    """The id of the document a node comes from: its source relationship, or its own id for a document used as
+    one node."""
+    return node.ref_doc_id if node.ref_doc_id is not None else node.node_id if isinstance(node, Document) else None
 
 
 def _with_trace(keys: list[str]) -> list[str]:

@@ -10,11 +10,17 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
-from llama_index.core.schema import MetadataMode
-from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery
+from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+)
 
 from qrag.integrations.llama_index_filters import to_metadata_filters
 from qrag.integrations.metric import MetricError, check_chroma_ip
+from qrag.training.input_checks import check_ids
 from qrag.training.search import Chunk, Filter, ScoredChunk, search_rows
 
 POSITION_KEY = "qrag_position"
@@ -72,6 +78,69 @@ class LlamaIndexChunkStore:
             return [(self._chunk(node), self.inner_product(float(s))) for node, s in pairs]
 
         return search_rows(queries, k, exclude, fetch)
+
+    # ------------------------------------------------------------------ a living store
+    def add(self, nodes: Sequence[BaseNode], embed: Callable[[list[str]], list[list[float]]]) -> None:
+        """Add `nodes` to the store, those without a vector embedded by `embed` (texts as `MetadataMode.EMBED`
+        renders them) once their ids are checked.
+
+        Raises:
+            ValueError: a node id the store already holds, or one given twice (named; nothing is added: stores
+                differ, Chroma would overwrite it), or a store that cannot look ids up.
+        """
+        ids = check_ids([n.node_id for n in nodes], len(nodes))
+        held = self.stored_ids(ids)
+        taken = [i for i in ids if i in held]
+        if taken:
+            raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__}; delete them first to "
+                             "replace them, or insert the nodes under new ids. Nothing was added.")
+        todo = [n for n in nodes if n.embedding is None]
+        vectors = dict(zip([n.node_id for n in todo],
+                           embed([n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]), strict=True))
+        self.store.add([n.model_copy(update={"embedding": vectors[n.node_id]}) if n.node_id in vectors else n
+                        for n in nodes])
+
+    def delete(self, node_ids: list[str]) -> None:
+        """Delete these node ids from the store.
+
+        Raises:
+            ValueError: an id the store does not hold (named; nothing is deleted), a deletion that would empty
+                the store, or a store that cannot look ids up.
+        """
+        kind = type(self.store).__name__
+        held = self.stored_ids(node_ids)
+        missing = sorted({i for i in node_ids if i not in held})
+        if missing:
+            raise ValueError(f"ids {missing[:5]} are not in this {kind}; nothing was deleted.")
+        size = self.size()
+        if size is not None and node_ids and len(set(node_ids)) >= size:
+            raise ValueError(f"cannot delete every node of this {kind}; build a new one for a new corpus.")
+        if node_ids:
+            self.store.delete_nodes(node_ids)
+
+    def ref_doc_node_ids(self, ref_doc_id: str) -> list[str]:
+        """The ids of the stored nodes whose source document is `ref_doc_id` (LlamaIndex stores it in each node's
+        `document_id` metadata)."""
+        filters = MetadataFilters(filters=[MetadataFilter(key="document_id", value=ref_doc_id)])
+        return [n.node_id for n in self._get_nodes(filters=filters)]
+
+    def stored_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of `ids` the store holds."""
+        return {n.node_id for n in self._get_nodes(node_ids=list(ids))} if ids else set()
+
+    def size(self) -> int | None:
+        """How many nodes the store holds, where it can be told (Chroma)."""
+        collection = getattr(self.store, "_collection", None)
+        return int(collection.count()) if type(self.store).__name__ == "ChromaVectorStore" and collection else None
+
+    def _get_nodes(self, **query: Any) -> list[BaseNode]:
+        try:
+            return list(self.store.get_nodes(**query))
+        except NotImplementedError:
+            raise ValueError(
+                f"{type(self.store).__name__} cannot look nodes up (get_nodes), so qrag cannot check that an inserted "
+                "id is new and a deleted one exists; insert into and delete from that store through its own API."
+            ) from None
 
     def _chunk(self, node: Any) -> Chunk:
         meta = dict(node.metadata or {})

@@ -61,13 +61,43 @@ def check_metadatas(metadatas: Iterable[Mapping[str, Any]] | None, n: int) -> li
     for i, m in enumerate(metadatas):
         if m is not None and not isinstance(m, Mapping):
             raise ValueError(f"metadatas[{i}] must be a dict, got {type(m).__name__} ({m!r:.60}).")
-        bad = next((k for k in (m or {}) if not isinstance(k, str)), None)
-        if bad is not None:
-            raise ValueError(f"metadatas[{i}] has a key that is not a string ({bad!r}); use string keys.")
-        out.append(dict(m) if m is not None else {})
+        out.append(check_json_metadata(m, f"metadatas[{i}]") if m is not None else {})
     if len(out) != n:
         raise ValueError(f"got {len(out)} metadatas for {n} texts; pass one dict per text or none.")
     return out
+
+
+def check_json_metadata(metadata: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One chunk's metadata as a dict, checked to be what a save can write: string keys, JSON values.
+
+    Checked when the chunk comes in, before anything is embedded, rather than when a save cannot write it.
+
+    Raises:
+        ValueError: a key that is not a string, or a value JSON cannot hold (naming `where`, the key and the
+            value's type; a date or time is to be stored as `value.isoformat()`).
+    """
+    bad = next((k for k in metadata if not isinstance(k, str)), None)
+    if bad is not None:
+        raise ValueError(f"{where} has a key that is not a string ({bad!r}); use string keys.")
+    out = dict(metadata)
+    if json_ok(out):  # one dump for the common case; the loop names the culprit
+        return out
+    for key, value in out.items():
+        if not json_ok(value):
+            leaf = _not_json(value)
+            fix = (f"store it as a string: value.isoformat() ({leaf.isoformat()!r})" if hasattr(leaf, "isoformat")
+                   else "store it as a string, number, boolean, list or dict")
+            inside = "" if leaf is value else f" holding a {type(leaf).__name__}"
+            raise ValueError(f"{where}[{key!r}] is a {type(value).__name__}{inside}, which JSON cannot hold (a save "
+                             f"keeps metadata as JSON); {fix}.")
+    return out
+
+
+def _not_json(value: Any) -> Any:
+    """The first item inside `value` (a dict's values, a list's items, depth first) that JSON cannot hold."""
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    bad = next((v for v in items if not json_ok(v)), None)
+    return value if bad is None else _not_json(bad)
 
 
 def json_ok(value: Any) -> bool:
@@ -154,3 +184,24 @@ def check_trace_keys(metadata: Mapping[str, Any], trace_keys: Sequence[str], whe
     if clash:
         raise ValueError(f"{where} has metadata key(s) {clash}, which the retriever sets on every result "
                          f"({', '.join(trace_keys)}); rename them in your metadata so they are not overwritten.")
+
+
+def check_delete_ids(ids: Any, who: str) -> list[str]:
+    """The ids a delete names, as a list of strings; `who` names the caller in the message.
+
+    A lone string is refused rather than read as its characters (`delete("12")` would delete '1' and '2'), and
+    None rather than read as "everything", as some vector stores do.
+    """
+    if ids is None:
+        raise ValueError(f"{who} needs the ids to delete, got None; qrag never reads None as 'every document': "
+                         "pass a list of ids (build a new retriever for a new corpus).")
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"{who} takes a list of ids, got the single string {ids!r}, which would be read as its "
+                         f"characters; pass [{ids!r}].")
+    if not isinstance(ids, Iterable) or isinstance(ids, Mapping):
+        raise ValueError(f"{who} takes a list of ids, got {type(ids).__name__} ({ids!r:.80}).")
+    out = list(ids)
+    bad = next((i for i in out if not isinstance(i, str)), None)
+    if bad is not None:
+        raise ValueError(f"{who} takes ids as strings, got {type(bad).__name__} {bad!r:.60}; pass [{str(bad)!r}].")
+    return out
