@@ -1,0 +1,253 @@
+"""The living BM25 index: `added` and `deleted` versions score exactly as a fresh build over their texts (hand-computed,
+and against bm25s itself on HotpotQA passages after random adds and deletes), leave the version they came from
+unchanged for its readers, save and load (an index saved in bm25s's format rebuilt from its texts), and the
+per-corpus cache stays within its bounds and forgets a replaced corpus."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import random
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from qrag.training.search import lexical
+from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical, forget_corpus
+
+OLD_FORMAT = Path(__file__).parents[2] / "fixtures" / "lexical_v1"
+
+# Lucene's BM25 as bm25s computes it, k1 1.5, b 0.75: idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
+# tf component tf / (tf + k1 · (1 - b + b · dl / avgdl)). The corpus: d0 = apple apple banana (dl 3),
+# d1 = banana cherry (dl 2), d2 = cherry (dl 1; 'the' is a stop word): N = 3, avgdl = 6 / 3 = 2.
+HAND = ["Apple apple banana.", "banana, cherry", "the cherry"]
+IDF_1 = math.log(1 + 2.5 / 1.5)  # df 1 (apple)
+IDF_2 = math.log(1 + 1.5 / 2.5)  # df 2 (banana, cherry)
+NORM = {3: 1.5 * (0.25 + 0.75 * 3 / 2), 2: 1.5 * (0.25 + 0.75 * 2 / 2), 1: 1.5 * (0.25 + 0.75 * 1 / 2)}  # 2.0625 ...
+
+
+def _tf(tf: int, dl: int, norm: dict[int, float] = NORM) -> float:
+    return tf / (tf + norm[dl])
+
+
+def fresh_bm25s(texts: Sequence[str], queries: Sequence[str]) -> torch.Tensor:
+    """(R, N) scores of a fresh bm25s build over `texts` (the index this module replaced)."""
+    import bm25s
+
+    index = bm25s.BM25()
+    index.index(bm25s.tokenize(list(texts), stopwords="en", show_progress=False), show_progress=False)
+    out = torch.zeros(len(queries), len(texts))
+    for r, words in enumerate(bm25s.tokenize(list(queries), stopwords="en", return_ids=False, show_progress=False)):
+        known = [w for w in words if w in index.vocab_dict]
+        if known:
+            out[r] = torch.from_numpy(index.get_scores(known))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hotpot() -> tuple[list[str], list[str]]:
+    """HotpotQA passages (the test pool of `hotpotqa_pool`) and questions, from the installed asset package."""
+    from qrag.training.data import hotpot_pool as hp
+
+    try:
+        pool = hp.load_pool()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    return list(pool.pools["test"]), [r.question for r in pool.rows[:40]]
+
+
+def test_scores_are_lucenes_bm25_hand_computed() -> None:
+    index = LexicalIndex.from_texts(HAND)
+    want = torch.tensor([
+        [IDF_1 * _tf(2, 3), 0.0, 0.0],  # 'apple': tf 2 in d0
+        [IDF_2 * _tf(1, 3), IDF_2 * _tf(1, 2), 0.0],  # 'banana'
+        [0.0, 2 * IDF_2 * _tf(1, 2), 2 * IDF_2 * _tf(1, 1)],  # 'cherry cherry': a repeated word counts twice
+        [0.0, 0.0, 0.0],  # 'the zebra': a stop word and an unknown word
+    ])
+    assert torch.allclose(index.scores(["apple", "BANANA!", "cherry cherry", "the zebra"]), want, atol=1e-6)
+    # A new chunk 'apple' (dl 1): N = 4, avgdl = 7 / 4, df(apple) = 2, so idf = ln(1 + 2.5 / 2.5) = ln 2 everywhere.
+    norm = {dl: 1.5 * (0.25 + 0.75 * dl / 1.75) for dl in (1, 2, 3)}
+    grown = index.added(["apple"])
+    assert torch.allclose(grown.scores(["apple"]), torch.tensor([[math.log(2) * _tf(2, 3, norm), 0, 0,
+                                                                  math.log(2) * _tf(1, 1, norm)]]), atol=1e-6)
+    # Without d0: N = 2, avgdl = 3 / 2; banana's df 1 (ln 2), cherry's 2 (ln(1 + 0.5 / 2.5) = ln 1.2).
+    norm = {dl: 1.5 * (0.25 + 0.75 * dl / 1.5) for dl in (1, 2)}
+    shrunk = index.deleted([0])
+    assert torch.allclose(shrunk.scores(["banana cherry", "apple"]),
+                          torch.tensor([[math.log(2) * _tf(1, 2, norm) + math.log(1.2) * _tf(1, 2, norm),
+                                         math.log(1.2) * _tf(1, 1, norm)], [0.0, 0.0]]), atol=1e-6)
+
+
+def test_words_are_bm25s_words(hotpot: tuple[list[str], list[str]]) -> None:
+    import bm25s
+
+    texts = hotpot[0][:2000] + ["Don't stop: the U.S.A.'s café, naïve Straße 42 x_y __init__ ÉCOLE"]
+    want = bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+    assert [lexical._words(t) for t in texts] == [list(w) for w in want]
+
+
+def test_random_adds_and_deletes_score_as_a_fresh_bm25s_build(hotpot: tuple[list[str], list[str]]) -> None:
+    passages, questions = hotpot
+    rng = random.Random(0)
+    supply = iter(passages[:3000])
+    texts = [next(supply) for _ in range(60)]
+    index = LexicalIndex.from_texts(texts)
+    for step in range(40):
+        if rng.random() < 0.6:
+            new = [next(supply) for _ in range(rng.choice([1, 1, 3, 17, 40]))]
+            index, texts = index.added(new), texts + new
+        else:
+            gone = set(rng.sample(range(len(texts)), rng.choice([1, 2, 9, 25])))
+            index, texts = index.deleted(sorted(gone, reverse=True)), [t for i, t in enumerate(texts) if i not in gone]
+        assert len(index) == len(texts)
+        if step % 8 == 7:  # the merges kept the segments a binary counter's: O(log N)
+            assert index.segments <= math.log2(len(texts)) + 1
+    queries = [*questions, "film film film director", "zzyzx qwertyuiop", "", "the of and", texts[5]]
+    got, want = index.scores(queries), fresh_bm25s(texts, queries)
+    assert want.abs().sum() > 0 and torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+    scores, rows = index.top(queries, 7)
+    assert torch.allclose(scores, got.gather(1, rows)) and torch.equal(scores, scores.sort(descending=True).values)
+    assert torch.allclose(scores, want.topk(7).values, rtol=1e-5, atol=1e-5)
+
+
+def test_the_version_added_or_deleted_from_is_unchanged_for_its_readers(hotpot: tuple[list[str], list[str]]) -> None:
+    passages, questions = hotpot
+    base = LexicalIndex.from_texts(passages[:200]).added(passages[200:230])
+    before = base.scores(questions)
+    arrays = [(a.copy(), a) for s in base._segments for a in (s.terms, s.starts, s.rows, s.tf, s.lengths)]
+    seen: list[bool] = []
+
+    def read() -> None:
+        for _ in range(20):
+            seen.append(torch.equal(base.scores(questions), before))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    later = base
+    for i in range(30):  # the writer builds versions from base while the readers search it
+        later = later.added([passages[300 + i], "zebra quagga " + passages[400 + i]])
+        base.deleted(range(0, 200, 3)).added(passages[500 + i:510 + i])
+    for t in readers:
+        t.join()
+    assert all(seen) and len(seen) == 40 and len(base) == 230
+    assert all(np.array_equal(copy, a) and not a.flags.writeable for copy, a in arrays)
+    # A word only later versions hold is unknown to base: it scores 0 there.
+    assert base.scores(["zebra quagga"]).abs().sum() == 0 and later.scores(["zebra quagga"]).abs().sum() > 0
+    assert torch.equal(base.scores(questions), before)
+
+
+def test_a_corpus_without_a_word_scores_0_and_grows() -> None:
+    index = LexicalIndex.from_texts(["a b c", "d e f"])
+    assert torch.equal(index.scores(["a b", "d", "apple"]), torch.zeros(3, 2))
+    scores, rows = index.top(["a"], 5)
+    assert scores.tolist() == [[0.0, 0.0]] and rows.tolist() == [[0, 1]]  # ties: the lower row first
+    grown = index.added(["apple pie", "of the"])  # 'of the': stop words only, a chunk of length 0
+    queries = ["apple", "pie pie apple", "a"]
+    assert torch.allclose(grown.scores(queries), fresh_bm25s(["a b c", "d e f", "apple pie", "of the"], queries),
+                          atol=1e-6)
+    assert torch.equal(grown.deleted([2]).scores(queries), torch.zeros(3, 3))
+
+
+def test_top_breaks_ties_by_the_lower_row() -> None:
+    index = LexicalIndex.from_texts(["red fox", "blue fox", "red fox", "green owl", "red fox"])
+    scores, rows = index.top(["red fox", "owl", "nothing"], 4)
+    assert rows.tolist() == [[0, 2, 4, 1], [3, 0, 1, 2], [0, 1, 2, 3]]
+    assert scores[0, 0] == scores[0, 1] == scores[0, 2] > scores[0, 3] > 0
+    assert index.top(["fox"], 50)[1].shape == (1, 5) and index.top(["fox"], 0)[1].shape == (1, 0)
+
+
+def test_bad_input_is_named() -> None:
+    index = LexicalIndex.from_texts(HAND)
+    with pytest.raises(ValueError, match=r"cannot delete row 3: rows are integers in \[0, 3\)"):
+        index.deleted([0, 3])
+    with pytest.raises(ValueError, match="cannot delete row 'x'"):
+        index.deleted(["x"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="one string 'apple'; wrap it in a list"):
+        index.added("apple")
+    with pytest.raises(ValueError, match=r"texts\[1\] is int 7, not a text"):
+        index.added(["apple", 7])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="k must be an integer >= 0, got -1"):
+        index.top(["apple"], -1)
+    with pytest.raises(ValueError, match="at least one text"):
+        LexicalIndex.from_texts([])
+    assert len(index.deleted([0, 1, 2])) == 0 and index.deleted([0, 1, 2]).scores(["apple"]).shape == (1, 0)
+
+
+def test_save_and_load_give_the_same_index(tmp_path: Path, hotpot: tuple[list[str], list[str]]) -> None:
+    passages, questions = hotpot
+    index = LexicalIndex.from_texts(passages[:100]).added(passages[100:130]).deleted([3, 50, 120]).added(passages[130:131])
+    index.save(tmp_path / "lex")
+    loaded = LexicalIndex.load(tmp_path / "lex", count=len(index))
+    assert loaded.segments == index.segments > 1 and torch.equal(loaded.scores(questions), index.scores(questions))
+    more = ["Zebras are African equines.", passages[7]]
+    assert torch.equal(loaded.added(more).deleted([0]).scores(questions), index.added(more).deleted([0]).scores(questions))
+    assert torch.equal(LexicalIndex.load(tmp_path / "lex", texts=["t"] * len(index)).scores(questions),
+                       index.scores(questions))  # a current folder is read, not rebuilt
+    with pytest.raises(LexicalLoadError, match="covers 128 chunks but the corpus holds 5"):
+        LexicalIndex.load(tmp_path / "lex", count=5)
+    LexicalIndex.from_texts(["a b"]).save(tmp_path / "empty")  # no word at all
+    assert torch.equal(LexicalIndex.load(tmp_path / "empty").scores(["a"]), torch.zeros(1, 1))
+    (tmp_path / "lex" / "words.json").write_text(json.dumps(["only"]))
+    with pytest.raises(LexicalLoadError, match="damaged"):
+        LexicalIndex.load(tmp_path / "lex")
+
+
+def test_an_index_saved_in_bm25s_format_is_rebuilt_from_its_texts(tmp_path: Path) -> None:
+    texts = json.loads((OLD_FORMAT / "texts.json").read_text())
+    expected = json.loads((OLD_FORMAT / "expected.json").read_text())
+    index = LexicalIndex.load(OLD_FORMAT / "lexical", count=len(texts), texts=texts)
+    assert torch.allclose(index.scores(expected["queries"]), torch.tensor(expected["scores"]), atol=1e-5)
+    with pytest.raises(LexicalLoadError, match=r"saved by an earlier qrag \(bm25s's files, version 1\).*texts="):
+        LexicalIndex.load(OLD_FORMAT / "lexical")
+    with pytest.raises(LexicalLoadError, match="covers 12 chunks but the corpus holds 3"):
+        LexicalIndex.load(OLD_FORMAT / "lexical", texts=texts[:3])
+    index.save(tmp_path / "lexical")  # saved again: the current format
+    assert torch.equal(LexicalIndex.load(tmp_path / "lexical").scores(expected["queries"]),
+                       index.scores(expected["queries"]))
+
+
+def test_the_corpus_cache_is_bounded_by_corpora_and_chunks() -> None:
+    cache = lexical._CorpusCache(corpora=3, chunks=10)
+    a, b, c, d = ("x1 x2",) * 4, ("y1",) * 4, ("z1",) * 2, ("w1",)
+    assert cache.get(a) is cache.get(a) and cache.held() == (1, 4)
+    cache.get(b)
+    cache.get(a)  # a used last: b is the oldest
+    cache.get(c)
+    assert cache.held() == (3, 10)
+    cache.get(d)  # 11 chunks: b goes
+    assert cache.held() == (3, 7) and b not in cache._held
+    cache.get(("q",) * 3)  # four corpora: the oldest (a) goes
+    cache.get(("r",))  # and then c
+    assert list(cache._held) == [d, ("q",) * 3, ("r",)] and cache.held() == (3, 5)
+    cache.get(("big",) * 11)  # above the whole bound: built, not held
+    assert ("big",) * 11 not in cache._held and cache.held() == (3, 5)
+    cache.forget(d)
+    cache.forget(("never held",))
+    assert cache.held() == (2, 4)
+
+
+def test_a_forgotten_corpus_is_released_and_the_cache_is_thread_safe() -> None:
+    lexical._CACHE.clear()
+    texts = ("one fish", "two fish", "red fish")
+    index = corpus_lexical(list(texts))
+    assert corpus_lexical(texts) is index and lexical._CACHE.held() == (1, 3)
+    ref = weakref.ref(index)
+    forget_corpus(list(texts))
+    del index
+    gc.collect()
+    assert ref() is None and lexical._CACHE.held() == (0, 0)
+    got: list[LexicalIndex] = []
+    threads = [threading.Thread(target=lambda: got.append(corpus_lexical(texts))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and all(g is got[0] for g in got) and lexical._CACHE.held() == (1, 3)  # one index a corpus
+    lexical._CACHE.clear()
