@@ -36,7 +36,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -137,9 +137,11 @@ class _Segment:
     rows: np.ndarray  # (P,) int32
     tf: np.ndarray  # (P,) int32
     lengths: np.ndarray  # (n,) int32 words of each chunk
+    words: int = field(init=False)  # their sum, kept so that a new version costs nothing per old chunk
 
     def __post_init__(self) -> None:
         _frozen(self.terms, self.starts, self.rows, self.tf, self.lengths)
+        object.__setattr__(self, "words", int(self.lengths.sum(dtype=np.int64)))
 
     @property
     def size(self) -> int:
@@ -224,7 +226,7 @@ class LexicalIndex:
         self._vocabulary = vocabulary
         self._offsets = np.cumsum([0, *(s.size for s in self._segments)])  # (S + 1,) first row of each segment
         self.count = int(self._offsets[-1])
-        self._words = sum(int(s.lengths.sum(dtype=np.int64)) for s in self._segments)
+        self._total_words = sum(s.words for s in self._segments)
 
     @classmethod
     def from_texts(cls, texts: Sequence[str]) -> LexicalIndex:
@@ -313,7 +315,7 @@ class LexicalIndex:
         """(R, N) float32 BM25 scores of a block of queries, summed in float64."""
         n_q = len(queries)
         out = np.zeros((n_q, self.count), dtype=np.float32)
-        if self._words == 0 or n_q == 0:
+        if self._total_words == 0 or n_q == 0:
             return out  # no chunk holds a word
         ids = self._vocabulary.ids
         pairs = [(r, i) for r, q in enumerate(queries) for i in map(ids.get, _words(q)) if i is not None]
@@ -327,7 +329,7 @@ class LexicalIndex:
         df = sum((hi - lo for lo, hi in spans), np.zeros(len(terms), dtype=np.int64))  # (U,)
         idf = np.log1p((self.count - df + 0.5) / (df + 0.5))  # (U,) Lucene's, as bm25s
         weight = times * idf[p_term]  # (Qd,)
-        avgdl = self._words / self.count
+        avgdl = self._total_words / self.count
         keys, values = [], []
         for seg, first, (lo, hi) in zip(self._segments, self._offsets, spans, strict=False):
             length = (hi - lo)[p_term]  # (Qd,) postings of each query's word in this segment

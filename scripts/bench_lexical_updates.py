@@ -1,0 +1,141 @@
+"""What adding passages to the BM25 index costs by index size, against building it anew, and what a query costs
+against bm25s's own index (`qrag.training.search.lexical`).
+
+    python scripts/bench_lexical_updates.py --out results/lexical_updates/lexical_updates.json
+    python scripts/bench_lexical_updates.py --sizes 5000,20000 --adds 1 --skip-bm25s   # the add cost only
+
+Corpora of N passages cycle HotpotQA's test pool (13 789 passages), each with its row number appended so that they
+stay distinct. For each N: `from_texts` over N (the base) and over N + m (a rebuild), `added` of m new passages to
+the base (median of --repeats), a run of single adds one after the other (amortised merges: mean, median, max), a
+one-row `deleted`, and the time of `scores()` for one question against bm25s's `get_scores` over the same N.
+Prints a Markdown table and writes JSON with the machine (CPU flags, threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from qrag.training.data import hotpot_pool
+from qrag.training.model.precision import speed_flags
+from qrag.training.search.lexical import LexicalIndex
+
+QUESTIONS = ["Which magazine was started first, Arthur's Magazine or First for Women?",
+             "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?",
+             "Were Scott Derrickson and Ed Wood of the same nationality?",
+             "The director of the romantic comedy Big Stone Gap is based in what New York city?",
+             "Which airport is closer to the city centre, Gatwick or Stansted?"]
+
+
+def corpus(pool: tuple[str, ...], start: int, n: int) -> list[str]:
+    """Passages start … start + n − 1 of the cycled pool, each ending with its row number."""
+    return [f"{pool[i % len(pool)]} {i}" for i in range(start, start + n)]
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median seconds of `repeats` calls, and the last call's result."""
+    times, out = [], None
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def index_bytes(index: LexicalIndex) -> int:
+    return sum(a.nbytes for s in index._segments for a in (s.terms, s.starts, s.rows, s.tf, s.lengths))
+
+
+def bench_size(pool: tuple[str, ...], n: int, adds: list[int], repeats: int, chain: int, bm25s_too: bool,
+               rebuild_repeats: int) -> dict[str, Any]:
+    texts = corpus(pool, 0, n)
+    build_s, base = timed(lambda: LexicalIndex.from_texts(texts), 1)
+    row: dict[str, Any] = {"n": n, "from_texts_s": build_s, "bytes_per_chunk": index_bytes(base) / n, "adds": []}
+    for m in adds:
+        new = corpus(pool, n, m)
+        add_s, grown = timed(lambda new=new: base.added(new), repeats)
+        rebuild_s, _ = timed(lambda new=new: LexicalIndex.from_texts(texts + new), rebuild_repeats)
+        row["adds"].append({"m": m, "added_s": add_s, "from_texts_s": rebuild_s, "speedup": rebuild_s / add_s,
+                            "segments": grown.segments})
+        print(f"  N={n} m={m}: added {add_s * 1e3:.2f} ms, from_texts {rebuild_s:.2f} s", flush=True)
+    one = corpus(pool, n, chain)
+    times, index = [], base
+    for t in one:  # single adds, each on the version before: the merges a living index pays for
+        t0 = time.perf_counter()
+        index = index.added([t])
+        times.append(time.perf_counter() - t0)
+    row["chain"] = {"adds": chain, "mean_s": statistics.fmean(times), "median_s": statistics.median(times),
+                    "max_s": max(times), "segments": index.segments}
+    row["deleted_one_s"], _ = timed(lambda: base.deleted([n // 2]), repeats)
+    query_s, _ = timed(lambda: base.scores(QUESTIONS[:1]), repeats * 3)
+    row["scores_one_query_s"] = query_s
+    row["scores_one_query_segmented_s"], _ = timed(lambda: index.scores(QUESTIONS[:1]), repeats * 3)
+    row["scores_five_queries_s"], _ = timed(lambda: base.scores(QUESTIONS), repeats)
+    if bm25s_too:
+        import bm25s
+
+        t0 = time.perf_counter()
+        ref = bm25s.BM25()
+        ref.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+        row["bm25s_build_s"] = time.perf_counter() - t0
+        words = [w for w in bm25s.tokenize(QUESTIONS[:1], stopwords="en", return_ids=False,
+                                           show_progress=False)[0] if w in ref.vocab_dict]
+        row["bm25s_get_scores_s"], want = timed(lambda: ref.get_scores(words), repeats * 3)
+        row["max_abs_diff_vs_bm25s"] = float(np.abs(base.scores(QUESTIONS[:1])[0].numpy() - want).max())
+        del ref
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| N | m | added (ms) | from_texts N+m (s) | speed-up | 200 single adds: mean / max (ms) | "
+             "deleted 1 (ms) | scores 1 query (ms) | bm25s get_scores (ms) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for a in r["adds"]:
+            bm = f"{r['bm25s_get_scores_s'] * 1e3:.2f}" if "bm25s_get_scores_s" in r else "-"
+            lines.append(f"| {r['n']:,} | {a['m']:,} | {a['added_s'] * 1e3:.2f} | {a['from_texts_s']:.2f} | "
+                         f"{a['speedup']:,.0f}x | {r['chain']['mean_s'] * 1e3:.2f} / {r['chain']['max_s'] * 1e3:.1f} | "
+                         f"{r['deleted_one_s'] * 1e3:.1f} | {r['scores_one_query_s'] * 1e3:.2f} | {bm} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000,400000", help="index sizes N, comma-separated")
+    ap.add_argument("--adds", default="1,100,10000", help="passages m added at once, comma-separated")
+    ap.add_argument("--repeats", type=int, default=5, help="repeats of each added() timing (the median is kept)")
+    ap.add_argument("--rebuild-repeats", type=int, default=1, help="repeats of each from_texts rebuild")
+    ap.add_argument("--chain", type=int, default=200, help="single adds one after the other")
+    ap.add_argument("--skip-bm25s", action="store_true", help="no bm25s build to time queries against")
+    ap.add_argument("--out", type=Path, default=None, help="JSON file to write")
+    args = ap.parse_args()
+    pool = hotpot_pool.load_pool().pools["test"]
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        print(f"N = {n:,}", flush=True)
+        rows.append(bench_size(pool, n, [int(m) for m in args.adds.split(",")], args.repeats, args.chain,
+                               not args.skip_bm25s, args.rebuild_repeats))
+    print(table(rows))
+    result = {"machine": {"processor": platform.processor() or platform.machine(), "cpu_flags": speed_flags(),
+                          "threads": torch.get_num_threads(), "python": platform.python_version(),
+                          "numpy": np.__version__},
+              "pool": f"hotpotqa_pool test, {len(pool)} passages cycled with their row number", "sizes": rows}
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
