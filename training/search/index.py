@@ -12,15 +12,25 @@ g_φ(c) depends only on the chunk text, so chunk vectors are computed once (by t
   database with a dot-product metric), for corpora beyond one machine (position mode 'none').
 
 `ChunkIndex.save` writes JSON + safetensors (or NumPy `.npy`), never pickle.
+
+A living index serves reads beside writes. Its state is one immutable version (vectors, texts, ids, metadata, BM25,
+filter masks); `add`, `delete` and `with_metadatas` build the next version beside the current one and publish it in
+one assignment, under a writer lock. `snapshot()` pins the current version: a search reads it from its first hop to
+its last, so one that started before a change returns the old version's answer and one that starts after it never
+sees a deleted chunk. What an add costs is what it adds: the vectors grow in a buffer with spare rows (amortised
+O(added), never read past a version's own rows), the BM25 index takes a segment (`LexicalIndex.added`), and the id
+lookup is shared and only appended to; a delete copies the surviving rows (no re-embedding, no re-tokenising).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -33,7 +43,7 @@ from qrag.training.input_checks import check_ids, check_metadatas, check_texts, 
 from qrag.training.model.config import PRECISIONS, Precision
 from qrag.training.model.qnet import QNetwork, model_lock
 from qrag.training.search.filters import Filter
-from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical
+from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical, forget_corpus
 
 Backend = Literal["torch", "faiss"]
 VectorFormat = Literal["safetensors", "numpy"]
@@ -44,6 +54,9 @@ INDEX_FILE = "index.json"
 LEXICAL_DIR = "lexical"  # the BM25 index of the texts, when the index holds one
 _VECTOR_FILES: dict[str, str] = {"safetensors": "vectors.safetensors", "numpy": "vectors.npy"}
 PROGRESS_MIN_CHUNKS = 10_000  # show a progress bar by default from this corpus size on
+MASK_CACHE_SIZE = 64
+"""Filter masks an index version keeps (least recently used dropped first): at most this many N-row bool masks,
+64 × N bytes (6.4 MB at 100 000 chunks)."""
 
 
 class IndexLoadError(ValueError):
@@ -101,6 +114,58 @@ def search_rows(
     return out
 
 
+class MaskCache:
+    """The filter masks of one index version: an LRU of at most `size` (N,) bool masks, keyed by the filter's
+    canonical text (`Filter.key`); thread-safe. A predicate has no key and is evaluated at every search."""
+
+    def __init__(self, size: int = MASK_CACHE_SIZE) -> None:
+        self.size = size
+        self._masks: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._masks)
+
+    def get(self, key: str) -> torch.Tensor | None:
+        with self._lock:
+            mask = self._masks.get(key)
+            if mask is not None:
+                self._masks.move_to_end(key)
+            return mask
+
+    def put(self, key: str, mask: torch.Tensor) -> None:
+        with self._lock:
+            self._masks[key] = mask
+            self._masks.move_to_end(key)
+            while len(self._masks) > self.size:
+                self._masks.popitem(last=False)
+
+
+@dataclass(frozen=True, eq=False)
+class _Version:
+    """One immutable state of a `ChunkIndex`. `rows` is shared between versions that only added to it (append-only:
+    an id is this version's when its row is below `count` and names it here)."""
+
+    storage: torch.Tensor  # (capacity, D): rows [0, count) are this version's vectors; later rows are the next's
+    count: int
+    texts: list[str]
+    ids: list[str]
+    metadatas: list[dict[str, Any]]
+    rows: dict[str, int]
+    lexical: LexicalIndex | None
+    masks: MaskCache
+    lexical_shared: bool = False  # the BM25 index came from `corpus_lexical` (forgotten there when replaced)
+    faiss: list[Any] = field(default_factory=list)  # the FAISS index of these vectors, built on first use
+
+    @property
+    def vectors(self) -> torch.Tensor:
+        return self.storage[: self.count]
+
+    def row(self, cid: str) -> int | None:
+        r = self.rows.get(cid)
+        return r if r is not None and r < self.count and self.ids[r] == cid else None
+
+
 class ChunkIndex:
     """Cached chunk-tower vectors with exact inner-product search (torch, CPU or GPU) or FAISS.
 
@@ -115,6 +180,10 @@ class ChunkIndex:
             position-aware model (position_mode 'relative'/'absolute') scores by position and warns without it.
         lexical: A BM25 index over the same texts (`LexicalIndex`), for models that weigh lexical evidence
             (METHOD.md §4.5); `with_lexical()` builds one.
+        mask_cache_size: Filter masks kept per version (`MaskCache`; least recently used dropped first).
+
+    Reads beside writes: every search reads one version (`snapshot`), and `add` / `delete` / `with_metadatas` publish
+    the next one in one step, so searches in other threads never see a half-made change (module docstring).
 
     Example:
         >>> from qrag.training.model.qnet import QNetwork
@@ -138,44 +207,85 @@ class ChunkIndex:
         chunk_tower: str | None = None,
         lexical: LexicalIndex | None = None,
         precision: Precision = "fp32",
+        mask_cache_size: int = MASK_CACHE_SIZE,
     ) -> None:
         texts = check_texts(texts)
         n = len(texts)
-        if not isinstance(vectors, torch.Tensor) or vectors.dim() != 2 or vectors.shape[0] != n:
-            shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
-            raise ValueError(f"ChunkIndex needs (N, D) vectors for N={n} texts, got {shape}.")
-        if not bool(torch.isfinite(vectors).all()):
-            bad = int((~torch.isfinite(vectors)).any(dim=1).nonzero()[0, 0])
-            raise ValueError(f"chunk vector {bad} holds NaN or infinite values (the model that embedded it is "
-                             "damaged or diverged); re-embed the texts with a sound model.")
-        self.vectors = vectors.float()  # (N, D)
+        _check_vectors(vectors, n)
         self.chunk_tower = chunk_tower
         """`QNetwork.chunk_tower_fingerprint()` of the tower that embedded the vectors, when known."""
-        self.texts: list[str] = texts
-        self.ids: list[str] = check_ids(ids, n)
-        self.metadatas: list[dict[str, Any]] = check_metadatas(metadatas, n)
         self.encoder = encoder
         self.ordered = bool(ordered)
-        self._row = {cid: i for i, cid in enumerate(self.ids)}
         if backend not in ("torch", "faiss"):
             raise ValueError(f"ChunkIndex backend must be 'torch' or 'faiss', got {backend!r}.")
         self.backend: Backend = backend
-        self._faiss: Any = _build_faiss(self.vectors) if backend == "faiss" else None
+        if backend == "faiss":
+            _faiss_module()  # refuse at once where faiss is missing
         if lexical is not None and len(lexical) != n:
             raise ValueError(f"the lexical index covers {len(lexical)} chunks but the index holds {n}; build it from "
                              "the same texts.")
-        self.lexical = lexical
         if precision not in PRECISIONS:
             raise ValueError(f"ChunkIndex precision must be one of {list(PRECISIONS)}, got {precision!r}.")
         self.precision: Precision = precision
         """The arithmetic the vectors were embedded in (`from_texts`); `add` embeds new texts in it too."""
-        self._masks: dict[str, torch.Tensor] = {}  # filter key → (N,) row mask, cleared by every add or delete
+        _check_cache_size(mask_cache_size)
+        self.mask_cache_size = mask_cache_size
+        ids_ = check_ids(ids, n)
+        self._writer = threading.Lock()  # one change at a time; readers never wait
+        self._frozen = False
+        self._version = _Version(vectors.float(), n, texts, ids_, check_metadatas(metadatas, n),
+                                 {cid: i for i, cid in enumerate(ids_)}, lexical, MaskCache(mask_cache_size))
+
+    # ------------------------------------------------------------------ versions
+    def snapshot(self) -> ChunkIndex:
+        """A read-only view of the index as it is now: what one search reads from its first hop to its last. Changes
+        made after it (by any thread) are not in it; it is cheap (no copy) and refuses changes itself."""
+        view = object.__new__(ChunkIndex)
+        view.__dict__.update(self.__dict__)
+        view._frozen = True
+        view._writer = threading.Lock()
+        return view
+
+    def _publish(self, version: _Version) -> None:
+        """Make `version` the index's current one (one assignment: readers see the old version or the new one)."""
+        old = self._version
+        self._version = version
+        if old.lexical_shared and old.lexical is not version.lexical:
+            forget_corpus(old.texts)  # the cache must not keep the replaced corpus's BM25 alive
+
+    def _check_writable(self) -> None:
+        if self._frozen:
+            raise ValueError("this is a snapshot of an index (read-only); add to or delete from the index itself.")
+
+    @property
+    def vectors(self) -> torch.Tensor:
+        """(N, D) the chunk vectors of the current version."""
+        return self._version.vectors
+
+    @property
+    def texts(self) -> list[str]:
+        return self._version.texts
+
+    @property
+    def ids(self) -> list[str]:
+        return self._version.ids
+
+    @property
+    def metadatas(self) -> list[dict[str, Any]]:
+        return self._version.metadatas
+
+    @property
+    def lexical(self) -> LexicalIndex | None:
+        return self._version.lexical
 
     def with_lexical(self) -> ChunkIndex:
         """Build the BM25 index of the texts if the index has none yet (in place; returns the index). Indexes of the
         same texts share one (`lexical.corpus_lexical`)."""
-        if self.lexical is None:
-            self.lexical = corpus_lexical(tuple(self.texts))
+        if self._version.lexical is None:
+            with self._writer:
+                v = self._version
+                if v.lexical is None:
+                    self._version = replace(v, lexical=corpus_lexical(tuple(v.texts)), lexical_shared=True)
         return self
 
     # ------------------------------------------------------------------ construction
@@ -193,6 +303,7 @@ class ChunkIndex:
         ordered: bool = False,
         precision: Precision = "fp32",
         lexical: bool = False,
+        mask_cache_size: int = MASK_CACHE_SIZE,
     ) -> ChunkIndex:
         """Embed `texts` once with the chunk tower (length-sorted batches) and index them.
 
@@ -208,53 +319,64 @@ class ChunkIndex:
             precision: The encoder's arithmetic: 'fp32' (exact, the default), 'bf16' (about 3x faster on a CPU
                 with AVX512-BF16, and on GPUs; vectors within about 0.5% of fp32's) or 'fp16' (GPU only).
             lexical: Also build the BM25 index of the texts (models that weigh lexical evidence need it).
+            mask_cache_size: Filter masks kept per version (`MaskCache`).
 
         Raises:
             ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, metadata
-                that does not match the texts, or an unknown precision.
+                that does not match the texts, an unknown precision or a bad cache size; all before any text is
+                embedded.
         """
         texts = check_texts(texts)
         ids_ = check_ids(ids, len(texts))
         metas = check_metadatas(metadatas, len(texts))
+        _check_cache_size(mask_cache_size)
+        if backend not in ("torch", "faiss"):
+            raise ValueError(f"ChunkIndex backend must be 'torch' or 'faiss', got {backend!r}.")
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
-        model.check_chunk_lengths(texts, stacklevel=2)
-        with model_lock(model):
-            if precision == "fp32":  # duck-typed models need not take a precision
-                vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show)  # (N, D)
-            else:
-                vectors = model.embed_chunks(texts, batch_size=batch_size, show_progress=show, precision=precision)
+        vectors = _embed(model, texts, batch_size, show, precision)  # (N, D)
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
                    chunk_tower=tower() if callable(tower) else None, ordered=ordered,
-                   lexical=LexicalIndex.from_texts(texts) if lexical else None, precision=precision)
+                   lexical=LexicalIndex.from_texts(texts) if lexical else None, precision=precision,
+                   mask_cache_size=mask_cache_size)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
-        return len(self.texts)
+        return self._version.count
 
     @property
     def dim(self) -> int:
-        return int(self.vectors.shape[1])
+        return int(self._version.storage.shape[1])
 
     @property
     def device(self) -> torch.device:
-        return self.vectors.device
+        return self._version.storage.device
 
     def to(self, device: torch.device | str) -> ChunkIndex:
         """Move the vectors (exact search runs where they live)."""
-        self.vectors = self.vectors.to(device)
+        with self._writer:
+            v = self._version
+            if v.storage.device != torch.device(device):
+                self._version = replace(v, storage=v.vectors.to(device), masks=MaskCache(self.mask_cache_size),
+                                        faiss=[])
         return self
 
     def chunk(self, row: int) -> Chunk:
         """The chunk stored at `row` (its document position)."""
-        return Chunk(self.ids[row], self.texts[row], self.metadatas[row], row)
+        v = self._version
+        return Chunk(v.ids[row], v.texts[row], v.metadatas[row], row)
 
     def rows(self, ids: Collection[str]) -> list[int]:
         """Rows of the given ids; unknown ids raise `KeyError` naming them."""
-        missing = [i for i in ids if i not in self._row]
+        v = self._version
+        found = [v.row(i) for i in ids]
+        missing = [i for i, r in zip(ids, found, strict=True) if r is None]
         if missing:
-            raise KeyError(f"ids {missing[:5]} are not in this ChunkIndex of {len(self)} chunks.")
-        return [self._row[i] for i in ids]
+            raise KeyError(f"ids {missing[:5]} are not in this ChunkIndex of {v.count} chunks.")
+        return [r for r in found if r is not None]
+
+    def __contains__(self, cid: object) -> bool:
+        return isinstance(cid, str) and self._version.row(cid) is not None
 
     # ------------------------------------------------------------------ a living index
     def add(
@@ -266,81 +388,122 @@ class ChunkIndex:
         They are embedded in the arithmetic the index was built in (`precision`).
 
         The index then equals one built from scratch on the whole set in that order (its BM25 index, when it has
-        one, is rebuilt over every text, as a fresh build's would be). In an ordered (position-aware) index the
-        new chunks follow the last one in reading order.
+        one, takes the new texts as a segment with a fresh build's scores). In an ordered (position-aware) index the
+        new chunks follow the last one in reading order. Searches running meanwhile read the index as it was.
 
         Args:
             ids: Unique ids not in the index yet (default: new random ids).
 
         Raises:
             ValueError: an id already in the index (named), duplicate or malformed input, or a model whose chunk
-                tower is not the one the index was embedded with.
+                tower is not the one the index was embedded with; all before any text is embedded.
         """
+        self._check_writable()
         texts = check_texts(texts)
         new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
         metas = check_metadatas(metadatas, len(texts))
-        taken = [i for i in new_ids if i in self._row]
-        if taken:
-            raise ValueError(f"ids {taken[:5]} are already in this index; delete them first to replace them, or "
-                             "add the texts under new ids.")
+        self._check_new_ids(new_ids)
         tower = getattr(model, "chunk_tower_fingerprint", None)
         if self.chunk_tower is not None and callable(tower) and tower() != self.chunk_tower:
             raise ValueError("this model's chunk tower is not the one the index was embedded with; add with the "
                              "model that built the index (or rebuild the index with this one).")
-        fresh = ChunkIndex.from_texts(model, texts, new_ids, metas, batch_size=batch_size, precision=self.precision,
-                                      show_progress=False)
-        self._replace_rows(torch.cat([self.vectors, fresh.vectors.to(self.device)]), self.texts + texts,
-                           self.ids + new_ids, self.metadatas + metas)
+        vectors = _embed(model, texts, batch_size, False, self.precision)  # (n, D)
+        return self.add_vectors(vectors, texts, new_ids, metas)
+
+    def add_vectors(
+        self, vectors: torch.Tensor, texts: Iterable[str], ids: Iterable[str] | None = None,
+        metadatas: Iterable[Mapping[str, Any]] | None = None,
+    ) -> list[str]:
+        """`add` of texts whose chunk vectors are already computed (by this index's chunk tower, e.g. read from a
+        `ChunkVectorFolder`); returns their ids. Costs what it adds: no row already in the index is copied or
+        re-scored (the vector buffer keeps spare rows and doubles when full).
+
+        Raises:
+            ValueError: vectors that are not (n, D) finite for the n texts, an id already in the index, or
+                malformed texts, ids or metadata.
+        """
+        self._check_writable()
+        texts = check_texts(texts)
+        new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
+        metas = check_metadatas(metadatas, len(texts))
+        _check_vectors(vectors, len(texts), self.dim)
+        with self._writer:
+            self._check_new_ids(new_ids)
+            v = self._version
+            n, m = v.count, len(texts)
+            lexical = v.lexical.added(texts) if v.lexical is not None else None  # first: it may refuse the texts
+            storage = v.storage
+            if n + m > storage.shape[0]:
+                grown = torch.empty((max(2 * (n + m), 16), storage.shape[1]), dtype=storage.dtype, device=storage.device)
+                grown[:n] = storage[:n]
+                storage = grown
+            storage[n : n + m] = vectors.to(storage.device, storage.dtype)  # rows no published version reads
+            rows = v.rows
+            rows.update((cid, n + i) for i, cid in enumerate(new_ids))  # append-only: older versions check `count`
+            self._publish(_Version(storage, n + m, v.texts + texts, v.ids + new_ids, v.metadatas + metas, rows,
+                                   lexical, MaskCache(self.mask_cache_size)))
         return new_ids
+
+    def _check_new_ids(self, new_ids: list[str]) -> None:
+        taken = [i for i in new_ids if i in self]
+        if taken:
+            raise ValueError(f"ids {taken[:5]} are already in this index; delete them first to replace them, or "
+                             "add the texts under new ids.")
 
     def delete(self, ids: Iterable[str]) -> None:
         """Remove the chunks with these ids; the rest keep their order (in an ordered index, the chunks after a
-        deleted one move up by one place: positions are places in the text as it now stands).
+        deleted one move up by one place: positions are places in the text as it now stands). Searches running
+        meanwhile read the index as it was; a search that starts after `delete` returns never sees these chunks.
 
         Raises:
-            ValueError: an id not in the index (named; nothing is deleted), or a deletion that would empty it.
+            ValueError: ids given as one string, an id not in the index (named; nothing is deleted), or a deletion
+                that would empty it.
         """
-        if isinstance(ids, str) or not isinstance(ids, Iterable):
-            raise ValueError(f"ids must be a list of chunk ids, got {ids!r:.80}.")
+        self._check_writable()
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise ValueError(f"ids must be a list of chunk ids, got {ids!r:.80}; for one id pass [id].")
         gone = set(map(str, ids))
-        missing = sorted(i for i in gone if i not in self._row)
-        if missing:
-            raise ValueError(f"ids {missing[:5]} are not in this index of {len(self)} chunks; nothing was deleted.")
-        if len(gone) >= len(self):
-            raise ValueError("cannot delete every chunk of an index; build a new one for a new corpus.")
-        keep = [r for r, i in enumerate(self.ids) if i not in gone]
-        self._replace_rows(self.vectors[keep], [self.texts[r] for r in keep], [self.ids[r] for r in keep],
-                           [self.metadatas[r] for r in keep])
-
-    def _replace_rows(self, vectors: torch.Tensor, texts: list[str], ids: list[str],
-                      metadatas: list[dict[str, Any]]) -> None:
-        self.vectors, self.texts, self.ids, self.metadatas = vectors, texts, ids, metadatas
-        self._row = {cid: i for i, cid in enumerate(ids)}
-        self._masks.clear()
-        if self._faiss is not None:
-            self._faiss = _build_faiss(self.vectors)
-        if self.lexical is not None:
-            self.lexical = LexicalIndex.from_texts(texts)
+        with self._writer:
+            v = self._version
+            missing = sorted(i for i in gone if v.row(i) is None)
+            if missing:
+                raise ValueError(f"ids {missing[:5]} are not in this index of {v.count} chunks; nothing was deleted.")
+            if len(gone) >= v.count:
+                raise ValueError("cannot delete every chunk of an index; build a new one for a new corpus.")
+            dropped = sorted(r for i in gone if (r := v.row(i)) is not None)
+            keep = torch.ones(v.count, dtype=torch.bool)
+            keep[dropped] = False
+            kept = keep.nonzero().squeeze(1)  # (N - d,)
+            storage = v.vectors.index_select(0, kept.to(v.storage.device))  # a fresh buffer: no version reads it yet
+            texts = [t for t, k in zip(v.texts, keep.tolist(), strict=True) if k]
+            new_ids = [t for t, k in zip(v.ids, keep.tolist(), strict=True) if k]
+            metas = [t for t, k in zip(v.metadatas, keep.tolist(), strict=True) if k]
+            lexical = v.lexical.deleted(dropped) if v.lexical is not None else None
+            self._publish(_Version(storage, len(texts), texts, new_ids, metas, {c: i for i, c in enumerate(new_ids)},
+                                   lexical, MaskCache(self.mask_cache_size)))
 
     def with_metadatas(self, metadatas: Sequence[Mapping[str, Any]]) -> ChunkIndex:
         """Replace every chunk's metadata (in row order; in place; returns the index): what filters read."""
-        self.metadatas = check_metadatas(metadatas, len(self))
-        self._masks.clear()
+        self._check_writable()
+        with self._writer:
+            v = self._version
+            self._version = replace(v, metadatas=check_metadatas(metadatas, v.count), masks=MaskCache(self.mask_cache_size))
         return self
 
     def mask(self, filter_: Filter) -> torch.Tensor:
-        """(N,) bool: the rows `filter_` lets a search take, on the vectors' device; cached per filter until the
-        index changes (a predicate is evaluated each time).
+        """(N,) bool: the rows `filter_` lets a search take, on the vectors' device; cached per filter and index
+        version (`MaskCache`, at most `mask_cache_size` masks; a predicate is evaluated each time).
 
         Raises:
             FilterError: metadata a condition cannot compare (the message names the key and the values).
         """
+        v = self._version
         key = filter_.key
-        cached = self._masks.get(key) if key is not None else None
+        cached = v.masks.get(key) if key is not None else None
         if cached is None:
-            cached = torch.tensor([filter_.matches(m) for m in self.metadatas], dtype=torch.bool, device=self.device)
-            if key is not None:
-                self._masks[key] = cached
+            cached = torch.tensor([filter_.matches(m) for m in v.metadatas], dtype=torch.bool, device=v.storage.device)
+            if key is not None and v.masks.size:
+                v.masks.put(key, cached)
         return cached
 
     # ------------------------------------------------------------------ search
@@ -361,15 +524,19 @@ class ChunkIndex:
             (scores, rows), each (B, K) with K = min(k, N − max excluded); a row that ran out of
             chunks is padded with score -inf and row -1.
         """
+        v = self._version
         if queries.dim() != 2 or queries.shape[1] != self.dim:
             raise ValueError(f"queries must be (B, {self.dim}) for this index, got shape {tuple(queries.shape)}.")
+        if allowed is not None and allowed.shape != (v.count,):
+            raise ValueError(f"a filter mask is ({v.count},) for this index, got {tuple(allowed.shape)}; take masks "
+                             "and searches from one snapshot().")
         width = max(len(e) for e in exclude) if exclude else 0
-        kk = max(0, min(k, len(self)))
-        if self._faiss is not None and allowed is None:
-            return self._faiss_topk(queries, kk, exclude, width)
-        scores = queries.to(self.device, torch.float32) @ self.vectors.T  # (B, N)
+        kk = max(0, min(k, v.count))
+        if self.backend == "faiss" and allowed is None:
+            return self._faiss_topk(v, queries, kk, exclude, width)
+        scores = queries.to(v.storage.device, torch.float32) @ v.vectors.T  # (B, N)
         if allowed is not None:
-            scores.masked_fill_(~allowed.to(self.device), -math.inf)
+            scores.masked_fill_(~allowed.to(v.storage.device), -math.inf)
         if exclude:
             for b, rows in enumerate(exclude):
                 if rows:
@@ -378,12 +545,16 @@ class ChunkIndex:
         return top, torch.where(torch.isinf(top), torch.full_like(rows_, -1), rows_)
 
     def _faiss_topk(
-        self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[int]] | None, width: int
+        self, v: _Version, queries: torch.Tensor, k: int, exclude: Sequence[Collection[int]] | None, width: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # FAISS cannot mask, so over-fetch by the largest exclusion set and drop taken rows afterwards.
-        fetch = min(len(self), k + width)
+        if not v.faiss:
+            with _FAISS_BUILD:
+                if not v.faiss:  # built once per version, on the first search that needs it
+                    v.faiss.append(_build_faiss(v.vectors))
+        fetch = min(v.count, k + width)
         q = np.ascontiguousarray(queries.detach().float().cpu().numpy())  # (B, D)
-        dist, idx = self._faiss.search(q, fetch)  # (B, k + width) each
+        dist, idx = v.faiss[0].search(q, fetch)  # (B, k + width) each
         top = torch.full((q.shape[0], k), -math.inf)  # (B, K)
         rows = torch.full((q.shape[0], k), -1, dtype=torch.long)  # (B, K)
         for b in range(q.shape[0]):
@@ -398,12 +569,13 @@ class ChunkIndex:
         where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
         """`ChunkStore.search`: per query, at most `k` (chunk, inner product) pairs, best first (among the chunks
-        `where` allows)."""
-        ex_rows = [set(self.rows(e)) for e in exclude] if exclude else None
-        top, rows = self.topk(queries, k, ex_rows, None if where is None else self.mask(where))  # (B, K) each
+        `where` allows); reads one version of the index throughout."""
+        view = self.snapshot()
+        ex_rows = [set(view.rows(e)) for e in exclude] if exclude else None
+        top, rows = view.topk(queries, k, ex_rows, None if where is None else view.mask(where))  # (B, K) each
         out: list[list[ScoredChunk]] = []
         for s_row, r_row in zip(top.tolist(), rows.tolist(), strict=True):
-            out.append([(self.chunk(r), s) for s, r in zip(s_row, r_row, strict=True) if r >= 0])
+            out.append([(view.chunk(r), s) for s, r in zip(s_row, r_row, strict=True) if r >= 0])
         return out
 
     # ------------------------------------------------------------------ persistence
@@ -416,38 +588,39 @@ class ChunkIndex:
         if vector_format not in _VECTOR_FILES:
             raise ValueError(f"vector_format must be one of {sorted(_VECTOR_FILES)}, got {vector_format!r}.")
         target = Path(folder)
+        v = self.snapshot()  # one version throughout, whatever other threads change meanwhile
         header = {
             "format": INDEX_FORMAT,
             "version": INDEX_VERSION,
-            "count": len(self),
-            "dim": self.dim,
+            "count": len(v),
+            "dim": v.dim,
             "backend": self.backend,
             "encoder": self.encoder,
             "ordered": self.ordered,
             "chunk_tower": self.chunk_tower,
             "vector_file": _VECTOR_FILES[vector_format],
-            "lexical": self.lexical is not None,
+            "lexical": v.lexical is not None,
             "precision": self.precision,
-            "ids": self.ids,
-            "texts": self.texts,
-            "metadatas": self.metadatas,
+            "ids": v.ids,
+            "texts": v.texts,
+            "metadatas": v.metadatas,
         }
         try:
             blob = json.dumps(header, ensure_ascii=False)
         except (TypeError, ValueError) as e:
-            bad = next((i for i, m in enumerate(self.metadatas) if not json_ok(m)), None)
+            bad = next((i for i, m in enumerate(v.metadatas) if not json_ok(m)), None)
             raise ValueError(
-                f"cannot save the index: metadata of chunk {bad} ({self.ids[bad] if bad is not None else '?'!r}) is "
+                f"cannot save the index: metadata of chunk {bad} ({v.ids[bad] if bad is not None else '?'!r}) is "
                 f"not JSON-serialisable ({e}); keep metadata to strings, numbers, lists and dicts."
             ) from None
         with atomic_dir(target, replace=_replaceable) as tmp:
-            vectors = self.vectors.detach().cpu().contiguous()  # (N, D)
+            vectors = v.vectors.detach().cpu().contiguous()  # (N, D)
             if vector_format == "safetensors":
                 save_file({"vectors": vectors}, str(tmp / _VECTOR_FILES["safetensors"]))
             else:
                 np.save(tmp / _VECTOR_FILES["numpy"], vectors.numpy(), allow_pickle=False)
-            if self.lexical is not None:
-                self.lexical.save(tmp / LEXICAL_DIR)
+            if v.lexical is not None:
+                v.lexical.save(tmp / LEXICAL_DIR)
             (tmp / INDEX_FILE).write_text(blob, encoding="utf-8")
         return target
 
@@ -504,7 +677,7 @@ class ChunkIndex:
         lexical = None
         if head.get("lexical", False):  # absent in indexes saved before lexical evidence
             try:
-                lexical = LexicalIndex.load(d / LEXICAL_DIR, count=len(texts))
+                lexical = LexicalIndex.load(d / LEXICAL_DIR, count=len(texts), texts=texts)
             except LexicalLoadError as e:
                 raise IndexLoadError(str(e)) from None
         try:
@@ -522,11 +695,45 @@ def _replaceable(folder: Path) -> bool:
     return (folder / INDEX_FILE).is_file() or not any(folder.iterdir())
 
 
-def _build_faiss(vectors: torch.Tensor) -> Any:
+_FAISS_BUILD = threading.Lock()
+
+
+def _faiss_module() -> Any:
     try:
         import faiss  # lazy: an optional dependency
     except ImportError:
         raise ImportError("backend='faiss' needs faiss: pip install 'qrag[faiss]' (or use backend='torch').") from None
-    index = faiss.IndexFlatIP(int(vectors.shape[1]))
+    return faiss
+
+
+def _build_faiss(vectors: torch.Tensor) -> Any:
+    index = _faiss_module().IndexFlatIP(int(vectors.shape[1]))
     index.add(np.ascontiguousarray(vectors.detach().float().cpu().numpy()))  # (N, D)
     return index
+
+
+def _check_vectors(vectors: Any, n: int, dim: int | None = None) -> None:
+    """Refuse anything but (n, D) finite vectors (D = `dim` when given)."""
+    if (not isinstance(vectors, torch.Tensor) or vectors.dim() != 2 or vectors.shape[0] != n
+            or (dim is not None and vectors.shape[1] != dim)):
+        shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
+        want = f"(N, {dim})" if dim is not None else "(N, D)"
+        raise ValueError(f"ChunkIndex needs {want} vectors for N={n} texts, got {shape}.")
+    if not bool(torch.isfinite(vectors).all()):
+        bad = int((~torch.isfinite(vectors)).any(dim=1).nonzero()[0, 0])
+        raise ValueError(f"chunk vector {bad} holds NaN or infinite values (the model that embedded it is "
+                         "damaged or diverged); re-embed the texts with a sound model.")
+
+
+def _embed(model: QNetwork, texts: list[str], batch_size: int | None, show: bool, precision: Precision) -> torch.Tensor:
+    """(N, D) chunk-tower vectors of `texts` in `precision` (under the model's lock: a search may share the model)."""
+    model.check_chunk_lengths(texts, stacklevel=3)
+    with model_lock(model):
+        if precision == "fp32":  # duck-typed models need not take a precision
+            return model.embed_chunks(texts, batch_size=batch_size, show_progress=show)
+        return model.embed_chunks(texts, batch_size=batch_size, show_progress=show, precision=precision)
+
+
+def _check_cache_size(size: Any) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"mask_cache_size must be a whole number ≥ 0 (0 keeps no mask), got {size!r}.")

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 
 from qrag.training.input_checks import check_device
-from qrag.training.model.qnet import CONFIG_FILE, QNetwork, model_lock
+from qrag.training.model.qnet import CONFIG_FILE, QNetwork
 from qrag.training.model.shipped import resolve_checkpoint
 from qrag.training.model.towers import Precision
 from qrag.training.search.filters import Filter, FilterSpec
@@ -171,7 +171,6 @@ class MultiHopSearcher:
             )
         elif not callable(getattr(store, "search", None)):
             raise SearchError(f"{type(store).__name__} is not a ChunkStore: it has no search(queries, k, exclude).")
-        self._lock = model_lock(model)
         self._warned_lexical = False
         self._lexical_for(self.config.resolved(model.hop_settings).weight)
 
@@ -268,26 +267,29 @@ class MultiHopSearcher:
             if not isinstance(question, str) or not question.strip():
                 raise SearchError(f"question {i} must be a non-empty string, got {question!r}.")
         out: list[SearchResult] = []
-        allowed = self.store.mask(where) if where is not None and isinstance(self.store, ChunkIndex) else None
+        # One version of the index from the first hop of the first question to the last: the mask, the vectors,
+        # the texts, BM25 and the chunks named all come from it, whatever other threads add or delete meanwhile.
+        store = self.store.snapshot() if isinstance(self.store, ChunkIndex) else self.store
+        allowed = store.mask(where) if where is not None and isinstance(store, ChunkIndex) else None
         for start in range(0, len(asked), cfg.batch_size):
-            out.extend(self._search_group(asked[start : start + cfg.batch_size], cfg, where, allowed))
+            out.extend(self._search_group(store, asked[start : start + cfg.batch_size], cfg, where, allowed))
         return out
 
     # ------------------------------------------------------------------ the hops
-    def _search_group(self, questions: list[str], cfg: SearchConfig, where: Filter | None,
-                      allowed: torch.Tensor | None) -> list[SearchResult]:
-        """Hops from the hop engine: greedy or beam over the index's vectors (the rows `allowed` lets them take),
-        or over an external store's ranking (filtered by the store with `where`)."""
-        if isinstance(self.store, ChunkIndex):
-            index = self.store
+    def _search_group(self, store: ChunkIndex | ChunkStore, questions: list[str], cfg: SearchConfig,
+                      where: Filter | None, allowed: torch.Tensor | None) -> list[SearchResult]:
+        """Hops from the hop engine: greedy or beam over the index's vectors (a snapshot; the rows `allowed` lets them
+        take), or over an external store's ranking (filtered by the store with `where`)."""
+        if isinstance(store, ChunkIndex):
+            index = store
             corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical, allowed)
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
             return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight),
                                  question_expand(self.model, questions, corpora), questions, corpora.size(0),
                                  index.chunk, self.model.config.state_order == "document", cfg)
-        return _beam_results(store_expand(self.model, questions, self.store, where=where),
-                             store_question_expand(self.model, questions, self.store, where=where), questions, None,
+        return _beam_results(store_expand(self.model, questions, store, where=where),
+                             store_question_expand(self.model, questions, store, where=where), questions, None,
                              lambda c: c, self.model.config.state_order == "document", cfg)
 
 
@@ -317,9 +319,10 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
         if cfg.weight > 0:
             ix.with_lexical()
     model.eval()
+    views = [ix.snapshot() for ix in indexes]  # each question reads one version of its index throughout
     out: list[SearchResult] = []
     for start in range(0, len(questions), cfg.batch_size):
-        group = list(indexes[start : start + cfg.batch_size])
+        group = views[start : start + cfg.batch_size]
         corpora = Corpora.padded([ix.vectors for ix in group], [ix.texts for ix in group], model.device,
                                  [ix.lexical for ix in group])
         out.extend(_greedy_results(model, list(questions[start : start + cfg.batch_size]), corpora,

@@ -115,7 +115,7 @@ def test_beam_store_and_batched_paths_give_the_greedy_hits() -> None:
     greedy = MultiHopSearcher(model, index).search_one(QUESTION, k=4).hits  # type: ignore[arg-type]
     assert [h.chunk.id for h in greedy] == ["C", "A", "B", "D"]
     beam1 = MultiHopSearcher(model, index, SearchConfig(beam_size=1, k=4))  # type: ignore[arg-type]
-    assert _hits(beam1._search_group([QUESTION], beam1.config.resolved(model.hop_settings), None, None)[0].hits) == _hits(greedy)
+    assert _hits(beam1._search_group(index, [QUESTION], beam1.config.resolved(model.hop_settings), None, None)[0].hits) == _hits(greedy)
     many = search_many(model, [QUESTION, QUESTION], [index, index], SearchConfig(k=4))  # type: ignore[arg-type]
     assert all(_hits(r.hits) == _hits(greedy) for r in many)
 
