@@ -233,7 +233,7 @@ class ChunkIndex:
         ids_ = check_ids(ids, n)
         self._writer = threading.Lock()  # one change at a time; readers never wait
         self._frozen = False
-        self._version = _Version(vectors.float(), n, texts, ids_, check_metadatas(metadatas, n),
+        self._version = _Version(_with_room(vectors.float(), n), n, texts, ids_, check_metadatas(metadatas, n),
                                  {cid: i for i, cid in enumerate(ids_)}, lexical, MaskCache(mask_cache_size))
 
     # ------------------------------------------------------------------ versions
@@ -434,9 +434,7 @@ class ChunkIndex:
             lexical = v.lexical.added(texts) if v.lexical is not None else None  # first: it may refuse the texts
             storage = v.storage
             if n + m > storage.shape[0]:
-                grown = torch.empty((max(2 * (n + m), 16), storage.shape[1]), dtype=storage.dtype, device=storage.device)
-                grown[:n] = storage[:n]
-                storage = grown
+                storage = _with_room(storage[:n], 2 * (n + m))
             storage[n : n + m] = vectors.to(storage.device, storage.dtype)  # rows no published version reads
             rows = v.rows
             rows.update((cid, n + i) for i, cid in enumerate(new_ids))  # append-only: older versions check `count`
@@ -474,7 +472,7 @@ class ChunkIndex:
             keep = torch.ones(v.count, dtype=torch.bool)
             keep[dropped] = False
             kept = keep.nonzero().squeeze(1)  # (N - d,)
-            storage = v.vectors.index_select(0, kept.to(v.storage.device))  # a fresh buffer: no version reads it yet
+            storage = _with_room(v.vectors.index_select(0, kept.to(v.storage.device)), len(kept))  # no version reads it yet
             texts = [t for t, k in zip(v.texts, keep.tolist(), strict=True) if k]
             new_ids = [t for t, k in zip(v.ids, keep.tolist(), strict=True) if k]
             metas = [t for t, k in zip(v.metadatas, keep.tolist(), strict=True) if k]
@@ -732,6 +730,14 @@ def _embed(model: QNetwork, texts: list[str], batch_size: int | None, show: bool
         if precision == "fp32":  # duck-typed models need not take a precision
             return model.embed_chunks(texts, batch_size=batch_size, show_progress=show)
         return model.embed_chunks(texts, batch_size=batch_size, show_progress=show, precision=precision)
+
+
+def _with_room(vectors: torch.Tensor, rows: int) -> torch.Tensor:
+    """A new buffer holding `vectors` in its first rows, with room for `rows` rows and an eighth more (at least 64):
+    the adds that follow write into the spare rows instead of copying the index."""
+    buffer = torch.empty((rows + max(64, rows // 8), vectors.shape[1]), dtype=vectors.dtype, device=vectors.device)
+    buffer[: len(vectors)] = vectors
+    return buffer
 
 
 def _check_cache_size(size: Any) -> None:

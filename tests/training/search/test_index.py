@@ -114,8 +114,8 @@ def test_bad_corpus_input_gets_clear_errors() -> None:
         ChunkIndex(v, ["a", "b"], metadatas=[{}])
     with pytest.raises(ValueError, match="single string"):
         ChunkIndex(v, "ab")
-    with pytest.raises(ValueError, match="not JSON-serialisable"):
-        ChunkIndex(v, ["a", "b"], metadatas=[{}, {"f": object()}]).save("/tmp/qrag-never-written")
+    with pytest.raises(ValueError, match=r"metadatas\[1\]\['f'\] is a object, which JSON cannot hold"):
+        ChunkIndex(v, ["a", "b"], metadatas=[{}, {"f": object()}])  # refused before anything is built or saved
 
 
 def test_chunk_vector_cache_embeds_each_text_once_and_survives_a_round_trip(tiny_encoder_path: Path,
