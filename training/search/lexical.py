@@ -288,8 +288,10 @@ class LexicalIndex:
     def scores(self, queries: Sequence[str]) -> torch.Tensor:
         """(R, N) BM25 score of every chunk for each query (0 where a query shares no word with a chunk)."""
         queries = _checked_texts(queries, "queries")
-        out = np.zeros((len(queries), self.count), dtype=np.float32)  # (R, N)
         step = max(1, SCRATCH // max(self.count, 1))
+        if len(queries) <= step:
+            return torch.from_numpy(self._scores(queries))
+        out = np.zeros((len(queries), self.count), dtype=np.float32)  # (R, N)
         for r in range(0, len(queries), step):
             out[r:r + step] = self._scores(queries[r:r + step])
         return torch.from_numpy(out)
@@ -342,10 +344,10 @@ class LexicalIndex:
             norm = K1 * (1 - B + B * seg.lengths[rows] / avgdl)  # (P,)
             keys.append(np.repeat(p_row, length) * self.count + first + rows)
             values.append(np.repeat(weight, length) * tf / (tf + norm))
-        if keys:
-            flat = np.bincount(np.concatenate(keys), weights=np.concatenate(values), minlength=n_q * self.count)
-            out[:] = flat.reshape(n_q, self.count)
-        return out
+        if not keys:
+            return out
+        flat = np.bincount(np.concatenate(keys), weights=np.concatenate(values), minlength=n_q * self.count)
+        return flat.astype(np.float32).reshape(n_q, self.count)
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
@@ -508,6 +510,9 @@ def corpus_lexical(texts: Sequence[str]) -> LexicalIndex:
     and `CACHE_CHUNKS` chunks in all, the least recently used dropped first; a corpus above `CACHE_CHUNKS` chunks
     is built and not held. Thread-safe."""
     return _CACHE.get(tuple(texts))
+
+
+corpus_lexical.cache_clear = _CACHE.clear  # type: ignore[attr-defined]  # empties the cache, as lru_cache's did
 
 
 def forget_corpus(texts: Sequence[str]) -> None:
