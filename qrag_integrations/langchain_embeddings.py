@@ -207,7 +207,8 @@ class LangChainChunkStore:
 
 def stored_ids(store: VectorStore, ids: Sequence[str]) -> set[str]:
     """Which of `ids` a LangChain vector store holds: Chroma's collection is asked directly (its `get_by_ids`
-    fails on a document stored without metadata), any other store through `get_by_ids`.
+    fails on a document stored without metadata), any other store through `get_by_ids` (Qdrant's ids compared as
+    UUIDs, the only ids it takes besides integers).
 
     Raises:
         ValueError: the store cannot look documents up by id, so qrag cannot keep its rule (adding an id that
@@ -224,7 +225,17 @@ def stored_ids(store: VectorStore, ids: Sequence[str]) -> set[str]:
             f"{type(store).__name__} cannot look documents up by id (get_by_ids), so qrag cannot check that an added "
             "id is new and a deleted one exists; add to and delete from that store through its own API."
         ) from None
-    return {str(d.id) for d in found if d.id is not None}
+    held = {str(d.id if d.id is not None else d.metadata.get("_id")) for d in found}  # Qdrant: metadata `_id`
+    if type(store).__name__ == "QdrantVectorStore":  # it returns a UUID in its dashed form whatever form was given
+        return {i for i in ids if _uuid_form(i) in held}
+    return held & set(ids)
+
+
+def _uuid_form(cid: str) -> str:
+    try:
+        return str(uuid.UUID(cid))
+    except ValueError:
+        return cid
 
 
 def store_size(store: VectorStore) -> int | None:

@@ -122,7 +122,7 @@ class LlamaIndexChunkStore:
         """The ids of the stored nodes whose source document is `ref_doc_id` (LlamaIndex stores it in each node's
         `document_id` metadata)."""
         filters = MetadataFilters(filters=[MetadataFilter(key="document_id", value=ref_doc_id)])
-        return [n.node_id for n in self._get_nodes(filters=filters)]
+        return [n.node_id for n in self._get_nodes(node_ids=None, filters=filters)]
 
     def stored_ids(self, ids: Sequence[str]) -> set[str]:
         """Which of `ids` the store holds."""

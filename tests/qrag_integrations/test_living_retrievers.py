@@ -63,12 +63,16 @@ def test_langchain_filters_hold_at_every_hop_and_fill_k_from_inside(lc: QRAGRetr
     for q in questions:
         docs = r.invoke(q)
         assert len(docs) == 6 and all(d.metadata["group"] == "a" for d in docs)
-        per_call = r.invoke(q, filter=lambda m: m["group"] in ("b", "c") and m["year"] < 2020)
+        per_call = lc.invoke(q, filter=lambda m: m["group"] in ("b", "c") and m["year"] < 2020)  # no floor
         assert len(per_call) == 6 and all(d.metadata["group"] != "a" and d.metadata["year"] < 2020 for d in per_call)
-        assert [d.metadata["group"] for d in r.invoke(q, filter={"group": ["b", "c"]}, k=3)] != []
-    assert r.invoke(questions[0], filter={"n": [3, 4]}, k=6) and len(r.invoke(questions[0], filter={"n": [3, 4]})) == 2
+        narrowed = r.invoke(q, filter=lambda m: m["year"] < 2020)  # the floor holds: group 'a' and before 2020
+        assert len(narrowed) == 6 and all(d.metadata["group"] == "a" and d.metadata["year"] < 2020 for d in narrowed)
+        assert r.invoke(q, filter={"group": ["b", "c"]}, k=3) == []  # a call never widens the floor
+        assert ids_of(r.invoke(q, filter=None)) == ids_of(docs)
+    assert ids_of(r.invoke(questions[0], filter={"n": [3, 4]})) == ["p3"]  # p4 is in group 'b'
     assert r.invoke(questions[0], filter={"shelf": "top"}) == []  # a key no document has: nothing
-    assert len(r.batch(questions[:2], filter={"group": "b"})[1]) == 6
+    assert r.batch(questions[:2], filter={"group": "b"}) == [[], []]
+    assert [sorted(ids_of(d)) for d in r.batch(questions[:2], filter={"n": [0, 3, 6]})] == [["p0", "p3", "p6"]] * 2
 
 
 def test_langchain_bad_filters_and_thresholds_are_refused_before_a_search(model: QNetwork, corpus) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +81,7 @@ def test_langchain_bad_filters_and_thresholds_are_refused_before_a_search(model:
         QRAGRetriever.from_texts(texts[:5], model, k=2, filter="group=a")
     r = QRAGRetriever.from_texts(texts[:5], model, metas[:5], ids[:5], k=2)
     with pytest.raises(FilterError, match=r"'group' ==: the value must be"):
-        r.invoke(questions[0], filter={"group": {"$eq": "a"}})
+        r.invoke(questions[0], filter={"group": {"$eq": {"x": 1}}})
     with pytest.raises(FilterError, match="'year' > 'x': a chunk's 'year' is 1990"):
         r.invoke(questions[0], filter=Filter((Condition("year", ">", "x"),)))
     with pytest.raises(ValueError, match="score_threshold must be a finite number"):
@@ -125,6 +129,15 @@ def test_langchain_add_and_delete_name_what_they_refuse(model: QNetwork, corpus)
     with pytest.raises(ValueError, match=r"ids \['p9'\] are not in this index"):
         r.delete(["p0", "p9"])
     assert len(r.add_texts(["another passage"])) == 1 and len(r.searcher.index) == 6  # type: ignore[arg-type]
+
+
+def test_a_corpus_without_an_indexable_word_builds_and_answers(model: QNetwork) -> None:
+    # Every word of these passages is a stopword or too short for BM25: the lexical evidence is 0, not a crash.
+    r = QRAGRetriever.from_texts(["a b c", "d e f"], model=model, k=2)
+    docs = r.invoke("a b c?")
+    assert sorted(ids_of(docs)) == ["0", "1"] and all(d.metadata["score"] == d.metadata["score"] for d in docs)
+    nodes = QRAGLlamaIndexRetriever.from_defaults(nodes=_nodes(["a b c", "d e f"], ["x", "y"], [{}, {}]), model=model)
+    assert sorted(n.node.node_id for n in nodes.retrieve("a b c?")) == ["x", "y"]
 
 
 # ------------------------------------------------------------------ LlamaIndex
