@@ -1,7 +1,8 @@
 """LlamaIndex's `MetadataFilters` as qrag's metadata filters, and back (for a vector store's own query).
 
 Supported: the operators `==`, `!=`, `in`, `nin`, `>`, `>=`, `<`, `<=` and the conditions `and` / `or`, nested;
-any other operator or condition is refused by name before a search runs.
+any other operator or condition is refused by name before a search runs. Both ways keep the rules of
+`qrag.training.search.filters` (a node without the key matches no condition on it; values typed as JSON types them).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from qrag.training.search import Condition, Filter, FilterError
+from qrag.integrations.store_filters import exact_number
+from qrag.training.search.filters import Condition, Filter, FilterError, value_kind
 
 OPERATORS = {FilterOperator.EQ: "==", FilterOperator.NE: "!=", FilterOperator.IN: "in", FilterOperator.NIN: "nin",
              FilterOperator.GT: ">", FilterOperator.GTE: ">=", FilterOperator.LT: "<", FilterOperator.LTE: "<="}
+_BACK = {v: k for k, v in OPERATORS.items()}
 CONDITIONS = {FilterCondition.AND: "and", FilterCondition.OR: "or"}
 
 
@@ -52,20 +55,103 @@ def from_metadata_filters(filters: MetadataFilters | None) -> Filter | None:
     return Filter(tuple(parts), join)  # type: ignore[arg-type]
 
 
-def to_metadata_filters(where: Filter) -> MetadataFilters:
-    """`where` as LlamaIndex `MetadataFilters` (what a LlamaIndex vector store's query takes).
+def to_metadata_filters(where: Filter, store: str = "a vector store") -> MetadataFilters:
+    """`where` as LlamaIndex `MetadataFilters` (what a LlamaIndex vector store's query takes), for a filter that lets
+    some chunks through and not all (`Filter.reduce`), keeping qrag's rules on the stores' semantics.
+
+    LlamaIndex's stores (Chroma's, the in-memory one) count a node without the key as a match of `NE` / `NIN`, which
+    qrag's filters never do: `!=` a number goes as `< v or > v`; `!=` / `nin` a string (and an empty `nin`) would
+    need a test that a key is present and are refused. Lists go one Python type per `IN` (Chroma and `MetadataFilter`
+    want that); `MetadataFilter` holds no booleans, so a condition on one is refused; a Chroma store orders numbers
+    only.
+
+    Args:
+        where: The filter.
+        store: The store's name, for errors (and Chroma's rules: `ChromaVectorStore`).
 
     Raises:
-        FilterError: a predicate (a function cannot be sent to a database).
+        FilterError: a predicate (a function cannot be sent to a database), a filter that lets every chunk or none
+            through, or a condition the store cannot hold as qrag means it (named, with what to use instead).
     """
     if where.predicate is not None or where.key is None:
-        raise FilterError("a vector store filters in the database, which cannot run a Python function: use "
+        raise FilterError(f"{store} filters in the database, which cannot run a Python function: use "
                           "MetadataFilters.")
-    back = {v: k for k, v in OPERATORS.items()}
-    filters: list[Any] = [to_metadata_filters(p) if isinstance(p, Filter)
-                          else MetadataFilter(key=p.key, operator=back[p.op], value=p.plain_value)
-                          for p in where.parts]
-    return MetadataFilters(filters=filters, condition=FilterCondition(where.join))
+    reduced = where.reduce()
+    if isinstance(reduced, bool):
+        raise FilterError(f"this filter lets {'every' if reduced else 'no'} chunk through ({where.key}): search "
+                          f"{'without a filter' if reduced else 'nothing'} rather than send it to {store}.")
+    out = _translate(reduced, store)
+    assert isinstance(out, MetadataFilters)  # a reduced filter has no part that matches nothing
+    return out
+
+
+def _translate(where: Filter | Condition, store: str) -> MetadataFilters | MetadataFilter | None:
+    """A filter or condition as LlamaIndex filters; None for one that matches nothing (a part of a mixed `nin`)."""
+    if isinstance(where, Filter):
+        return _join(where.join, [_translate(p, store) for p in where.parts], wrap=True)
+    c = where
+    if any(isinstance(v, bool) for v in (c.value if isinstance(c.value, tuple) else (c.value,))):
+        raise FilterError(f"LlamaIndex's MetadataFilter holds strings and numbers, no booleans: filter {c.key!r} {c.op} "
+                          f"{c.plain_value!r:.60} cannot go to {store}; store the flag as a string or a number, or "
+                          "use qrag's in-process index (QRAGLlamaIndexRetriever.from_defaults), which applies it.")
+    if c.op == "==":
+        return _number(c.key, "==", c.value) if value_kind(c.value) == "number" else MetadataFilter(
+            key=c.key, operator=FilterOperator.EQ, value=c.value)
+    if c.op == "in":
+        groups: dict[type, list[Any]] = {}
+        for v in c.value:
+            if not (isinstance(v, float) and not v.is_integer()):
+                groups.setdefault(type(v), []).append(v)
+        fractions = [v for v in c.value if isinstance(v, float) and not v.is_integer()]
+        return _join("or", [MetadataFilter(key=c.key, operator=FilterOperator.IN, value=vs) for vs in groups.values()]
+                     + [_number(c.key, "==", v) for v in fractions])
+    if c.op in (">", ">=", "<", "<="):
+        if isinstance(c.value, str) and store == "ChromaVectorStore":
+            raise FilterError(f"Chroma orders numbers only: filter {c.key!r} {c.op} {c.value!r} needs a number (or "
+                              "qrag's in-process index, QRAGLlamaIndexRetriever.from_defaults, which orders strings).")
+        return _number(c.key, c.op, c.value) if value_kind(c.value) == "number" else MetadataFilter(
+            key=c.key, operator=_BACK[c.op], value=c.value)
+    values = [c.value] if c.op == "!=" else list(c.value)
+    if not values:
+        raise _unsure_of_presence(store, c, "an empty 'nin'")
+    groups_by_kind: dict[str, list[Any]] = {}
+    for v in values:
+        groups_by_kind.setdefault(value_kind(v) or "", []).append(v)
+    return _join("or", [_none_of(c, kind, vs, store) for kind, vs in groups_by_kind.items()])
+
+
+def _none_of(c: Condition, kind: str, values: list[Any], store: str) -> MetadataFilters | MetadataFilter | None:
+    """Nodes holding a `kind` value (a number or a string) that is none of `values` (the stores' `NE` would take
+    nodes without the key)."""
+    if kind == "number":
+        return _join("and", [_join("or", [_number(c.key, "<", v), _number(c.key, ">", v)]) for v in values])
+    raise _unsure_of_presence(store, c, "a string")
+
+
+def _number(key: str, op: str, value: float) -> MetadataFilters | MetadataFilter | None:
+    """`key op value` for a number, exact on a Chroma store's integer metadata too (`store_filters.exact_number`)."""
+    join, parts = exact_number(op, value)
+    return _join(join, [MetadataFilter(key=key, operator=_BACK[o], value=v) for o, v in parts])
+
+
+def _join(join: str, parts: list[MetadataFilters | MetadataFilter | None],
+          wrap: bool = False) -> MetadataFilters | MetadataFilter | None:
+    """`AND` / `OR` of the parts, None parts matching nothing; one part stands alone unless `wrap`."""
+    kept = [p for p in parts if p is not None]
+    if (join == "and" and len(kept) < len(parts)) or not kept:
+        return None
+    if len(kept) == 1 and not (wrap and isinstance(kept[0], MetadataFilter)):
+        return kept[0]
+    return MetadataFilters(filters=kept, condition=FilterCondition(join))  # type: ignore[arg-type]
+
+
+def _unsure_of_presence(store: str, c: Condition, what: str) -> FilterError:
+    return FilterError(
+        f"{store} counts a node that lacks {c.key!r} as a match of '{c.op}', which qrag's filters never do, and "
+        f"LlamaIndex's filters cannot test whether a node has a key, so filter {c.key!r} {c.op} "
+        f"{c.plain_value!r:.60} on {what} cannot go to it: name the values you want with '==' / 'in', or use a "
+        "number or boolean field, or qrag's in-process index (QRAGLlamaIndexRetriever.from_defaults), which "
+        "applies it.")
 
 
 def _name(value: Any) -> str:

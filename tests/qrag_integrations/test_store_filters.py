@@ -1,9 +1,17 @@
-"""qrag's filters in the stores' own languages, by hand: Chroma `where`, Qdrant `Filter`, the plain dict, and
-LlamaIndex `MetadataFilters` both ways."""
+"""One meaning for a filter wherever it runs: a table of filters and the chunks each lets through, computed by hand,
+asserted in-process (`Filter.matches`, `ChunkIndex`) and through real stores (Chroma in memory, Qdrant in memory via
+langchain-qdrant, LangChain's FAISS, LlamaIndex's Chroma store); a store that cannot hold a filter as qrag means it
+refuses it by name before it is asked. Then the translations by hand: Chroma `where`, Qdrant `Filter`, the plain
+dict, LlamaIndex `MetadataFilters` both ways."""
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 import pytest
+import torch
+from langchain_core.embeddings import Embeddings
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -11,20 +19,268 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from qrag.integrations.langchain_embeddings import LangChainChunkStore
 from qrag.integrations.llama_index_filters import from_metadata_filters, to_metadata_filters
 from qrag.integrations.store_filters import chroma_where, qdrant_filter, store_filter
 from qrag.training.search import Condition, Filter, FilterError
+from qrag.training.search.index import ChunkIndex
 
+pytestmark = pytest.mark.filterwarnings("ignore:legacy embedding function config:DeprecationWarning",
+                                        "ignore:`langchain-community` is being sunset:DeprecationWarning")
+
+# Chunks c0..c8: numbers (ints and floats), strings, booleans, and chunks that lack each key.
+META: list[dict[str, Any]] = [
+    {"year": 1999, "team": "legal", "flag": True},  # c0
+    {"year": 2005, "team": "sales", "flag": False},  # c1
+    {"year": 2010.5, "team": "legal"},  # c2: no flag
+    {"year": 2020, "flag": 1},  # c3: no team; a flag that is a number
+    {"team": "ops", "flag": True},  # c4: no year
+    {"year": 2005.0, "team": "", "flag": 0},  # c5: the year as a float; an empty team
+    {"other": "x"},  # c6: none of the keys
+    {"year": 1, "team": "1"},  # c7: a team that is a string of a digit
+    {"team": 5, "year": 2010},  # c8: a team that is a number
+]
+IDS = [f"c{i}" for i in range(len(META))]
+ALL = list(range(len(META)))
+PRESENCE = "presence"  # refused by Chroma and LlamaIndex: their `$ne` / `NIN` take chunks without the key
+BOOL = "boolean"  # refused by LlamaIndex: its MetadataFilter holds no booleans
+REFUSAL = {PRESENCE: r"counts a (chunk|node) that lacks '\w+' as a match of '(!=|nin)'",
+           BOOL: "MetadataFilter holds strings and numbers, no booleans"}
+
+# (filter, the chunks it lets through by hand, why a store refuses it)
+TABLE: list[tuple[dict[str, Any], list[int], str | None]] = [
+    ({"year": 2005}, [1, 5], None),  # 2005 and 2005.0 are one number
+    ({"year": {"$eq": 2005.0}}, [1, 5], None),
+    ({"year": {"$ne": 2005}}, [0, 2, 3, 7, 8], None),  # c4 and c6 lack the key: not matches
+    ({"year": {"$gt": 2005}}, [2, 3, 8], None),
+    ({"year": {"$gte": 2005}}, [1, 2, 3, 5, 8], None),
+    ({"year": {"$lt": 2005}}, [0, 7], None),
+    ({"year": {"$lte": 2005}}, [0, 1, 5, 7], None),
+    ({"year": {"$gte": 2000, "$lt": 2011}}, [1, 2, 5, 8], None),  # two operators on a key: both
+    ({"year": 2010.5}, [2], None),  # Chroma alone would match the integer 2010 too
+    ({"year": {"$lt": 2010.5}}, [0, 1, 5, 7, 8], None),  # and miss 2010 here
+    ({"year": {"$gt": 2009.5}}, [2, 3, 8], None),
+    ({"year": {"$ne": 2010.5}}, [0, 1, 3, 5, 7, 8], None),
+    ({"year": [1999, 2020]}, [0, 3], None),
+    ({"year": {"$in": [1999, 2010.5]}}, [0, 2], None),  # ints and floats in one list
+    ({"year": {"$nin": [1999, 2005]}}, [2, 3, 7, 8], None),
+    ({"team": "legal"}, [0, 2], None),
+    ({"team": ["ops", "sales"]}, [1, 4], None),
+    ({"team": ""}, [5], None),
+    ({"team": "1"}, [7], None),
+    ({"team": {"$in": [5, "ops"]}}, [4, 8], None),  # a number and a string in one list
+    ({"flag": True}, [0, 4], BOOL),  # never the number 1
+    ({"flag": False}, [1], BOOL),  # never the number 0
+    ({"flag": 1}, [3], None),  # never True
+    ({"flag": {"$ne": True}}, [1], BOOL),  # booleans other than True: not 1, 0 or a missing flag
+    ({"flag": {"$ne": 0}}, [3], None),  # numbers other than 0
+    ({"flag": {"$nin": [True]}}, [1], BOOL),
+    ({"flag": {"$in": [True, 0]}}, [0, 4, 5], BOOL),
+    ({"$or": [{"team": "legal"}, {"year": {"$gt": 2015}}]}, [0, 2, 3], None),
+    ({"$and": [{"team": "legal"}, {"year": {"$gt": 2000}}]}, [2], None),
+    ({"$or": [{"year": {"$ne": 2005}}, {"flag": 1}]}, [0, 2, 3, 7, 8], None),
+    ({"nobody": "x"}, [], None),
+    ({"nobody": {"$ne": 1}}, [], None),  # `!=` on a key no chunk has: nothing
+    ({}, ALL, None),  # no condition: no filter
+    ({"$and": []}, ALL, None),
+    ({"team": []}, [], None),  # `in []`: nothing, without asking the store
+    ({"$or": []}, [], None),
+    ({"$or": [{"team": []}, {"year": 1}]}, [7], None),
+    ({"$and": [{"team": []}, {"year": 1}]}, [], None),
+    ({"team": {"$ne": "legal"}}, [1, 4, 5, 7], PRESENCE),  # strings other than 'legal': not the number 5
+    ({"team": {"$nin": ["legal", "sales"]}}, [4, 5, 7], PRESENCE),
+    ({"year": {"$nin": []}}, [0, 1, 2, 3, 5, 7, 8], PRESENCE),  # an empty `nin`: every chunk that has the key
+]
+REFUSED_BY = {"chroma": {PRESENCE}, "qdrant": set(), "llama-chroma": {PRESENCE, BOOL}, "faiss": set()}
+CASES = [pytest.param(spec, expected, reason, id=str(spec)) for spec, expected, reason in TABLE]
+
+
+class Vectors(Embeddings):
+    """Fixed positive 4-d vectors (no model: the filter, not the ranking, is under test)."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0, 0.0, 0.0]
+
+    @staticmethod
+    def vector(text: str) -> list[float]:
+        i = int(text.split()[-1]) if text.split()[-1].isdigit() else 0
+        return [1.0, 0.1 * (i % 7), 0.05 * (i % 3), 0.01 * i]
+
+
+TEXTS = [f"chunk {i}" for i in range(len(META))]
+QUERY = torch.tensor([[1.0, 0.0, 0.0, 0.0]])  # (1, D)
+IP = {"hnsw": {"space": "ip"}}
+
+
+def _chroma_client() -> Any:
+    chromadb = pytest.importorskip("chromadb")
+    return chromadb.EphemeralClient()
+
+
+class Stores(dict[str, Any]):
+    """Each backend as a `ChunkStore` over the nine chunks, built on first use (a missing optional package skips)."""
+
+    def __missing__(self, name: str) -> Any:
+        self[name] = BUILD[name]()
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def stores() -> Stores:
+    return Stores()
+
+
+def _chroma() -> LangChainChunkStore:
+    pytest.importorskip("langchain_chroma")
+    from langchain_chroma import Chroma
+
+    store = Chroma(f"qrag-filters-{uuid.uuid4().hex[:8]}", Vectors(), client=_chroma_client(),
+                   collection_configuration=IP)  # type: ignore[arg-type]
+    store.add_texts(TEXTS, metadatas=META, ids=IDS)
+    return LangChainChunkStore(store)
+
+
+def _qdrant() -> LangChainChunkStore:
+    pytest.importorskip("langchain_qdrant")
+    from langchain_qdrant import QdrantVectorStore
+    from qdrant_client.http.models import Distance
+
+    store = QdrantVectorStore.from_texts(
+        TEXTS, Vectors(), metadatas=[{**m, "cid": i} for m, i in zip(META, IDS, strict=True)],
+        ids=[str(uuid.uuid5(uuid.NAMESPACE_URL, i)) for i in IDS], location=":memory:",
+        collection_name="qrag-filters", distance=Distance.DOT)
+    return LangChainChunkStore(store, id_key="cid")
+
+
+def _faiss() -> LangChainChunkStore:
+    pytest.importorskip("faiss")
+    vectorstores = pytest.importorskip("langchain_community.vectorstores")
+    from langchain_community.vectorstores.utils import DistanceStrategy
+
+    store = vectorstores.FAISS.from_texts(TEXTS, Vectors(), metadatas=META, ids=IDS,
+                                          distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT)
+    return LangChainChunkStore(store)
+
+
+def _llama_chroma() -> Any:
+    pytest.importorskip("llama_index.vector_stores.chroma")
+    from llama_index.core.schema import TextNode
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    from qrag.integrations.llama_index_store import LlamaIndexChunkStore
+
+    collection = _chroma_client().create_collection(f"qrag-li-filters-{uuid.uuid4().hex[:8]}", configuration=IP)
+    store = ChromaVectorStore(chroma_collection=collection)
+    store.add([TextNode(text=t, id_=i, metadata=m, embedding=Vectors.vector(t))
+               for t, i, m in zip(TEXTS, IDS, META, strict=True)])
+    return LlamaIndexChunkStore(store)
+
+
+BUILD = {"chroma": _chroma, "qdrant": _qdrant, "llama-chroma": _llama_chroma, "faiss": _faiss}
+
+
+def _ids(expected: list[int]) -> list[str]:
+    return [IDS[i] for i in expected]
+
+
+# ---------------------------------------------------------------------- the table, everywhere
+@pytest.mark.parametrize(("spec", "expected", "reason"), CASES)
+def test_in_process(spec: dict[str, Any], expected: list[int], reason: str | None) -> None:
+    f = Filter.coerce(spec)
+    assert f is not None
+    assert [i for i, m in enumerate(META) if f.matches(m)] == expected
+    index = ChunkIndex(torch.tensor([Vectors.vector(t) for t in TEXTS]), TEXTS, IDS, META)  # (N, 4)
+    assert index.mask(f).nonzero().flatten().tolist() == expected
+    assert sorted(c.id for c, _ in index.search(QUERY, k=len(META), where=f)[0]) == _ids(expected)
+
+
+@pytest.mark.parametrize("backend", list(BUILD))
+@pytest.mark.parametrize(("spec", "expected", "reason"), CASES)
+def test_in_a_store(backend: str, spec: dict[str, Any], expected: list[int], reason: str | None,
+                    stores: Stores) -> None:
+    store = stores[backend]
+    where = Filter.coerce(spec)
+    if reason in REFUSED_BY[backend]:
+        with pytest.raises(FilterError, match=REFUSAL[reason]):  # FilterError: refused before the store is asked
+            store.search(QUERY, k=len(META), where=where)
+        return
+    hits = store.search(QUERY, k=len(META), where=where)[0]
+    assert sorted(c.id for c, _ in hits) == _ids(expected)
+
+
+# ---------------------------------------------------------------------- FAISS: exact filtered search
+def test_faiss_filters_every_stored_vector_not_its_first_twenty() -> None:
+    pytest.importorskip("faiss")
+    vectorstores = pytest.importorskip("langchain_community.vectorstores")
+    from langchain_community.vectorstores.utils import DistanceStrategy
+
+    texts = [f"chunk {i}" for i in range(60)]
+    metas = [{"team": "legal" if i % 20 == 19 else "sales", "n": i} for i in range(60)]
+    store = vectorstores.FAISS.from_texts(texts, Vectors(), metadatas=metas, ids=[f"c{i}" for i in range(60)],
+                                          distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT)
+    # the query ranks chunk i by -0.01 i: two of the three 'legal' chunks fall outside the 20 that LangChain's
+    # default fetch_k filters
+    query = [0.0, 0.0, 0.0, -1.0]
+    plain = store.similarity_search_with_score_by_vector(query, k=10, filter={"team": "legal"})
+    hits = LangChainChunkStore(store).search(torch.tensor([query]), k=10, where=Filter.coerce({"team": "legal"}))[0]
+    assert sorted(c.id for c, _ in hits) == ["c19", "c39", "c59"]
+    assert [d.id for d, _ in plain] == ["c19"]  # what the fix is for
+    # FAISS filters in the process: qrag's own rules, so functions too
+    hits = LangChainChunkStore(store).search(QUERY, k=3, where=Filter.coerce(lambda m: m["n"] in (5, 58)))[0]
+    assert sorted(c.id for c, _ in hits) == ["c5", "c58"]
+
+
+# ---------------------------------------------------------------------- refusals name the store and the way out
+def test_chroma_refuses_what_it_would_answer_otherwise_by_name(stores: Stores) -> None:
+    store = stores["chroma"]
+    with pytest.raises(FilterError, match=r"Chroma counts a chunk that lacks 'team' as a match of '!=' \(\$ne\).*"
+                                          r"name the values you want with '==' / 'in'"):
+        store.search(QUERY, k=3, where=Filter.coerce({"team": {"$ne": "legal"}}))
+    with pytest.raises(FilterError, match=r"Chroma orders numbers only: filter 'team' > 'a' needs a number"):
+        store.search(QUERY, k=3, where=Filter.coerce({"team": {"$gt": "a"}}))
+    with pytest.raises(FilterError, match="Chroma filters in the database, which cannot run a Python function"):
+        store.search(QUERY, k=3, where=Filter.coerce(lambda m: True))
+
+
+def test_llama_index_refuses_booleans_and_string_negations_by_name(stores: Stores) -> None:
+    store = stores["llama-chroma"]
+    with pytest.raises(FilterError, match=r"ChromaVectorStore counts a node that lacks 'team' as a match of 'nin'"):
+        store.search(QUERY, k=3, where=Filter.coerce({"team": {"$nin": ["legal"]}}))
+    with pytest.raises(FilterError, match=r"MetadataFilter holds strings and numbers, no booleans: filter 'flag' =="):
+        store.search(QUERY, k=3, where=Filter.coerce({"flag": True}))
+    with pytest.raises(FilterError, match=r"Chroma orders numbers only"):
+        store.search(QUERY, k=3, where=Filter.coerce({"team": {"$lt": "m"}}))
+
+
+def test_a_store_leaves_out_a_chunk_whose_value_cannot_be_ordered_where_the_index_raises(
+        stores: Stores) -> None:
+    where = Filter.coerce({"flag": {"$gt": 0}})  # c0 and c4 hold True, which is not a number
+    assert where is not None
+    with pytest.raises(FilterError, match=r"'flag' > 0: a chunk's 'flag' is True, which cannot be ordered"):
+        where.matches(META[0])
+    for backend in ("chroma", "qdrant"):
+        assert [c.id for c, _ in stores[backend].search(QUERY, k=9, where=where)[0]] == ["c3"]
+
+
+@pytest.mark.parametrize("backend", list(BUILD))
+def test_the_combined_floor_and_call_filter_goes_to_a_store(backend: str, stores: Stores) -> None:
+    """A retriever's construction-time filter and a call's are joined as `Filter((floor, call), "and")`."""
+    floor, call = Filter.coerce({"team": ["legal", "sales"]}), Filter.coerce({"year": {"$ne": 2005}})
+    assert floor is not None and call is not None
+    hits = stores[backend].search(QUERY, k=9, where=Filter((floor, call), "and"))[0]
+    assert sorted(c.id for c, _ in hits) == ["c0", "c2"]
+
+
+# ---------------------------------------------------------------------- the translations by hand
 TEAM = Condition("team", "==", "legal")
 YEARS = Condition("year", "in", (2024, 2025))
 OLD = Condition("year", "<", 2000)
 
 
 class Chroma:  # named as the store qrag recognises
-    pass
-
-
-class QdrantVectorStore:
     pass
 
 
@@ -39,19 +295,47 @@ def test_chroma_where_by_hand() -> None:
     assert chroma_where(nested) == {"$or": [{"$and": [{"team": {"$eq": "legal"}}, {"year": {"$in": [2024, 2025]}}]},
                                             {"year": {"$lt": 2000}}]}
     assert store_filter(Chroma(), Filter((OLD,))) == {"year": {"$lt": 2000}}
+    # `!=` a number: below or above it (Chroma's $ne would take chunks without the key); a boolean: the other one
+    assert chroma_where(Filter((Condition("year", "!=", 2005),))) == {"$or": [{"year": {"$lt": 2005}},
+                                                                              {"year": {"$gt": 2005}}]}
+    assert chroma_where(Filter((Condition("year", "nin", (1, 2)),))) == {"$and": [
+        {"$or": [{"year": {"$lt": 1}}, {"year": {"$gt": 1}}]}, {"$or": [{"year": {"$lt": 2}}, {"year": {"$gt": 2}}]}]}
+    assert chroma_where(Filter((Condition("flag", "!=", True),))) == {"flag": {"$eq": False}}
+    # lists of one Python type each (Chroma refuses [1, 2.0]); a number matches 1 and 1.0 alike there; a fraction
+    # goes with its integer bounds (Chroma cuts it to an integer against integer metadata)
+    assert chroma_where(Filter((Condition("year", "in", (1, 2.0, True, 2.5)),))) == {"$or": [
+        {"year": {"$in": [1]}}, {"year": {"$in": [True]}}, {"year": {"$in": [2.0]}},
+        {"$and": [{"year": {"$eq": 2.5}}, {"year": {"$gt": 2}}, {"year": {"$lt": 3}}]}]}
+    assert chroma_where(Filter((Condition("year", "<=", -1.5),))) == {"$or": [{"year": {"$lt": -1.5}},
+                                                                              {"year": {"$lte": -2}}]}
+    assert chroma_where(Filter((Condition("year", ">", 2009.5),))) == {"$or": [{"year": {"$gt": 2009.5}},
+                                                                               {"year": {"$gte": 2010}}]}
+    # `{}` is no filter, `in []` nothing: neither is sent
+    assert store_filter(Chroma(), Filter.from_dict({})) is None
+    with pytest.raises(FilterError, match="lets no chunk through"):
+        store_filter(Chroma(), Filter.from_dict({"team": []}))
 
 
 def test_qdrant_filter_by_hand() -> None:
     pytest.importorskip("qdrant_client")
     from qdrant_client import models
 
+    def field(key: str, **kw: Any) -> Any:
+        return models.FieldCondition(key=f"metadata.{key}", **kw)
+
     f = qdrant_filter(Filter((TEAM, OLD)))
-    assert f.must == [models.FieldCondition(key="metadata.team", match=models.MatchValue(value="legal")),
-                      models.FieldCondition(key="metadata.year", range=models.Range(lt=2000))]
-    ne = qdrant_filter(Filter((Condition("team", "!=", "legal"),)))
-    has_key, not_legal = ne.must[0].must
+    assert f.must == [field("team", match=models.MatchValue(value="legal")), field("year", range=models.Range(lt=2000))]
+    # a number is the range [v, v] (Qdrant's exact match tells 1 from 1.0 and takes no float); a boolean its value
+    assert qdrant_filter(Filter((Condition("score", "==", 0.5),))).must == [
+        field("score", range=models.Range(gte=0.5, lte=0.5))]
+    assert qdrant_filter(Filter((Condition("flag", "==", True),))).must == [
+        field("flag", match=models.MatchValue(value=True))]
+    ne = qdrant_filter(Filter((Condition("year", "!=", 2005),))).must[0]
+    assert ne.should == [field("year", range=models.Range(lt=2005)), field("year", range=models.Range(gt=2005))]
+    ne = qdrant_filter(Filter((Condition("team", "!=", "legal"),))).must[0]
+    has_key = ne.must[0]
     assert has_key.must_not[0].is_empty.key == "metadata.team"  # a chunk without the key does not match `!=`
-    assert not_legal.must_not[0].match == models.MatchValue(value="legal")
+    assert ne.must_not[0] == field("team", match=models.MatchValue(value="legal"))
     assert qdrant_filter(Filter((TEAM, YEARS), "or")).should is not None
     with pytest.raises(FilterError, match="Qdrant orders numbers only"):
         qdrant_filter(Filter((Condition("team", ">", "a"),)))
@@ -59,6 +343,8 @@ def test_qdrant_filter_by_hand() -> None:
 
 def test_other_stores_get_the_plain_dict_for_what_it_can_hold() -> None:
     assert store_filter(PGVector(), Filter((TEAM, YEARS))) == {"team": "legal", "year": [2024, 2025]}
+    assert store_filter(PGVector(), Filter.from_dict({"$and": [{"team": "legal"}, {"year": {"$in": [2024, 2025]}}]})
+                        ) == {"team": "legal", "year": [2024, 2025]}
     with pytest.raises(FilterError, match="qrag sends filters to PGVector as a dict"):
         store_filter(PGVector(), Filter((OLD,)))
     with pytest.raises(FilterError, match="Chroma filters in the database, which cannot run a Python function"):
@@ -76,3 +362,11 @@ def test_llama_index_filters_both_ways() -> None:
     assert from_metadata_filters(None) is None
     with pytest.raises(FilterError, match="filters must be a llama_index MetadataFilters"):
         from_metadata_filters({"team": "legal"})  # type: ignore[arg-type]
+    # `!=` a number goes as below-or-above (the stores' NE takes nodes without the key): the same chunks
+    ne = Filter((Condition("year", "!=", 2005),))
+    back = from_metadata_filters(to_metadata_filters(ne))
+    assert back is not None and back.key != ne.key
+    assert [m for m in META if back.matches(m)] == [m for m in META if ne.matches(m)]
+    sent = to_metadata_filters(ne)
+    assert sent.condition == FilterCondition.OR and [(f.key, f.operator, f.value) for f in sent.filters] == [
+        ("year", FilterOperator.LT, 2005), ("year", FilterOperator.GT, 2005)]  # type: ignore[union-attr]

@@ -5,10 +5,24 @@ A `Filter` is a tree: conditions `key op value` (`==`, `!=`, `in`, `nin`, `>`, `
 version (`ChunkIndex.mask`); an external store is handed the tree to translate into its own filter language, so
 filtered search scales with the store (a predicate cannot be translated and is refused there).
 
-Rules every path follows: a chunk whose metadata lacks the key matches no condition on it (`!=` and `nin`
-included), so a filter on a key no chunk has matches nothing; a list value of `==` in the dict form means any of
-its items; comparing values that cannot be ordered (`>` of a string against a number) raises `FilterError` naming
-the key and the values.
+The forms users write (`Filter.coerce`): a `Filter`; a dict, either LangChain's plain form `{key: value}` (a list
+value means any of its items) or the Mongo form Chroma, PGVector, Qdrant and Pinecone users write
+(`{"year": {"$gte": 2000, "$lt": 2010}}`, `{"$and": [...]}`, `{"$or": [...]}`; operators `$eq $ne $gt $gte $lt
+$lte $in $nin`), its keys joined by `and`; or a function of the metadata dict.
+
+Rules every path follows, in-process and in every store (a store refuses, before it is asked, what its filter
+language cannot hold):
+- A chunk whose metadata lacks the key matches no condition on it (`!=` and `nin` included), so a filter on a key no
+  chunk has matches nothing.
+- Values are typed as JSON types them: a boolean, a number, a string. A condition looks only at chunk values of its
+  own value's kind: `{"flag": True}` matches `True`, never `1`; `1` and `1.0` are one number; `!=` 2000 matches the
+  chunks holding a number other than 2000 (not a string, not a boolean); `nin` those holding a value of its items'
+  kinds that is none of them (an empty `nin`: every chunk that has the key).
+- `in []` matches nothing; a filter without conditions (`{}`) matches everything, as no filter does.
+- `>`, `>=`, `<`, `<=` order numbers with numbers and strings with strings (a boolean value is refused); a chunk whose
+  value cannot be ordered against the condition's raises `FilterError` naming the key and the values (a store,
+  which cannot raise, leaves such a chunk out).
+- A function that raises on a chunk's metadata raises `FilterError` naming the function, chained to its error.
 """
 
 from __future__ import annotations
@@ -21,16 +35,35 @@ from typing import Any, Literal, Union, get_args
 
 Op = Literal["==", "!=", "in", "nin", ">", ">=", "<", "<="]
 OPS: tuple[str, ...] = get_args(Op)
+ORDER_OPS: tuple[str, ...] = (">", ">=", "<", "<=")
 Join = Literal["and", "or"]
 Scalar = str | int | float | bool
+Kind = Literal["bool", "number", "string"]
+
+MONGO_OPS: dict[str, Op] = {"$eq": "==", "$ne": "!=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<=",
+                            "$in": "in", "$nin": "nin"}
+"""The Mongo form's operators on a key (`{"year": {"$gte": 2020}}`) as qrag's."""
+MONGO_JOINS: dict[str, Join] = {"$and": "and", "$or": "or"}
+"""The Mongo form's joins of filters (`{"$or": [{...}, {...}]}`)."""
 
 
 FilterSpec = Union["Filter", Mapping[str, Any], Callable[[Mapping[str, Any]], bool], None]
-"""What a caller may pass as a filter: a `Filter`, a dict `{key: value}`, a predicate, or None."""
+"""What a caller may pass as a filter: a `Filter`, a dict (plain or Mongo form), a predicate, or None."""
 
 
 class FilterError(ValueError):
     """A malformed filter, or metadata a condition cannot compare; the message names the key and the value."""
+
+
+def value_kind(value: Any) -> Kind | None:
+    """The JSON kind of a metadata value: 'bool', 'number' (int or float, never a bool), 'string'; None for others."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return None
 
 
 @dataclass(frozen=True)
@@ -54,31 +87,52 @@ class Condition:
         elif not _scalar(self.value):
             raise FilterError(f"filter {self.key!r} {self.op}: the value must be a string, number or boolean, got "
                               f"{self.value!r:.80}.")
+        elif self.op in ORDER_OPS and isinstance(self.value, bool):
+            raise FilterError(f"filter {self.key!r} {self.op} {self.value!r}: '>', '>=', '<', '<=' order numbers or "
+                              "strings, not booleans; use '==' or '!=' with a boolean.")
 
     @property
     def plain_value(self) -> Any:
         """The value as JSON and the stores' filter languages hold it (a list for `in` / `nin`)."""
         return list(self.value) if isinstance(self.value, tuple) else self.value
 
+    @property
+    def matches_nothing(self) -> bool:
+        """Whether no chunk can match: `in []`, or `nin` every boolean and nothing else."""
+        return (self.op == "in" and not self.value) or (
+            self.op == "nin" and bool(self.value) and all(isinstance(v, bool) for v in self.value)
+            and {True, False} <= set(self.value))
+
     def matches(self, metadata: Mapping[str, Any]) -> bool:
         if self.key not in metadata:
             return False
         have = metadata[self.key]
         if self.op == "==":
-            return bool(have == self.value)
-        if self.op == "!=":
-            return bool(have != self.value)
+            return _same(have, self.value)
         if self.op == "in":
-            return have in self.value
+            return any(_same(have, v) for v in self.value)
+        if self.op == "!=":
+            return value_kind(have) == value_kind(self.value) and not _same(have, self.value)
         if self.op == "nin":
-            return have not in self.value
-        try:
-            return {">": have > self.value, ">=": have >= self.value, "<": have < self.value,
-                    "<=": have <= self.value}[self.op]
-        except TypeError:
+            if not self.value:
+                return True
+            return value_kind(have) in {value_kind(v) for v in self.value} and not any(_same(have, v)
+                                                                                       for v in self.value)
+        if value_kind(have) != value_kind(self.value):
             raise FilterError(f"filter {self.key!r} {self.op} {self.value!r}: a chunk's {self.key!r} is {have!r}, which "
                               "cannot be ordered against it; compare numbers with numbers and strings with "
-                              "strings.") from None
+                              "strings.")
+        return {">": have > self.value, ">=": have >= self.value, "<": have < self.value,
+                "<=": have <= self.value}[self.op]
+
+    def _tree(self) -> list[Any]:
+        """[key, op, value], `in` / `nin` values deduplicated and sorted (one value: `==` / `!=`)."""
+        if self.op not in ("in", "nin"):
+            return [self.key, self.op, self.value]
+        values = sorted({_canonical(v): v for v in self.value}.items())
+        if len(values) == 1:
+            return [self.key, "==" if self.op == "in" else "!=", values[0][1]]
+        return [self.key, self.op, [v for _, v in values]]
 
 
 @dataclass(frozen=True)
@@ -99,11 +153,22 @@ class Filter:
                 raise FilterError(f"a filter's parts are conditions or filters, got {part!r:.80}.")
 
     def matches(self, metadata: Mapping[str, Any]) -> bool:
-        """Whether a chunk with this metadata may be taken."""
+        """Whether a chunk with this metadata may be taken.
+
+        Raises:
+            FilterError: a value that cannot be ordered against a condition's, or a predicate that raised (chained
+                to its error) or answered something other than True or False.
+        """
         if self.predicate is not None:
-            verdict = self.predicate(metadata)
+            try:
+                verdict = self.predicate(metadata)
+            except FilterError:
+                raise
+            except Exception as e:
+                raise FilterError(_predicate_failure(self.predicate, e, metadata)) from e
             if not isinstance(verdict, bool):
-                raise FilterError(f"a filter function must return True or False, got {verdict!r:.80}.")
+                raise FilterError(f"a filter function must return True or False, got {verdict!r:.80} from "
+                                  f"{_function_name(self.predicate)}.")
             return verdict
         if self.join == "and":
             return all(p.matches(metadata) for p in self.parts)
@@ -111,23 +176,90 @@ class Filter:
 
     @property
     def key(self) -> str | None:
-        """A canonical text of the conditions (what masks are cached by); None for a predicate."""
+        """A canonical text of the conditions (what masks are cached by); None for a predicate. Filters that say the
+        same in other words share it: parts in any order, nested joins of one kind, a one-part join, the Mongo and
+        the plain form, `in` values in any order."""
         if self.predicate is not None or any(isinstance(p, Filter) and p.key is None for p in self.parts):
             return None
         return json.dumps(self._tree(), sort_keys=True, default=repr)
 
     def _tree(self) -> Any:
-        return {self.join: [p._tree() if isinstance(p, Filter) else [p.key, p.op, p.plain_value]
-                            for p in self.parts]}
+        parts: dict[str, Any] = {}
+        for p in self.parts:
+            tree = p._tree()
+            for t in tree[self.join] if isinstance(tree, dict) and self.join in tree else [tree]:
+                parts[_canonical(t)] = t
+        if len(parts) == 1:
+            return next(iter(parts.values()))
+        return {self.join: [parts[k] for k in sorted(parts)]}
+
+    def reduce(self) -> Filter | bool:
+        """This filter without the parts that let every chunk through or none: True when it lets every chunk through
+        (no condition: no filter), False when it lets none (`in []`), else a filter none of whose parts does
+        either. A store is handed the reduced filter, and not asked at all for False. A predicate stays as it is."""
+        if self.predicate is not None:
+            return self
+        neutral = self.join == "and"  # and: True changes nothing, False decides; or: the other way round
+        parts: list[Condition | Filter] = []
+        for p in self.parts:
+            reduced: Condition | Filter | bool = p.reduce() if isinstance(p, Filter) else (
+                False if p.matches_nothing else p)
+            if reduced is neutral:
+                continue
+            if reduced is (not neutral):
+                return not neutral
+            assert not isinstance(reduced, bool)
+            if isinstance(reduced, Filter) and (reduced.join == self.join or len(reduced.parts) == 1) and (
+                    reduced.predicate is None):
+                parts.extend(reduced.parts)  # (a and b) and c: a and b and c
+            else:
+                parts.append(reduced)
+        if not parts:
+            return neutral
+        if len(parts) == 1 and isinstance(parts[0], Filter):
+            return parts[0]
+        return Filter(tuple(parts), self.join)
 
     # ------------------------------------------------------------------ the forms users write
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Filter:
-        """LangChain's form: `{key: value}` pairs that must all match; a list value means any of its items."""
+        """A filter from a dict, every key of which must match: `{key: value}` (a list value: any of its items),
+        `{key: {"$op": value, ...}}` (several operators: all of them), `{"$and": [dict, ...]}`, `{"$or": [dict, ...]}`.
+
+        Raises:
+            FilterError: not a dict, an unknown `$` operator (named, with the supported ones), or a malformed value.
+        """
         if not isinstance(spec, Mapping):
             raise FilterError(f"a filter is a dict {{key: value}} or a function of the metadata, got {spec!r:.80}.")
-        parts = [Condition(k, "in" if isinstance(v, (list, tuple)) else "==", v) for k, v in spec.items()]
+        parts: list[Condition | Filter] = []
+        for key, value in spec.items():
+            if isinstance(key, str) and key.startswith("$"):
+                parts.append(cls._join_from_dict(key, value))
+            elif isinstance(value, Mapping):
+                if not value:
+                    raise FilterError(f"filter {key!r}: an operator dict needs an operator, one of "
+                                      f"{', '.join(MONGO_OPS)}; got {{}}.")
+                for op, operand in value.items():
+                    if op not in MONGO_OPS:
+                        raise FilterError(f"unknown filter operator {op!r} on key {key!r}; supported: "
+                                          f"{', '.join(MONGO_OPS)} (or a plain value, or a list: any of its items).")
+                    parts.append(Condition(key, MONGO_OPS[op], operand))
+            else:
+                parts.append(Condition(key, "in" if isinstance(value, (list, tuple)) else "==", value))
+        if len(parts) == 1 and isinstance(parts[0], Filter):
+            return parts[0]
         return cls(tuple(parts), "and")
+
+    @classmethod
+    def _join_from_dict(cls, key: str, value: Any) -> Filter:
+        join = MONGO_JOINS.get(key)
+        if join is None:
+            raise FilterError(f"unknown filter operator {key!r}; a filter's keys are metadata keys or "
+                              f"{', '.join(MONGO_JOINS)} (a list of filters), and a key's operators are "
+                              f"{', '.join(MONGO_OPS)}.")
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, Mapping) for v in value):
+            raise FilterError(f"filter {key!r} takes a list of filters (dicts), got {value!r:.80}.")
+        return cls(tuple(cls.from_dict(v) for v in value), join)
 
     @classmethod
     def coerce(cls, spec: FilterSpec) -> Filter | None:
@@ -144,3 +276,31 @@ class Filter:
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _same(have: Any, value: Any) -> bool:
+    """Equal and of one kind (True is not 1; 1 is 1.0)."""
+    kind = value_kind(have)
+    return kind is not None and kind == value_kind(value) and bool(have == value)
+
+
+def _canonical(tree: Any) -> str:
+    """A sort key and identity of a value or a filter's tree: its kind, then its JSON."""
+    return f"{value_kind(tree) or 'tree'}:{json.dumps(tree, sort_keys=True, default=repr)}"
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def _predicate_failure(fn: Callable[..., Any], error: Exception, metadata: Mapping[str, Any]) -> str:
+    """What to tell a user whose filter function raised on a chunk's metadata, with a hint for the usual causes."""
+    if isinstance(error, KeyError):
+        hint = f"a chunk may lack a key: read it with m.get({error.args[0]!r}), which gives None when it is missing"
+    elif isinstance(error, TypeError) and "argument" in str(error):
+        hint = "a filter function takes one argument, the chunk's metadata dict (lambda m: ...)"
+    else:
+        hint = ("a filter function must answer True or False for every chunk's metadata, also one that lacks a key "
+                "(m.get(key)) or holds another type")
+    return (f"the filter function {_function_name(fn)} raised {type(error).__name__}: {error} on a chunk whose "
+            f"metadata is {dict(metadata)!r:.120}; {hint}.")
