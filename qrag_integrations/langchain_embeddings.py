@@ -150,14 +150,31 @@ class LangChainChunkStore:
         where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
         """The `k` best chunks per query row, the excluded ids dropped; `where` goes to the store as its own filter
-        (`store_filters.store_filter`), so filtered search runs in the database."""
-        extra = {} if where is None else {"filter": store_filter(self.store, where)}
+        (`store_filters.store_filter`), so filtered search runs in the database. A filter that lets no chunk through
+        (`in []`) finds nothing without asking the store; one without conditions (`{}`) is no filter.
+
+        Raises:
+            FilterError: a filter the store cannot hold as qrag means it (named, before the store is asked).
+        """
+        reduced = True if where is None else where.reduce()
+        if reduced is False:
+            return [[] for _ in range(queries.shape[0])]
+        extra = {} if reduced is True else self._filter_args(reduced)
 
         def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
             return [(self._chunk(doc), self.inner_product(float(score)))
                     for doc, score in self.vector_search(vector, k=n, **extra)]
 
         return search_rows(queries, k, exclude, fetch)
+
+    def _filter_args(self, where: Filter) -> dict[str, Any]:
+        """The store search's keyword arguments for `where`. LangChain's FAISS filters only the `fetch_k` best
+        candidates (20 by default), so a filtered search there fetches every stored vector: exact, at the cost of a
+        full scan (a flat FAISS index scans them all anyway)."""
+        args: dict[str, Any] = {"filter": store_filter(self.store, where)}
+        if type(self.store).__name__ == "FAISS":
+            args["fetch_k"] = max(1, int(self.store.index.ntotal))  # type: ignore[attr-defined]
+        return args
 
     # ------------------------------------------------------------------ a living store
     def add_texts(self, texts: list[str], metadatas: list[dict[str, Any]], ids: Sequence[str] | None) -> list[str]:

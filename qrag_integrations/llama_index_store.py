@@ -69,8 +69,17 @@ class LlamaIndexChunkStore:
         where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
         """The `k` best chunks per query row, the excluded ids dropped; `where` goes to the store's own query as
-        `MetadataFilters`, so filtered search runs in the database."""
-        filters = None if where is None else to_metadata_filters(where)
+        `MetadataFilters` (`llama_index_filters.to_metadata_filters`), so filtered search runs in the database. A
+        filter that lets no chunk through (`in []`) finds nothing without asking the store; one without conditions
+        is no filter.
+
+        Raises:
+            FilterError: a filter the store cannot hold as qrag means it (named, before the store is asked).
+        """
+        reduced = True if where is None else where.reduce()
+        if reduced is False:
+            return [[] for _ in range(queries.shape[0])]
+        filters = None if reduced is True else to_metadata_filters(reduced, type(self.store).__name__)
 
         def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
             result = self.store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n, filters=filters))
