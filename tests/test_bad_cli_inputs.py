@@ -75,6 +75,36 @@ def test_qrag_data_bad_input(case: str, files: dict[str, Path], capsys: pytest.C
     _one_line_error(capsys, needle)
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="a Linux system folder")
+def test_qrag_data_out_in_a_system_folder_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """/proc takes no new files, even from root (whom permission bits do not stop): refused before any episode is
+    generated, naming --out and its value, never the temporary file it would be written through."""
+    from qrag.training.learn.data_cli import main
+
+    assert main(["babi", "--num-samples", "1", "--out", "/proc/qrag.jsonl"]) == 2
+    error = _one_line_error(capsys, "--out '/proc/qrag.jsonl' cannot be written")
+    assert "pass a file in a folder you can write to" in error and ".tmp" not in error
+
+
+def test_qrag_data_write_failure_names_the_flag(files: dict[str, Path], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A failure no check foresees (a disk filling up while the file is written) names --out too."""
+    import errno
+
+    from qrag.training.learn import data_cli
+
+    out = tmp_path / "eps.jsonl"
+
+    def full_disk(episodes: object, path: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", f"{path}.tmp")
+
+    monkeypatch.setattr(data_cli, "write_jsonl", full_disk)
+    assert data_cli.main(["jsonl", "--path", str(files["good"]), "--out", str(out)]) == 2
+    error = _one_line_error(capsys, f"--out {str(out)!r} cannot be written (No space left on device)")
+    assert ".tmp" not in error
+
+
 def test_qrag_data_failure_leaves_no_half_written_file(files: dict[str, Path], tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from qrag.training.learn.data_cli import main
@@ -107,6 +137,27 @@ def test_qrag_train_bad_input(case: str, files: dict[str, Path], tiny_encoder_pa
     base = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run")]
     assert main([*base, *(a.format(**files) for a in argv)]) == 2
     _one_line_error(capsys, needle)
+
+
+def test_qrag_train_caps_a_small_files_held_out_share_and_says_so(tiny_encoder_path: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Documented (docs/GUIDE.md, "Train": at most a fifth of a file is held out, a 30-line file lends 6): a
+    --data.num_val larger than that is capped, not refused, and the run says so on stderr, naming the file, its
+    episode count, the value asked for, the cap and the fix; it is a notice, not an error."""
+    from qrag.training.data import write_jsonl
+    from qrag.training.learn.train_cli import main
+
+    path = tmp_path / "qa.jsonl"
+    write_jsonl(make_two_hop_episodes(30, 0), path)
+    argv = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run"),
+            "--data.source", "jsonl", "--data.train_path", str(path), "--data.num_val", "50",
+            "--trainer.total_transitions", "4", "--trainer.num_envs", "2", "--trainer.rollout_steps", "2",
+            "--trainer.minibatch_size", "4", "--trainer.no-progress", "--env.max_hops", "2"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    notice = next(line for line in err.splitlines() if "has 30 episodes" in line)
+    assert ": error:" not in err and str(path) in notice
+    assert all(words in notice for words in ("holding out 6", "num_val=50", "20%", "--data.val_path")), notice
 
 
 @pytest.mark.parametrize("damage", ["state not JSON", "state is a list", "tensors truncated", "model weights NaN"])
@@ -144,6 +195,7 @@ EVAL_CASES: dict[str, tuple[list[str], str]] = {
     "--stop-threshold nan": (["--stop-threshold", "nan"], "--stop-threshold"),
     "--out is a file": (["--out", "{file}"], "is a file"),
     "--out under a file": (["--out", "{file}/sub"], "is a file, not a folder"),
+    "--out in a system folder": (["--out", "/proc/qrag-eval"], "--out '/proc/qrag-eval' cannot be written"),
 }
 
 

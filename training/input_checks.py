@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,16 +146,24 @@ def nearest_existing(path: Path) -> Path:
 
 def check_out_path(path: str | Path, flag: str, *, folder: bool) -> None:
     """Refuse an output path that cannot be written: a folder where a file is wanted (or the reverse), a file
-    among its parents, or a parent without write permission. Raises `ValueError` naming the flag and path."""
+    among its parents, or a folder that takes no new entries: no write permission, or a read-only or system folder
+    (such as /proc, which refuses even root, whom permission bits do not stop). Raises `ValueError` naming the flag,
+    the path, the cause and what to pass instead."""
     out = Path(path)
     if out.exists() and out.is_dir() != folder:
         kind, want = ("a file", "a folder (it is created if missing)") if folder else ("a folder", "a file name")
         raise ValueError(f"{flag} {str(out)!r} is {kind}; pass {want}.")
     parent = nearest_existing(out if folder else out.parent)
+    fix = f"pass a {'folder' if folder else 'file'} in a folder you can write to"
     if not parent.is_dir():
-        raise ValueError(f"{flag} {str(out)!r} cannot be created: {str(parent)!r} is a file, not a folder.")
+        raise ValueError(f"{flag} {str(out)!r} cannot be created: {str(parent)!r} is a file, not a folder; {fix}.")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {str(out)!r} cannot be written: no write permission in {str(parent)!r}.")
+        raise ValueError(f"{flag} {str(out)!r} cannot be written: no write permission in {str(parent)!r}; {fix}.")
+    try:  # what only trying tells: a read-only or system folder (the probe is nameless, or removed at once)
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise ValueError(f"{flag} {str(out)!r} cannot be written: {str(parent)!r} takes no new files ({e.strerror}: "
+                         f"a read-only or system folder); {fix}.") from None
 
 
 def check_query(query: Any, who: str) -> str:

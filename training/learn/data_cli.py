@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Sequence
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 from qrag.training.data.episode import EpisodeError, write_jsonl
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.write(json.dumps(ep.to_json(), ensure_ascii=False) + "\n")
                 count += 1
     except (ValueError, OSError, EpisodeError, ImportError) as e:
-        print(f"qrag-data: error: {one_line(e)}", file=sys.stderr)
+        print(f"qrag-data: error: {_error(e, args.out)}", file=sys.stderr)
         return 2
     where = args.out or "stdout"
     print(f"qrag-data: wrote {count} episodes to {where} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
@@ -120,16 +121,24 @@ def _write_passages(corpus: str | None, out: str | None) -> int:
         lines = "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in zip(docs.ids, docs.texts,
                                                                                                      strict=True))
         if out:
-            from pathlib import Path
-
             Path(out).write_text(lines, encoding="utf-8")
         else:
             sys.stdout.write(lines)
     except (ValueError, OSError, EpisodeError) as e:
-        print(f"qrag-data: error: {one_line(e)}", file=sys.stderr)
+        print(f"qrag-data: error: {_error(e, out)}", file=sys.stderr)
         return 2
     print(f"qrag-data: wrote {len(docs.ids)} passages of {corpus} to {out or 'stdout'}", file=sys.stderr)
     return 0
+
+
+def _error(e: BaseException, out: str | None) -> str:
+    """`e` as one line; a failed write of `out` (or of the temporary file it is written through) names --out: the
+    checks before the run cannot foresee every failure (a full disk)."""
+    if out is not None and isinstance(e, OSError) and e.filename is not None:
+        if Path(e.filename) in (Path(out), Path(f"{out}.tmp")):
+            return (f"--out {out!r} cannot be written ({e.strerror}); pass a file in a folder you can write to, on a "
+                    "disk with room for it.")
+    return one_line(e)
 
 
 if __name__ == "__main__":
