@@ -9,6 +9,7 @@ Examples:
     qrag-eval jsonl --data my_corpus.jsonl --model runs/wiki-cpu/best --methods dense,bm25,multihop,qrag --budget 8 --out runs/c
     qrag-eval corpus --data my_questions.jsonl --corpus my_passages.jsonl --model runs/ft/best \
         --methods cosine,bm25,hybrid,init,qrag --budget 8 --out runs/mine
+    qrag-eval ordinary-text --squad new_wiki_v1.0.json --multirc task.json --half even --out runs/ordinary
 
 With --budget 8 every method returns 8 passages per question and recall.md gives recall@2/4/8 (corpus: 2/4/5/8) of each
 method with its paired 95% interval against the first single-shot floor the sweep runs (hybrid, cosine, dense;
@@ -158,12 +159,80 @@ def build_parser() -> argparse.ArgumentParser:
         if bench.source == "wiki":
             p.add_argument("--distractors", type=int, default=None,
                            help="non-gold passages per question (default 30); 1000 searches every test-split page")
+    _ordinary_text_parser(sub)
     return parser
+
+
+ORDINARY_TEXT = "ordinary-text"
+"""Ordinary documents and ordinary questions (`qrag.eval.ordinary_text`): SQuAD-format pools and MultiRC."""
+
+
+def _search_overrides(text: str) -> dict[str, object]:
+    """'lexical_weight=0.5,fill=state' -> SearchConfig overrides (numbers parsed, 'none' -> None)."""
+    out: dict[str, object] = {}
+    for part in _csv(text):
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{part!r} is not NAME=VALUE (e.g. lexical_weight=0.5)")
+        try:
+            out[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+        except ValueError:
+            out[name.strip()] = None if value.strip().lower() == "none" else value.strip()
+    return out
+
+
+def _ordinary_text_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from qrag.eval.ordinary_text_data import HALVES
+
+    p = sub.add_parser(ORDINARY_TEXT, help="SQuAD-format pools and MultiRC: the model beside cosine, BM25, hybrid")
+    p.add_argument("--out", type=Path, required=True, help="output folder (summary.json, records.jsonl, table.md)")
+    p.add_argument("--squad", action="append", default=[], metavar="FILE",
+                   help="a SQuAD-format file: its paragraphs one pool, its questions drawn (repeat for more files)")
+    p.add_argument("--multirc", default=None, metavar="FILE", help="BIG-bench's subtask049 task.json (MultiRC)")
+    p.add_argument("--half", choices=HALVES, default="even",
+                   help="MultiRC paragraphs by the SHA-1 of their first sentence: even (choose on it), odd "
+                        "(evaluation only), all")
+    p.add_argument("--model", default="qrag/hotpotqa-minilm", help="the paragraph model (default: qrag/hotpotqa-minilm)")
+    p.add_argument("--sentence-models", type=_csv, default=("qrag/babilong-minilm-cpu", "qrag/babilong-minilm"),
+                   help="MultiRC: more models, each searched with ordered=True")
+    p.add_argument("--encoder", default="all-MiniLM-L6-v2", help="encoder of cosine and the hybrid")
+    p.add_argument("--num-questions", type=int, default=500, help="questions drawn per SQuAD-format file")
+    p.add_argument("--multirc-questions", type=int, default=300, help="MultiRC questions drawn from the half")
+    p.add_argument("--ks", type=lambda t: tuple(int(x) for x in _csv(t)), default=(1, 2, 5, 10),
+                   help="k of the SQuAD-format tables (default 1,2,5,10)")
+    p.add_argument("--search", type=_search_overrides, default={},
+                   help="search settings of the model's searches, e.g. lexical_weight=0,fill=state (default: its own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk-vectors", type=Path, default=None, metavar="DIR",
+                   help="folder that keeps chunk vectors between runs")
+
+
+def _ordinary_text(args: argparse.Namespace) -> int:
+    if not args.squad and args.multirc is None:
+        print("qrag-eval: error: ordinary-text needs --squad FILE and/or --multirc FILE.", file=sys.stderr)
+        return 2
+    for name in ("num_questions", "multirc_questions"):
+        if getattr(args, name) < 1:
+            print(f"qrag-eval: error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.",
+                  file=sys.stderr)
+            return 2
+    if not args.ks or min(args.ks) < 1:
+        print(f"qrag-eval: error: --ks must name k >= 1, got {args.ks!r}.", file=sys.stderr)
+        return 2
+    from qrag.eval.ordinary_text import run_cli
+
+    try:
+        return run_cli(args)
+    except (ValueError, OSError) as e:
+        print(f"qrag-eval: error: {one_line(e)}", file=sys.stderr)
+        return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `qrag-eval`; returns 0 on success, 2 on a user error (message on stderr)."""
     args = build_parser().parse_args(argv)
+    if args.benchmark == ORDINARY_TEXT:
+        return _ordinary_text(args)
     cfg = RunConfig(
         benchmark=args.benchmark, out=args.out, methods=args.methods, tasks=getattr(args, "tasks", None),
         lengths=getattr(args, "lengths", None), num_samples=args.num_samples, model=args.model,
