@@ -20,6 +20,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,8 @@ def bench_size(pool: tuple[str, ...], n: int, adds: list[int], repeats: int, cha
     row: dict[str, Any] = {"n": n, "from_texts_s": build_s, "bytes_per_chunk": index_bytes(base) / n, "adds": []}
     for m in adds:
         new = corpus(pool, n, m)
-        add_s, grown = timed(lambda new=new: base.added(new), repeats)
-        rebuild_s, _ = timed(lambda new=new: LexicalIndex.from_texts(texts + new), rebuild_repeats)
+        add_s, grown = timed(partial(base.added, new), repeats)
+        rebuild_s, _ = timed(partial(LexicalIndex.from_texts, texts + new), rebuild_repeats)
         row["adds"].append({"m": m, "added_s": add_s, "from_texts_s": rebuild_s, "speedup": rebuild_s / add_s,
                             "segments": grown.segments})
         print(f"  N={n} m={m}: added {add_s * 1e3:.2f} ms, from_texts {rebuild_s:.2f} s", flush=True)

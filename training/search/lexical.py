@@ -86,9 +86,9 @@ def _words(text: str) -> list[str]:
 
 
 def _checked_texts(texts: Iterable[str], what: str) -> list[str]:
-    out = list(texts) if not isinstance(texts, str) else None
-    if out is None:
+    if isinstance(texts, str):
         raise ValueError(f"{what} must be a sequence of texts, got one string {texts[:40]!r}; wrap it in a list.")
+    out = list(texts)
     for i, t in enumerate(out):
         if not isinstance(t, str):
             raise ValueError(f"{what}[{i}] is {type(t).__name__} {t!r:.60}, not a text; pass strings.")
