@@ -74,9 +74,7 @@ def test_the_length_check_hands_its_rows_to_the_next_embedding_of_the_same_texts
     with pytest.warns(UserWarning):
         qnet.check_chunk_lengths(TEXTS)
     other = TEXTS[::-1]
-    # Each text sits at the other row of its batch: equal up to float rounding, which a matrix product may make
-    # depend on a row's place (an AVX2 CPU rounds the rows past its last full block apart from the others).
-    torch.testing.assert_close(qnet.embed_chunks(other, batch_size=2), want.flip(0))
+    torch.testing.assert_close(qnet.embed_chunks(other, batch_size=2), want.flip(0), rtol=0, atol=0)
     assert calls == [1, 1]  # other texts: the check's rows are not used for them
     assert qnet._rows_of_checked(TEXTS) is None  # and were dropped
 
