@@ -100,17 +100,13 @@ class QRAGRetriever(BaseRetriever):
     fill: Fill | FromModel = FROM_MODEL
     lexical_weight: float | FromModel = FROM_MODEL
     score_threshold: float | None = None
-    filter: dict[str, Any] | Callable[[dict[str, Any]], bool] | Filter | None = None
+    filter: dict[str, Any] | Callable[[Mapping[str, Any]], bool] | Filter | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _check_raw_args(cls, data: Any) -> Any:
         # Before pydantic coerces "3" or True to 3: the constructor is as strict as a per-call argument.
-        if isinstance(data, dict):
-            data = _with_search_kwargs(data)
-            SearchConfig().with_overrides({k: data[k] for k in SEARCH_ARGS if k in data})
-            Filter.coerce(data.get("filter"))
-        return data
+        return _check_search_fields(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _check_args(self) -> QRAGRetriever:
@@ -138,7 +134,7 @@ class QRAGRetriever(BaseRetriever):
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
         `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
         state passes from a bf16 copy of the state tower: `QNetwork.serve_in`)."""
-        kwargs = cls._check_fields(kwargs)  # a bad argument is refused before anything is embedded
+        kwargs = cls._constructor_fields(kwargs)  # a bad argument is refused before anything is embedded
         texts = check_texts(texts)
         metas = check_metadatas(metadatas, len(texts))
         for i, meta in enumerate(metas):
@@ -180,11 +176,11 @@ class QRAGRetriever(BaseRetriever):
                 "product metric (Qdrant Distance.DOT, FAISS DistanceStrategy.MAX_INNER_PRODUCT, Chroma "
                 "'hnsw:space': 'ip'), or use QRAGRetriever.from_texts for an exact in-process index."
             )
-        kwargs = cls._check_fields(kwargs)
+        kwargs = cls._constructor_fields(kwargs)
         return cls(searcher=MultiHopSearcher(load_model(model), LangChainChunkStore(store, id_key=id_key)), **kwargs)
 
     @classmethod
-    def _check_fields(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _constructor_fields(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         """A constructor's retriever fields (`search_kwargs` merged in), checked as the constructor will check them:
         `from_texts` refuses a bad one before it embeds anything."""
         fields = _with_search_kwargs(kwargs)
@@ -192,8 +188,7 @@ class QRAGRetriever(BaseRetriever):
         if unknown:
             names = [f for f in cls.model_fields if f != "searcher"]
             raise ValueError(f"QRAGRetriever got unknown argument(s) {unknown}; its arguments are {names}.")
-        cls._check_raw_args(fields)
-        return fields
+        return _check_search_fields(fields)
 
     # ------------------------------------------------------------------ retrieval
     def _search_args(self, call_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -373,3 +368,12 @@ def _with_search_kwargs(fields: Mapping[str, Any]) -> dict[str, Any]:
     if twice:
         raise ValueError(f"{twice} given both as arguments and in search_kwargs; pass each once.")
     return {**out, **extra}
+
+
+def _check_search_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Constructor arguments (`search_kwargs` merged in) with the search arguments and the filter checked, before
+    pydantic coerces "3" or True to 3: the constructor is as strict as a per-call argument."""
+    fields = _with_search_kwargs(fields)
+    SearchConfig().with_overrides({k: fields[k] for k in SEARCH_ARGS if k in fields})
+    Filter.coerce(fields.get("filter"))
+    return fields
