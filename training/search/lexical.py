@@ -159,9 +159,9 @@ class _Segment:
 
     @classmethod
     def _of_sorted(cls, term: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray) -> _Segment:
-        """From postings sorted by term, then row."""
-        terms, first = np.unique(term, return_index=True)  # (U,)
-        starts = np.append(first, len(term)).astype(np.int64)
+        """From postings sorted by term, then row (O(P): no sort)."""
+        first = np.flatnonzero(np.diff(term, prepend=-1))  # (U,) each term's first posting
+        terms, starts = term[first], np.append(first, len(term)).astype(np.int64)
         return cls(terms.astype(np.int64), starts, rows.astype(np.int32), tf.astype(np.int32),
                    lengths.astype(np.int32))
 
@@ -169,12 +169,18 @@ class _Segment:
         return np.repeat(self.terms, np.diff(self.starts))  # (P,)
 
     def merged(self, after: _Segment) -> _Segment:
-        """This segment's chunks followed by `after`'s."""
-        term = np.concatenate([self._posting_terms(), after._posting_terms()])  # (P,)
-        order = np.argsort(term, kind="stable")  # within a term: this segment's rows, then after's, both ascending
-        rows = np.concatenate([self.rows.astype(np.int64), after.rows.astype(np.int64) + self.size])
-        return _Segment._of_sorted(term[order], rows[order], np.concatenate([self.tf, after.tf])[order],
-                                   np.concatenate([self.lengths, after.lengths]))
+        """This segment's chunks followed by `after`'s: `after`'s postings slotted in after this one's of the same
+        term (O(P + P_after · log P), no sort of the larger segment)."""
+        mine, theirs = self._posting_terms(), after._posting_terms()  # (P,), (P_after,)
+        slot = np.searchsorted(mine, theirs, side="right") + np.arange(len(theirs))  # (P_after,) in the merged order
+        ours = np.ones(len(mine) + len(theirs), dtype=bool)
+        ours[slot] = False
+        merged = []
+        for a, b in ((mine, theirs), (self.rows, after.rows.astype(np.int64) + self.size), (self.tf, after.tf)):
+            out = np.empty(len(ours), dtype=np.int64)
+            out[ours], out[slot] = a, b
+            merged.append(out)
+        return _Segment._of_sorted(*merged, np.concatenate([self.lengths, after.lengths]))
 
     def without(self, drop: np.ndarray) -> _Segment:
         """The segment without local rows `drop` (ascending, distinct); the others keep their order."""

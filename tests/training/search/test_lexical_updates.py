@@ -106,8 +106,11 @@ def test_random_adds_and_deletes_score_as_a_fresh_bm25s_build(hotpot: tuple[list
             gone = set(rng.sample(range(len(texts)), rng.choice([1, 2, 9, 25])))
             index, texts = index.deleted(sorted(gone, reverse=True)), [t for i, t in enumerate(texts) if i not in gone]
         assert len(index) == len(texts)
-        if step % 8 == 7:  # the merges kept the segments a binary counter's: O(log N)
+        if step % 8 == 7:  # the merges kept the segments a binary counter's: O(log N), each sorted by term, then row
             assert index.segments <= math.log2(len(texts)) + 1
+            for seg in index._segments:
+                key = np.repeat(seg.terms, np.diff(seg.starts)) * seg.size + seg.rows
+                assert np.all(np.diff(seg.terms) > 0) and np.all(np.diff(key) > 0) and seg.words == seg.lengths.sum()
     queries = [*questions, "film film film director", "zzyzx qwertyuiop", "", "the of and", texts[5]]
     got, want = index.scores(queries), fresh_bm25s(texts, queries)
     assert want.abs().sum() > 0 and torch.allclose(got, want, rtol=1e-5, atol=1e-5)
