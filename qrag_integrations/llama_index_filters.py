@@ -102,9 +102,10 @@ def _translate(where: Filter | Condition, store: str) -> MetadataFilters | Metad
         for v in c.value:
             if not (isinstance(v, float) and not v.is_integer()):
                 groups.setdefault(type(v), []).append(v)
-        fractions = [v for v in c.value if isinstance(v, float) and not v.is_integer()]
-        return _join("or", [MetadataFilter(key=c.key, operator=FilterOperator.IN, value=vs) for vs in groups.values()]
-                     + [_number(c.key, "==", v) for v in fractions])
+        parts: list[MetadataFilters | MetadataFilter | None] = [
+            MetadataFilter(key=c.key, operator=FilterOperator.IN, value=vs) for vs in groups.values()]
+        parts += [_number(c.key, "==", v) for v in c.value if isinstance(v, float) and not v.is_integer()]
+        return _join("or", parts)
     if c.op in (">", ">=", "<", "<="):
         if isinstance(c.value, str) and store == "ChromaVectorStore":
             raise FilterError(f"Chroma orders numbers only: filter {c.key!r} {c.op} {c.value!r} needs a number (or "

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args
 
 Op = Literal["==", "!=", "in", "nin", ">", ">=", "<", "<="]
@@ -73,6 +73,8 @@ class Condition:
     key: str
     op: Op
     value: Any
+    _members: frozenset[tuple[Kind | None, Any]] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _kinds: frozenset[Kind | None] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
@@ -84,6 +86,9 @@ class Condition:
                 raise FilterError(f"filter {self.key!r} {self.op}: the value must be a list of strings, numbers or "
                                   f"booleans, got {self.value!r:.80}.")
             object.__setattr__(self, "value", tuple(self.value))
+            # (kind, value) pairs: one set lookup per chunk; ("number", 1) == ("number", 1.0), ("bool", True) apart
+            object.__setattr__(self, "_members", frozenset((value_kind(v), v) for v in self.value))
+            object.__setattr__(self, "_kinds", frozenset(k for k, _ in self._members))
         elif not _scalar(self.value):
             raise FilterError(f"filter {self.key!r} {self.op}: the value must be a string, number or boolean, got "
                               f"{self.value!r:.80}.")
@@ -107,18 +112,21 @@ class Condition:
         if self.key not in metadata:
             return False
         have = metadata[self.key]
-        if self.op == "==":
-            return _same(have, self.value)
         if self.op == "in":
-            return any(_same(have, v) for v in self.value)
-        if self.op == "!=":
-            return value_kind(have) == value_kind(self.value) and not _same(have, self.value)
+            kind = value_kind(have)
+            return kind is not None and (kind, have) in self._members
         if self.op == "nin":
+            kind = value_kind(have)
             if not self.value:
                 return True
-            return value_kind(have) in {value_kind(v) for v in self.value} and not any(_same(have, v)
-                                                                                       for v in self.value)
-        if value_kind(have) != value_kind(self.value):
+            return kind in self._kinds and (kind, have) not in self._members
+        # a value of another kind (True against 1, "2000" against 2000) is not compared
+        other_kind = type(have) is not type(self.value) and value_kind(have) != value_kind(self.value)
+        if self.op == "==":
+            return not other_kind and bool(have == self.value)
+        if self.op == "!=":
+            return not other_kind and bool(have != self.value)
+        if other_kind:
             raise FilterError(f"filter {self.key!r} {self.op} {self.value!r}: a chunk's {self.key!r} is {have!r}, which "
                               "cannot be ordered against it; compare numbers with numbers and strings with "
                               "strings.")
@@ -276,12 +284,6 @@ class Filter:
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _same(have: Any, value: Any) -> bool:
-    """Equal and of one kind (True is not 1; 1 is 1.0)."""
-    kind = value_kind(have)
-    return kind is not None and kind == value_kind(value) and bool(have == value)
 
 
 def _canonical(tree: Any) -> str:
