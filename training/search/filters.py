@@ -17,7 +17,7 @@ language cannot hold):
 - Values are typed as JSON types them: a boolean, a number, a string. A condition looks only at chunk values of its
   own value's kind: `{"flag": True}` matches `True`, never `1`; `1` and `1.0` are one number; `!=` 2000 matches the
   chunks holding a number other than 2000 (not a string, not a boolean); `nin` those holding a value of its items'
-  kinds that is none of them (an empty `nin`: every chunk that has the key).
+  kinds that is none of them (an empty `nin`: every chunk holding a string, number or boolean under the key).
 - `in []` matches nothing; a filter without conditions (`{}`) matches everything, as no filter does.
 - `>`, `>=`, `<`, `<=` order numbers with numbers and strings with strings (a boolean value is refused); a chunk whose
   value cannot be ordered against the condition's raises `FilterError` naming the key and the values (a store,
@@ -118,7 +118,7 @@ class Condition:
         if self.op == "nin":
             kind = value_kind(have)
             if not self.value:
-                return True
+                return kind is not None  # every chunk holding a value under the key (None is no value)
             return kind in self._kinds and (kind, have) not in self._members
         # a value of another kind (True against 1, "2000" against 2000) is not compared
         other_kind = type(have) is not type(self.value) and value_kind(have) != value_kind(self.value)

@@ -68,7 +68,8 @@ def test_the_mongo_form_by_hand(spec: dict, expected: list[int]) -> None:  # typ
 
 
 def test_booleans_match_booleans_and_numbers_numbers() -> None:
-    metas = [{"flag": True}, {"flag": 1}, {"flag": 1.0}, {"flag": False}, {"flag": 0}, {"flag": "True"}, {}]
+    metas = [{"flag": True}, {"flag": 1}, {"flag": 1.0}, {"flag": False}, {"flag": 0}, {"flag": "True"}, {},
+             {"flag": None}]
     assert rows(Filter.from_dict({"flag": True}), metas) == [0]  # never 1: stores hold typed JSON
     assert rows(Filter.from_dict({"flag": 1}), metas) == [1, 2]  # 1 and 1.0 are one number
     assert rows(Filter.from_dict({"flag": [False, 1]}), metas) == [1, 2, 3]
@@ -76,7 +77,7 @@ def test_booleans_match_booleans_and_numbers_numbers() -> None:
     assert rows(Filter.from_dict({"flag": {"$ne": 0}}), metas) == [1, 2]  # other numbers
     assert rows(Filter.from_dict({"flag": {"$ne": "x"}}), metas) == [5]  # other strings
     assert rows(Filter.from_dict({"flag": {"$nin": [True, 0]}}), metas) == [1, 2, 3]  # of those kinds, none of them
-    assert rows(Filter.from_dict({"flag": {"$nin": []}}), metas) == [0, 1, 2, 3, 4, 5]  # every chunk with the key
+    assert rows(Filter.from_dict({"flag": {"$nin": []}}), metas) == [0, 1, 2, 3, 4, 5]  # every chunk with a value
     with pytest.raises(FilterError, match=r"'flag' >= 1: a chunk's 'flag' is True, which cannot be ordered"):
         rows(Filter.from_dict({"flag": {"$gte": 1}}), metas)
 
