@@ -24,15 +24,16 @@ lookup is shared and only appended to; a delete copies the surviving rows (no re
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 import torch
@@ -46,6 +47,7 @@ from qrag.training.search.filters import Filter
 from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical, forget_corpus
 
 Backend = Literal["torch", "faiss"]
+T = TypeVar("T")
 VectorFormat = Literal["safetensors", "numpy"]
 
 INDEX_FORMAT = "qrag-chunk-index"
@@ -114,6 +116,44 @@ def search_rows(
     return out
 
 
+class Rows(Sequence[T]):
+    """The first `count` items of a list that later versions of the index only append to: what a version's `texts`,
+    `ids` and `metadatas` are (a read-only sequence; `list(...)` copies it). Comparing with a list compares items."""
+
+    __slots__ = ("_count", "_items")
+
+    def __init__(self, items: list[T], count: int) -> None:
+        self._items, self._count = items, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            return self._items[slice(*i.indices(self._count))]
+        j = i + self._count if i < 0 else i
+        if not 0 <= j < self._count:
+            raise IndexError(f"row {i} is outside this version's {self._count} chunks.")
+        return self._items[j]
+
+    def __iter__(self) -> Iterator[T]:
+        return itertools.islice(self._items, self._count)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == self._count and all(a == b for a, b in zip(self, other, strict=False))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Rows({list(self)!r:.200})"
+
+
 class MaskCache:
     """The filter masks of one index version: an LRU of at most `size` (N,) bool masks, keyed by the filter's
     canonical text (`Filter.key`); thread-safe. A predicate has no key and is evaluated at every search."""
@@ -148,9 +188,9 @@ class _Version:
 
     storage: torch.Tensor  # (capacity, D): rows [0, count) are this version's vectors; later rows are the next's
     count: int
-    texts: list[str]
-    ids: list[str]
-    metadatas: list[dict[str, Any]]
+    all_texts: list[str]  # shared like `rows`: items [0, count) are this version's, later ones the next's
+    all_ids: list[str]
+    all_metadatas: list[dict[str, Any]]
     rows: dict[str, int]
     lexical: LexicalIndex | None
     masks: MaskCache
@@ -161,9 +201,21 @@ class _Version:
     def vectors(self) -> torch.Tensor:
         return self.storage[: self.count]
 
+    @property
+    def texts(self) -> Rows[str]:
+        return Rows(self.all_texts, self.count)
+
+    @property
+    def ids(self) -> Rows[str]:
+        return Rows(self.all_ids, self.count)
+
+    @property
+    def metadatas(self) -> Rows[dict[str, Any]]:
+        return Rows(self.all_metadatas, self.count)
+
     def row(self, cid: str) -> int | None:
         r = self.rows.get(cid)
-        return r if r is not None and r < self.count and self.ids[r] == cid else None
+        return r if r is not None and r < self.count and self.all_ids[r] == cid else None
 
 
 class ChunkIndex:
@@ -263,15 +315,16 @@ class ChunkIndex:
         return self._version.vectors
 
     @property
-    def texts(self) -> list[str]:
+    def texts(self) -> Rows[str]:
+        """The chunk texts of the current version, in row order (a read-only sequence)."""
         return self._version.texts
 
     @property
-    def ids(self) -> list[str]:
+    def ids(self) -> Rows[str]:
         return self._version.ids
 
     @property
-    def metadatas(self) -> list[dict[str, Any]]:
+    def metadatas(self) -> Rows[dict[str, Any]]:
         return self._version.metadatas
 
     @property
@@ -436,9 +489,12 @@ class ChunkIndex:
             if n + m > storage.shape[0]:
                 storage = _with_room(storage[:n], 2 * (n + m))
             storage[n : n + m] = vectors.to(storage.device, storage.dtype)  # rows no published version reads
-            rows = v.rows
-            rows.update((cid, n + i) for i, cid in enumerate(new_ids))  # append-only: older versions check `count`
-            self._publish(_Version(storage, n + m, v.texts + texts, v.ids + new_ids, v.metadatas + metas, rows,
+            # Append-only, past every published version's `count`: no version sees these items but the new one.
+            for shared, new in ((v.all_texts, texts), (v.all_ids, new_ids), (v.all_metadatas, metas)):
+                del shared[n:]  # what an add that failed after appending left (nothing, normally)
+                shared.extend(new)
+            v.rows.update((cid, n + i) for i, cid in enumerate(new_ids))
+            self._publish(_Version(storage, n + m, v.all_texts, v.all_ids, v.all_metadatas, v.rows,
                                    lexical, MaskCache(self.mask_cache_size)))
         return new_ids
 
@@ -473,9 +529,10 @@ class ChunkIndex:
             keep[dropped] = False
             kept = keep.nonzero().squeeze(1)  # (N - d,)
             storage = _with_room(v.vectors.index_select(0, kept.to(v.storage.device)), len(kept))  # no version reads it yet
-            texts = [t for t, k in zip(v.texts, keep.tolist(), strict=True) if k]
-            new_ids = [t for t, k in zip(v.ids, keep.tolist(), strict=True) if k]
-            metas = [t for t, k in zip(v.metadatas, keep.tolist(), strict=True) if k]
+            flags = keep.tolist()
+            texts = [t for t, k in zip(v.texts, flags, strict=True) if k]
+            new_ids = [t for t, k in zip(v.ids, flags, strict=True) if k]
+            metas = [t for t, k in zip(v.metadatas, flags, strict=True) if k]
             lexical = v.lexical.deleted(dropped) if v.lexical is not None else None
             self._publish(_Version(storage, len(texts), texts, new_ids, metas, {c: i for i, c in enumerate(new_ids)},
                                    lexical, MaskCache(self.mask_cache_size)))
@@ -485,7 +542,8 @@ class ChunkIndex:
         self._check_writable()
         with self._writer:
             v = self._version
-            self._version = replace(v, metadatas=check_metadatas(metadatas, v.count), masks=MaskCache(self.mask_cache_size))
+            self._version = replace(v, all_metadatas=check_metadatas(metadatas, v.count),
+                                    masks=MaskCache(self.mask_cache_size))
         return self
 
     def mask(self, filter_: Filter) -> torch.Tensor:
@@ -599,9 +657,9 @@ class ChunkIndex:
             "vector_file": _VECTOR_FILES[vector_format],
             "lexical": v.lexical is not None,
             "precision": self.precision,
-            "ids": v.ids,
-            "texts": v.texts,
-            "metadatas": v.metadatas,
+            "ids": list(v.ids),
+            "texts": list(v.texts),
+            "metadatas": list(v.metadatas),
         }
         try:
             blob = json.dumps(header, ensure_ascii=False)
