@@ -63,7 +63,8 @@ SCRATCH = 1 << 22  # query rows × chunks scored at once, bounding the float64 s
 CACHE_CORPORA = 1024
 """`corpus_lexical` holds the indexes of at most this many corpora..."""
 CACHE_CHUNKS = 500_000
-"""...and of at most this many chunks in all (about 200 MB for paragraph-sized chunks); a larger corpus is not held."""
+"""...and of at most this many chunks in all (about 100 MB: some 200 bytes of arrays a paragraph-sized chunk, plus
+the words); a larger corpus is not held."""
 
 
 class LexicalLoadError(ValueError):
