@@ -490,9 +490,10 @@ class ChunkIndex:
                 storage = _with_room(storage[:n], 2 * (n + m))
             storage[n : n + m] = vectors.to(storage.device, storage.dtype)  # rows no published version reads
             # Append-only, past every published version's `count`: no version sees these items but the new one.
-            for shared, new in ((v.all_texts, texts), (v.all_ids, new_ids), (v.all_metadatas, metas)):
-                del shared[n:]  # what an add that failed after appending left (nothing, normally)
-                shared.extend(new)
+            del v.all_texts[n:], v.all_ids[n:], v.all_metadatas[n:]  # what a failed add left (nothing, normally)
+            v.all_texts.extend(texts)
+            v.all_ids.extend(new_ids)
+            v.all_metadatas.extend(metas)
             v.rows.update((cid, n + i) for i, cid in enumerate(new_ids))
             self._publish(_Version(storage, n + m, v.all_texts, v.all_ids, v.all_metadatas, v.rows,
                                    lexical, MaskCache(self.mask_cache_size)))
