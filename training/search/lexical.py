@@ -181,7 +181,8 @@ class _Segment:
             out = np.empty(len(ours), dtype=np.int64)
             out[ours], out[slot] = a, b
             merged.append(out)
-        return _Segment._of_sorted(*merged, np.concatenate([self.lengths, after.lengths]))
+        term, rows, tf = merged
+        return _Segment._of_sorted(term, rows, tf, np.concatenate([self.lengths, after.lengths]))
 
     def without(self, drop: np.ndarray) -> _Segment:
         """The segment without local rows `drop` (ascending, distinct); the others keep their order."""
