@@ -351,6 +351,24 @@ def test_other_stores_get_the_plain_dict_for_what_it_can_hold() -> None:
         store_filter(Chroma(), Filter(predicate=lambda m: True))
 
 
+def test_a_floor_on_a_key_is_never_lost_where_a_call_filters_the_same_key() -> None:
+    # A plain dict holds one value per key: the floor's and the call's values are intersected before it is built,
+    # so a call cannot widen (or replace) a tenant floor on any store.
+    floor = Filter.from_dict({"tenant": ["a", "b"]})
+    assert store_filter(PGVector(), Filter((floor, Filter.from_dict({"tenant": "b", "year": 1})))) == {
+        "tenant": "b", "year": 1}
+    assert Filter((floor, Filter.from_dict({"tenant": "c"}))).reduce() is False  # nothing is common: nothing matches
+    with pytest.raises(FilterError, match="lets no chunk through"):
+        store_filter(PGVector(), Filter((floor, Filter.from_dict({"tenant": "c"}))))
+    assert store_filter(PGVector(), Filter((Filter.from_dict({"n": [1, 2]}), Filter.from_dict({"n": 1.0})))) == {"n": 1}
+    metas = [{"tenant": t, "n": i} for i, t in enumerate("abcab")]
+    for call in ({"tenant": "c"}, {"tenant": "b"}, {"tenant": ["b", "c"]}, {}):
+        both = Filter((floor, Filter.from_dict(call)))
+        reduced = both.reduce()
+        assert [both.matches(m) for m in metas] == [
+            reduced if isinstance(reduced, bool) else reduced.matches(m) for m in metas]  # reducing changes nothing
+
+
 def test_llama_index_filters_both_ways() -> None:
     mf = MetadataFilters(filters=[
         MetadataFilters(filters=[MetadataFilter(key="team", value="legal"),

@@ -222,6 +222,11 @@ class Filter:
                 parts.extend(reduced.parts)  # (a and b) and c: a and b and c
             else:
                 parts.append(reduced)
+        if self.join == "and":
+            merged = _common_values(parts)
+            if merged is False:
+                return False
+            parts = merged
         if not parts:
             return neutral
         if len(parts) == 1 and isinstance(parts[0], Filter):
@@ -284,6 +289,40 @@ class Filter:
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _common_values(parts: list[Condition | Filter]) -> list[Condition | Filter] | Literal[False]:
+    """The parts of an `and` with its `==` / `in` conditions on one key made one, of the values every one of them
+    allows (False when none is common): a tenant floor `tenant == 'b'` and a call's `tenant == 'c'` allow nothing,
+    whatever filter language holds them (a plain `{key: value}` dict would keep only the last)."""
+    allowed: dict[str, dict[tuple[Any, ...], Any]] = {}
+    order: list[Condition | Filter | str] = []
+    for p in parts:
+        if not (isinstance(p, Condition) and p.op in ("==", "in")):
+            order.append(p)
+            continue
+        mine = {_value_id(v): v for v in (p.value if p.op == "in" else (p.value,))}
+        if p.key in allowed:
+            allowed[p.key] = {i: v for i, v in allowed[p.key].items() if i in mine}
+        else:
+            allowed[p.key] = mine
+            order.append(p.key)
+    out: list[Condition | Filter] = []
+    for p in order:
+        if not isinstance(p, str):
+            out.append(p)
+            continue
+        values = list(allowed[p].values())
+        if not values:
+            return False
+        out.append(Condition(p, "==", values[0]) if len(values) == 1 else Condition(p, "in", values))
+    return out
+
+
+def _value_id(value: Any) -> tuple[Any, ...]:
+    """A value as a condition compares it: its kind, and a number as a float (1 and 1.0 are one number)."""
+    kind = value_kind(value)
+    return (kind, float(value)) if kind == "number" else (kind, value)
 
 
 def _canonical(tree: Any) -> str:

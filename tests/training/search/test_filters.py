@@ -91,7 +91,7 @@ def test_reduce_takes_out_what_lets_every_chunk_through_or_none() -> None:
     assert Filter.from_dict({"$and": [{"lang": []}, {"lang": "en"}]}).reduce() is False
     assert Filter.from_dict({"$or": [{}, {"lang": "en"}]}).reduce() is True
     assert Filter((Filter((en,)), Filter((en, Condition("year", ">", 1)))), "and").reduce() == Filter(
-        (en, en, Condition("year", ">", 1)), "and")  # nested ands: one
+        (en, Condition("year", ">", 1)), "and")  # nested ands: one, and the same key's equalities: one
     pred = Filter(predicate=lambda m: True)
     assert pred.reduce() is pred
     for f in (Filter.from_dict({"$or": [{"lang": []}, {"year": {"$gt": 2000}}]}), Filter.from_dict({"$and": [{}]})):
