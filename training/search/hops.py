@@ -14,8 +14,10 @@ One hop, for every live state at once:
 4. act: the trainer samples from these scores (`acting.score_step`); evaluation and serving take the argmax
    (`greedy_hops`) or keep the best few sequences (`beam_hops`), and stop where the stop rule says
    (`stop_point`, §4); `fill_up` ranks the chunks left after the last hop when a caller asks for more, by the
-   last state (`corpus_expand`, `store_expand`) or, under the off-domain guard (§4.4), by the bare question's
-   chunk-tower vector (`question_expand`, `store_question_expand`).
+   last state (`corpus_expand`, `store_expand`), or a question fill (§4.4) by the bare question's state as the
+   first hop ranks it, on the hops' scale (`question_ranking`, `question_fill`; the guard also ends the hops where
+   that ranking outscores a hop, `question_cut`). `question_expand` and `store_question_expand` rank by the bare
+   question's chunk-tower vector (cosine search with the base encoder).
 
 Steps 1–3 for some state rows are an `Expand`: `corpus_expand` scores the hop engine's `Corpora` (cached chunk
 vectors, any position mode), `store_expand` asks an external `ChunkStore` (position mode 'none').
@@ -43,8 +45,8 @@ from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchCo
 
 __all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Hopped", "Item", "Order",
            "SearchConfig", "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states",
-           "fill_up", "greedy_hops", "hop_scores", "q_values", "question_expand", "state_pieces", "stop_point", "stops",
-           "store_expand", "store_question_expand", "top_up"]
+           "fill_up", "greedy_hops", "hop_scores", "q_values", "question_cut", "question_expand", "question_fill",
+           "question_ranking", "state_pieces", "stop_point", "stops", "store_expand", "store_question_expand", "top_up"]
 
 Item = TypeVar("Item")  # what a hop takes: a row of the hop engine's corpora (int) or an external store's Chunk
 
@@ -324,6 +326,46 @@ def fill_up(expand: Expand[Item], taken: Sequence[Sequence[Item]], k: int,
     width = max(wanted[b] - len(taken[b]) for b in need)
     for b, row in zip(need, expand(need, [taken[b] for b in need], width), strict=True):
         out[b] = row[: wanted[b] - len(taken[b])]
+    return out
+
+
+def question_ranking(expand: Expand[Item], questions: int, width: int) -> list[list[tuple[Item, float, float]]]:
+    """Per question, the `width` best (item, Q, score) triples of its bare state (no chunk taken), as `expand` ranks
+    them (§4.4): the first hop's ranking, the Q-value plus any lexical evidence of the question, so the scores are
+    on the hops' scale. One state encoding per question."""
+    if questions == 0 or width < 1:
+        return [[] for _ in range(questions)]
+    return expand(list(range(questions)), [() for _ in range(questions)], width)
+
+
+def question_cut(ranking: Sequence[tuple[Item, float, float]], taken: Sequence[Item], scores: Sequence[float],
+                 min_hops: int = 1, key: Callable[[Item], Hashable] | None = None) -> int:
+    """How many of one question's hops the guard keeps against its own ranking (§4.4): the hops end before the
+    first hop t >= max(1, `min_hops`) whose score is below the best score `ranking` (the question's, best first)
+    gives an item not taken before t: there the question's own next passage is worth more than the hop's."""
+    name: Callable[[Item], Hashable] = key if key is not None else (lambda item: item)  # type: ignore[assignment,return-value]
+    names = [name(item) for item in taken]
+    for t in range(max(1, min_hops), len(taken)):
+        before = set(names[:t])
+        rival = next((score for item, _, score in ranking if name(item) not in before), None)
+        if rival is not None and scores[t] < rival:
+            return t
+    return len(taken)
+
+
+def question_fill(ranking: Sequence[Sequence[tuple[Item, float, float]]], taken: Sequence[Sequence[Item]], k: int,
+                  sizes: Sequence[int | None], key: Callable[[Item], Hashable] | None = None
+                  ) -> list[list[tuple[Item, float, float]]]:
+    """Per question, the (item, Q, score) triples that fill its hops up to `k` results from its own ranking
+    (`question_ranking`, at least `k` wide), best first, the items taken left out (`key(item)` names an item;
+    None: the item itself); at most `sizes[b]` results in all (None: unknown)."""
+    name: Callable[[Item], Hashable] = key if key is not None else (lambda item: item)  # type: ignore[assignment,return-value]
+    out: list[list[tuple[Item, float, float]]] = []
+    for row, took, size in zip(ranking, taken, sizes, strict=True):
+        wanted = k if size is None else min(k, size)
+        seen = {name(item) for item in took}
+        # The k best hold at most len(took) taken items, so they hold the k - len(took) results wanted.
+        out.append([t for t in row if name(t[0]) not in seen][: max(0, wanted - len(took))])
     return out
 
 

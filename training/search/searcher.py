@@ -22,10 +22,11 @@ How `k`, `max_hops` and `stop_threshold` interact:
   search would not have returned carries `past_stop=True`, so `[h for h in hits if not h.past_stop]`
   is the adaptive answer (exactly, for greedy search with `max_hops ≥` the adaptive hop count).
 - `k` given with `fill='question'` (the off-domain guard, METHOD.md §4.4; a model can save it as its default):
-  the hops stop where the stop rule says, as in adaptive search, and the rest of the `k` results are the
-  question's own ranking by the chunk tower (cosine search with the base encoder when that tower is frozen),
-  flagged `past_stop=True`, with that ranking's score as `q_value`. `fill='question_unguarded'`: every hop up to
-  `k`, then the question's own ranking.
+  the hops stop where the stop rule says, as in adaptive search, or before the first hop after the first whose
+  score is below what the question's own ranking offers there; the rest of the `k` results are that ranking: the
+  bare question's state ranked as the first hop ranks it (Q plus the question's lexical evidence, so every hit of
+  a search is scored on one scale), flagged `past_stop=True`. `fill='question_unguarded'`: every hop up to `k`,
+  then the question's own ranking.
 
 `lexical_weight` ω > 0 (METHOD.md §4.5; saved with models that use it) ranks the chunks of every hop by
 Q + ω · BM25 of the state's text, scaled to [0, 1] by the best available chunk: a `Hit` carries that `score`
@@ -66,7 +67,10 @@ from qrag.training.search.hops import (
     corpus_expand,
     fill_up,
     greedy_hops,
+    question_cut,
     question_expand,
+    question_fill,
+    question_ranking,
     stop_point,
     store_expand,
     store_question_expand,
@@ -351,22 +355,35 @@ def search_corpora(model: QNetwork, questions: Sequence[str], corpora: Corpora,
 def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chunk: Sequence[Callable[[int], Chunk]],
                     cfg: SearchConfig) -> list[SearchResult]:
     """Greedy search results from the hop engine: hops (the stop rule live when adaptive or guarded), then, for an
-    explicit `k` beyond the hops, the top-up (the question's ranking under the guard); `chunk[b](row)` is the
-    chunk at a row of question b's corpus."""
+    explicit `k` beyond the hops, the top-up: the last state's ranking, or under a question fill the bare question's
+    state ranked as the first hop ranks it (`hops.question_ranking`: Q plus the question's lexical evidence, the
+    hops' scale), after the guard ends the hops at the first one that ranking outscores (`hops.question_cut`);
+    `chunk[b](row)` is the chunk at a row of question b's corpus."""
     horizons = [_horizon(cfg, corpora.size(b)) for b in range(len(questions))]
     live_stop = cfg.k is None or cfg.guarded  # the stop rule ends the hops (else it only flags them)
     hopped = greedy_hops(model, questions, corpora, horizons, threshold=cfg.threshold if live_stop else None,
                          min_hops=cfg.min_hops, lexical_weight=cfg.weight)
-    rows_taken = [h.taken for h in hopped]
     if cfg.k is None:
         extra: list[list[tuple[int, float, float]]] = [[] for _ in questions]
-    elif cfg.by_question:
-        extra = fill_up(question_expand(model, questions, corpora), rows_taken, cfg.k,
-                        [corpora.size(b) for b in range(len(questions))])
+    elif cfg.by_question and (cfg.guarded or any(len(h.taken) < cfg.k for h in hopped)):
+        # the question's own ranking, on the hops' scale (Q plus the question's lexical evidence)
+        ranking = question_ranking(corpus_expand(model, questions, corpora, lexical_weight=cfg.weight), len(questions),
+                                   cfg.k)
+        if cfg.guarded:  # a hop the question's own next passage outscores ends the hops
+            hopped = [_kept(h, question_cut(row, h.taken, h.scores, cfg.min_hops))
+                      for h, row in zip(hopped, ranking, strict=True)]
+        extra = question_fill(ranking, [h.taken for h in hopped], cfg.k, [corpora.size(b) for b in range(len(questions))])
+    elif cfg.by_question:  # every question holds its k hops: nothing to fill
+        extra = [[] for _ in questions]
     else:
-        extra = top_up(model, questions, corpora, rows_taken, cfg.k, lexical_weight=cfg.weight)
+        extra = top_up(model, questions, corpora, [h.taken for h in hopped], cfg.k, lexical_weight=cfg.weight)
     return [_result(questions[b], _hop_beam(h, chunk[b]), [(chunk[b](i), q, sc) for i, q, sc in more], cfg)
             for b, (h, more) in enumerate(zip(hopped, extra, strict=True))]
+
+
+def _kept(hopped: Hopped, n: int) -> Hopped:
+    """The first `n` hops of a greedy search."""
+    return Hopped(hopped.taken[:n], hopped.q_values[:n], hopped.scores[:n])
 
 
 def _hop_beam(hopped: Hopped, chunk: Callable[[int], Chunk]) -> Beam[Chunk]:
@@ -377,9 +394,11 @@ def _hop_beam(hopped: Hopped, chunk: Callable[[int], Chunk]) -> Beam[Chunk]:
 def _beam_results(expand: Expand[Item], by_question: Expand[Item], questions: list[str], size: int | None,
                   chunk: Callable[[Item], Chunk], distinct: bool, cfg: SearchConfig) -> list[SearchResult]:
     """Beam search results from the hop engine (greedy when `beam_size=1`): the best beam of each question, then,
-    for an explicit `k` beyond its hops, the top-up (`by_question` ranks it under the guard, cutting the beam
-    where the stop rule does); `size` is the corpus size (None: an external store's, unknown), `chunk(item)` the
-    chunk an item names, `distinct` whether beams must hold distinct sets of chunks (states in document order)."""
+    for an explicit `k` beyond its hops, the top-up (under a question fill, the bare question's state ranked by
+    `expand`, the beam cut where the stop rule does under the guard); `size` is the corpus size (None: an external
+    store's, unknown), `chunk(item)` the chunk an item names, `distinct` whether beams must hold distinct sets of
+    chunks (states in document order). `by_question` (the chunk tower's ranking of the bare question) is no longer
+    what fills: the fill is on the hops' scale (METHOD.md §4.4)."""
     live_stop = cfg.k is None or cfg.guarded
     beams = beam_hops(expand, len(questions), [_horizon(cfg, size)] * len(questions), cfg.beam_size,
                       threshold=cfg.threshold if live_stop else None, min_hops=cfg.min_hops,
@@ -387,8 +406,21 @@ def _beam_results(expand: Expand[Item], by_question: Expand[Item], questions: li
     if cfg.k is not None and cfg.guarded:  # a wider beam ran its whole horizon: cut it where the stop rule does
         kept = [stop_point(beam.q_values, cfg.threshold, cfg.min_hops) for beam in beams]
         beams = [Beam(beam.taken[:n], beam.q_values[:n], beam.scores[:n]) for beam, n in zip(beams, kept, strict=True)]
-    extra = (fill_up(by_question if cfg.by_question else expand, [b.taken for b in beams], cfg.k, [size] * len(questions))
-             if cfg.k is not None else [[] for _ in questions])
+    if cfg.k is None:
+        extra: list[list[tuple[Item, float, float]]] = [[] for _ in questions]
+    elif cfg.by_question and (cfg.guarded or any(len(b.taken) < cfg.k for b in beams)):
+        # the bare question's state ranked by `expand`: the hops' scale, lexical evidence included
+        ranking = question_ranking(expand, len(questions), cfg.k)
+        name: Callable[[Item], str] = lambda item: chunk(item).id  # noqa: E731
+        if cfg.guarded:  # a hop the question's own next passage outscores ends the hops
+            cut = [question_cut(row, beam.taken, beam.scores, cfg.min_hops, key=name)
+                   for beam, row in zip(beams, ranking, strict=True)]
+            beams = [Beam(beam.taken[:n], beam.q_values[:n], beam.scores[:n]) for beam, n in zip(beams, cut, strict=True)]
+        extra = question_fill(ranking, [b.taken for b in beams], cfg.k, [size] * len(questions), key=name)
+    elif cfg.by_question:  # every question holds its k hops: nothing to fill
+        extra = [[] for _ in questions]
+    else:
+        extra = fill_up(expand, [b.taken for b in beams], cfg.k, [size] * len(questions))
     return [_result(question, Beam(tuple(chunk(i) for i in beam.taken), beam.q_values, beam.scores),
                     [(chunk(i), q, sc) for i, q, sc in more], cfg)
             for question, beam, more in zip(questions, beams, extra, strict=True)]

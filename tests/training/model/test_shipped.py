@@ -12,6 +12,7 @@ import pytest
 from qrag.training.model.encoders import BUNDLED_MINILM
 from qrag.training.model.qnet import CheckpointError, QNetwork
 from qrag.training.model.shipped import shipped_names, shipped_path
+from qrag.training.search.hops import Corpora, corpus_expand, question_ranking
 from qrag.training.search.searcher import load_model
 from tests.training.data.test_hotpot_pool import _installed as hotpot_installed
 
@@ -76,9 +77,17 @@ def test_the_paragraph_model_beats_the_hybrid_and_the_retriever_returns_what_qra
     both_hybrid = sum(set(r.indices[:2]) == set(ep.supporting)
                       for r, ep in zip(hybrid.retrieve(over_pool), over_pool, strict=True))
     assert both_qrag >= both_hybrid + 5, (both_qrag, both_hybrid)  # 51 against 44 on the 2-core EPYC, fp32
-    cosine = (qnet.embed_questions([ep.question for ep in over_pool]) @ retriever.searcher.index.vectors.T)  # type: ignore[union-attr]
-    for hits, ranking in zip(served, cosine.argsort(dim=1, descending=True).tolist(), strict=True):
-        assert hits[2:] == [i for i in ranking if i not in hits[:2]][:2]  # past the two hops: cosine's ranking
+    # Past the hops: the question's own state ranked as the first hop ranks it (Q + 0.2 · the question's BM25
+    # evidence), on the hops' scale (METHOD.md §4.4).
+    index = retriever.searcher.index
+    assert index is not None and index.lexical is not None
+    corpora = Corpora.shared(index.vectors, index.texts, len(over_pool), index.lexical)
+    ranking = question_ranking(corpus_expand(qnet, [ep.question for ep in over_pool], corpora, lexical_weight=0.2),
+                               len(over_pool), 4)
+    for docs, row in zip(retriever.batch([ep.question for ep in over_pool]), ranking, strict=True):
+        found = [pool.index(d.page_content) for d in docs]
+        n = docs[-1].metadata["hop"]  # k = 4 > max_hops: the fill's hop index is the number of hops
+        assert found[n:] == [int(item) for item, _, _ in row if int(item) not in found[:n]][: 4 - n]
 
 
 def test_unknown_name_lists_what_ships() -> None:

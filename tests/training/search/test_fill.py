@@ -1,6 +1,8 @@
-"""The off-domain guard (`fill='question'`, METHOD.md §4.4): an exact-k search stops its hops where the stop rule
-says and fills the rest from the question's own chunk-tower ranking. Hand-computed on a fake Q-network with
-known vectors; on the real tiny network, the fill is cosine search with the base encoder."""
+"""The question fill (`fill='question'`, the off-domain guard, and `'question_unguarded'`; METHOD.md §4.4): an
+exact-k search fills past its hops from the question's own state, ranked as the first hop ranks it (the Q-value plus
+any lexical evidence of the question), so every hit of one search carries a score on one scale. Hand-computed on a
+fake Q-network with known vectors; on the real tiny network, an untrained one's fill is cosine search with the base
+encoder."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from qrag.training.search.searcher import MultiHopSearcher, SearchConfig, Search
 from qrag.training.search.settings import HopSettings
 from tests.training.search.test_search import STOP_TABLE, TEXTS, FakeQNet, _fake, _view
 
-# The question's own ranking (its chunk-tower vector against the one-hot chunks A-D): D .9, C .5, B .3, A .1.
+# The chunk tower's ranking of the bare question (D .9, C .5, B .3, A .1): what the fill ranked by before it moved to
+# the hops' scale. A fill that still read it would put D first.
 QUESTION_VECTOR = [0.1, 0.3, 0.5, 0.9]
 
 
@@ -62,17 +65,18 @@ class ListStore:
 
 
 def test_the_refused_hop_is_not_taken_and_the_rest_is_the_questions_ranking() -> None:
-    # STOP_TABLE: hop 1 takes A (.9); the best second hop is B at .8 < .85, refused; the question ranks D .9, C .5,
-    # B .3 after A: those fill k = 3, flagged past the stop, their score the question's, after hop index 1.
+    # STOP_TABLE: hop 1 takes A (.9); the best second hop is B at .8 < .85, refused; the bare question's state ranks
+    # A .9, B .7, C .1, D 0: after A, B and C fill k = 3, flagged past the stop, with that state's Q-values (the
+    # first hop's scale), after hop index 1. The chunk tower's ranking of the question (D .9, C .5) is not used.
     model, index = _guarded(0.85)
     s = MultiHopSearcher(model, index)  # type: ignore[arg-type]
     r = s.search_one("q", k=3)
-    assert _view(r) == [("A", 0, 0.9, False), ("D", 1, 0.9, True), ("C", 1, 0.5, True)] and r.hops_kept == 1
-    assert model.state_calls == [1, 1] and model.question_calls == [1]  # no state past the refused hop
-    # A lower threshold keeps B (.8); hop 3's best, C at .4, is refused; D (.9) fills the third place.
+    assert _view(r) == [("A", 0, 0.9, False), ("B", 1, 0.7, True), ("C", 1, 0.1, True)] and r.hops_kept == 1
+    assert model.state_calls == [1, 1, 1] and model.question_calls == []  # hop 1, the refused hop, the question
+    # A lower threshold keeps B (.8); hop 3's best, C at .4, is refused; C (.1 for the question) fills the third.
     model, index = _guarded(0.5)
     s = MultiHopSearcher(model, index)  # type: ignore[arg-type]
-    assert _view(s.search_one("q", k=3)) == [("A", 0, 0.9, False), ("B", 1, 0.8, False), ("D", 2, 0.9, True)]
+    assert _view(s.search_one("q", k=3)) == [("A", 0, 0.9, False), ("B", 1, 0.8, False), ("C", 2, 0.1, True)]
     # The hits not past the stop are the adaptive answer, as without the guard.
     assert [h.chunk.id for h in s.search_one("q", k=4).hits if not h.past_stop] == [
         h.chunk.id for h in s.search_one("q").hits] == ["A", "B"]
@@ -81,12 +85,12 @@ def test_the_refused_hop_is_not_taken_and_the_rest_is_the_questions_ranking() ->
         ("A", 0, 0.9, False), ("B", 1, 0.8, False), ("C", 2, 0.4, True)]
     # No stop rule: the guard takes every hop up to min(k, max_hops) and fills after them.
     assert _view(s.search_one("q", k=3, max_hops=2, stop_threshold=None)) == [
-        ("A", 0, 0.9, False), ("B", 1, 0.8, False), ("D", 2, 0.9, True)]
+        ("A", 0, 0.9, False), ("B", 1, 0.8, False), ("C", 2, 0.1, True)]
 
 
 def test_the_guard_is_the_same_over_beams_stores_and_batched_corpora() -> None:
     model, index = _guarded(0.85)
-    expected = [("A", 0, 0.9, False), ("D", 1, 0.9, True), ("C", 1, 0.5, True)]
+    expected = [("A", 0, 0.9, False), ("B", 1, 0.7, True), ("C", 1, 0.1, True)]
     # Beam 2 over the horizon: the best sequence A, B, C (2.1) is cut where the stop rule cuts it (before B).
     assert _view(MultiHopSearcher(model, index).search_one("q", k=3, beam_size=2)) == expected  # type: ignore[arg-type]
     store = MultiHopSearcher(model, ListStore(index))  # type: ignore[arg-type]
@@ -113,9 +117,10 @@ def test_bad_fill_values_are_refused_by_name(tmp_path: Path, tiny_qnet: QNetwork
         QNetwork.from_pretrained(folder)
 
 
-def test_the_fill_is_cosine_search_with_the_base_encoder(tiny_encoder_path: Path) -> None:
-    # An untrained normalising network: the chunk tower is the base encoder, so the guard's ranking is what the
-    # cosine baseline ranks by; with a threshold no hop passes, one hop is taken and the rest is that ranking.
+def test_an_untrained_networks_fill_is_cosine_search_with_the_base_encoder(tiny_encoder_path: Path) -> None:
+    # An untrained normalising network: its bare question state is the base encoder's question vector, so the
+    # fill's ranking is what the cosine baseline ranks by; with a threshold no hop passes, one hop is taken and the
+    # rest is that ranking.
     tiny_qnet = QNetwork.from_encoder(str(tiny_encoder_path), normalize=True).eval()
     index = ChunkIndex.from_texts(tiny_qnet, TEXTS)
     question = "Where is the milk?"
