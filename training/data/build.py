@@ -87,9 +87,10 @@ def build_episodes(data: DataConfig, *, validation_only: bool = False,
                               "held out for validation), or pass --data.val_path.")
         held_out = min(data.num_val, max(1, int(len(train) * MAX_HELD_OUT_SHARE)))
         if held_out < data.num_val:
-            print(f"qrag-train: {data.train_path} has {len(train)} episodes; holding out {held_out} for validation "
-                  f"(data.num_val={data.num_val} is capped at {MAX_HELD_OUT_SHARE:.0%} of the file; pass "
-                  "--data.val_path for a separate validation file).", file=sys.stderr)
+            print(f"qrag-train: {data.train_path} has {len(train)} episodes; holding out {held_out} for validation, "
+                  f"not --data.num_val={data.num_val}: a file lends at most {MAX_HELD_OUT_SHARE:.0%} of itself. Pass "
+                  f"--data.num_val {held_out} or less to hold out what you ask, or --data.val_path FILE for a "
+                  "validation file of its own.", file=sys.stderr)
         val, train = train[:held_out], train[held_out:]
     if validation_only:
         return [], val

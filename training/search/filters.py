@@ -308,14 +308,14 @@ def _common_values(parts: list[Condition | Filter]) -> list[Condition | Filter] 
             allowed[p.key] = mine
             order.append(p.key)
     out: list[Condition | Filter] = []
-    for p in order:
-        if not isinstance(p, str):
-            out.append(p)
+    for item in order:
+        if not isinstance(item, str):
+            out.append(item)
             continue
-        values = list(allowed[p].values())
+        values = list(allowed[item].values())
         if not values:
             return False
-        out.append(Condition(p, "==", values[0]) if len(values) == 1 else Condition(p, "in", values))
+        out.append(Condition(item, "==", values[0]) if len(values) == 1 else Condition(item, "in", values))
     return out
 
 
