@@ -17,12 +17,12 @@ from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.metric import MetricError, check_chroma_ip
 from qrag.integrations.store_filters import store_filter
-from qrag.training.input_checks import check_ids
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
     Chunk,
     Filter,
     ScoredChunk,
+    check_ids,
     check_query,
     check_text_list,
     load_model,

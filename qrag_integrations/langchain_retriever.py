@@ -22,7 +22,6 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 
-from qrag.training.input_checks import check_delete_ids
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -33,6 +32,7 @@ from qrag.training.search import (
     MultiHopSearcher,
     SearchConfig,
     SearchResult,
+    check_delete_ids,
     check_metadatas,
     check_query,
     check_texts,

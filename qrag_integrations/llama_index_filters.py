@@ -17,7 +17,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from qrag.integrations.store_filters import exact_number
-from qrag.training.search.filters import Condition, Filter, FilterError, value_kind
+from qrag.training.search import Condition, Filter, FilterError, value_kind
 
 OPERATORS = {FilterOperator.EQ: "==", FilterOperator.NE: "!=", FilterOperator.IN: "in", FilterOperator.NIN: "nin",
              FilterOperator.GT: ">", FilterOperator.GTE: ">=", FilterOperator.LT: "<", FilterOperator.LTE: "<="}

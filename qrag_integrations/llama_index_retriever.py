@@ -19,7 +19,6 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from qrag.integrations.llama_index_filters import from_metadata_filters
-from qrag.training.input_checks import check_delete_ids, check_json_metadata
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -28,6 +27,8 @@ from qrag.training.search import (
     FromModel,
     MultiHopSearcher,
     SearchConfig,
+    check_delete_ids,
+    check_json_metadata,
     check_query,
     check_trace_keys,
     load_model,

@@ -20,8 +20,7 @@ from llama_index.core.vector_stores.types import (
 
 from qrag.integrations.llama_index_filters import to_metadata_filters
 from qrag.integrations.metric import MetricError, check_chroma_ip
-from qrag.training.input_checks import check_ids
-from qrag.training.search import Chunk, Filter, ScoredChunk, search_rows
+from qrag.training.search import Chunk, Filter, ScoredChunk, check_ids, search_rows
 
 POSITION_KEY = "qrag_position"
 

@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from qrag.training.search.filters import Condition, Filter, FilterError, Kind, value_kind
+from qrag.training.search import Condition, Filter, FilterError, Kind, value_kind
 
 CHROMA_OPS = {"==": "$eq", "!=": "$ne", "in": "$in", "nin": "$nin", ">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}
 RANGE_BOUNDS = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}

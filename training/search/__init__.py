@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 from qrag.training.input_checks import (  # stdlib only: imported as it is
+    check_delete_ids,
+    check_ids,
+    check_json_metadata,
     check_metadatas,
     check_query,
     check_text_list,
@@ -28,7 +31,7 @@ from qrag.training.input_checks import (  # stdlib only: imported as it is
 )
 
 if TYPE_CHECKING:
-    from qrag.training.search.filters import Condition, Filter, FilterError, FilterSpec
+    from qrag.training.search.filters import Condition, Filter, FilterError, FilterSpec, Kind, value_kind
     from qrag.training.search.index import Chunk, ChunkIndex, IndexLoadError, ScoredChunk, search_rows
     from qrag.training.search.neighbours import pool_neighbours
     from qrag.training.search.searcher import MultiHopSearcher, SearchResult, load_model, search_many
@@ -44,11 +47,12 @@ if TYPE_CHECKING:
     )
 
 __getattr__, __dir__, _lazy = lazy_loader.attach(__name__, submod_attrs={
-    "filters": ["Condition", "Filter", "FilterError", "FilterSpec"],
+    "filters": ["Condition", "Filter", "FilterError", "FilterSpec", "Kind", "value_kind"],
     "index": ["Chunk", "ChunkIndex", "IndexLoadError", "ScoredChunk", "search_rows"],
     "neighbours": ["pool_neighbours"],
     "searcher": ["MultiHopSearcher", "SearchResult", "load_model", "search_many"],
     "searcher_folder": ["recover_folder"],
     "settings": ["FILLS", "FROM_MODEL", "Fill", "FromModel", "Order", "SearchConfig", "SearchError"],
 })
-__all__ = [*_lazy, "check_metadatas", "check_query", "check_text_list", "check_texts", "check_trace_keys"]
+__all__ = [*_lazy, "check_delete_ids", "check_ids", "check_json_metadata", "check_metadatas", "check_query",
+           "check_text_list", "check_texts", "check_trace_keys"]
