@@ -8,10 +8,19 @@
 - `add_versus_build`: `ChunkIndex.from_texts` over `base + added` real passages against `ChunkIndex.add` of the
   `added` to an index of the `base` (the same model and arithmetic), beside embedding the `added` alone (what an
   add should cost), and whether the two indexes rank alike.
+- `update_costs`: `ChunkIndex.add_vectors` of 1, 100, 10 000 chunks (vectors already computed, so the index's own
+  work is what is timed: the vector buffer, the ids, the BM25 segment) into indexes of 10 000 to 400 000 chunks with
+  BM25, against building the index with its BM25 from scratch over all of them; and `add_one_cost`, `ChunkIndex.add`
+  of one real passage (embedding included) into indexes of growing size: what a user adding documents one at a time
+  pays.
+- `mask_memory`: the process's resident memory over many distinct filters on one index, with the mask cache's
+  default bound and with every mask kept (what a cache without a bound held).
 """
 
 from __future__ import annotations
 
+import itertools
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +30,8 @@ import torch
 
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.filters import Filter
-from qrag.training.search.index import ChunkIndex
+from qrag.training.search.index import MASK_CACHE_SIZE, ChunkIndex
+from qrag.training.search.lexical import LexicalIndex
 from qrag.training.search.searcher import MultiHopSearcher
 
 
@@ -90,6 +100,97 @@ def add_versus_build(model: QNetwork, base: Sequence[str], added: Sequence[str],
     return {"base": len(base), "added": len(added), "build_s": build_s, "add_s": add_s, "embed_added_s": embed_s,
             "add_over_build": add_s / build_s, "add_over_embed": add_s / embed_s, "same_rankings": same,
             "precision": precision}
+
+
+def _vectors(model: QNetwork, n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.randn(n, model.dim, generator=g), dim=1) / model.config.scale  # (n, D)
+
+
+def distinct_texts(passages: Sequence[str], n: int) -> list[str]:
+    """`n` distinct texts: the passages in turn, each pass's copies told apart by a number at the end."""
+    return [f"{p} ({i // len(passages)})" if i >= len(passages) else p
+            for i, p in zip(range(n), itertools.cycle(passages), strict=False)]
+
+
+def update_costs(model: QNetwork, passages: Sequence[str], bases: Sequence[int], adds: Sequence[int],
+                 repeats: int = 3) -> list[dict[str, Any]]:
+    """Per base size and batch size: median seconds of `add_vectors` of the batch into an index of `base` chunks with
+    BM25 (a fresh index each repeat) against building one over `base + batch` from scratch (vectors given)."""
+    rows = []
+    for base in bases:
+        texts = distinct_texts(passages, base + max(adds))
+        vectors = _vectors(model, len(texts), seed=base)
+        lexical = LexicalIndex.from_texts(texts[:base])  # immutable: each repeat's index starts from it
+        for m in adds:
+            ids = [f"n{i}" for i in range(m)]
+            add_s = []
+            for _ in range(repeats):
+                index = ChunkIndex(vectors[:base], texts[:base], lexical=lexical)
+                t0 = time.perf_counter()
+                index.add_vectors(vectors[base : base + m], texts[base : base + m], ids)
+                add_s.append(time.perf_counter() - t0)
+            build_s = []
+            for _ in range(1 if base + m > 100_000 else repeats):
+                t0 = time.perf_counter()
+                ChunkIndex(vectors[: base + m], texts[: base + m], lexical=LexicalIndex.from_texts(texts[: base + m]))
+                build_s.append(time.perf_counter() - t0)
+            add, build = statistics.median(add_s), statistics.median(build_s)
+            rows.append({"base": base, "added": m, "add_s": add, "build_s": build, "add_over_build": add / build})
+    return rows
+
+
+def add_one_cost(model: QNetwork, passages: Sequence[str], sizes: Sequence[int], adds: int = 20) -> list[dict[str, Any]]:
+    """Per index size: the median seconds of `ChunkIndex.add` of one real passage (embedded by `model`) into an index
+    of that many chunks with BM25, over `adds` single adds, beside embedding that passage alone."""
+    rows = []
+    extra = list(passages[:adds])
+    for n in sizes:
+        texts = distinct_texts(passages[adds:], n)
+        index = ChunkIndex(_vectors(model, n, seed=n), texts, lexical=LexicalIndex.from_texts(texts))
+        add_s, embed_s = [], []
+        for i, text in enumerate(extra):
+            t0 = time.perf_counter()
+            model.embed_chunks([text])
+            embed_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            index.add(model, [text], [f"one{i}"])
+            add_s.append(time.perf_counter() - t0)
+        rows.append({"chunks": n, "add_one_ms": 1000 * statistics.median(add_s),
+                     "embed_one_ms": 1000 * statistics.median(embed_s)})
+    return rows
+
+
+def _rss_mib() -> float:
+    """The process's resident memory now (Linux `/proc`; elsewhere its peak, from `getrusage`)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def mask_memory(model: QNetwork, n: int, filters: int) -> list[dict[str, Any]]:
+    """Resident memory of an index of `n` chunks (metadata `user` = row mod 5 000) before and after the masks of
+    `filters` distinct filters `{"user": i}` (each built, then reused once), and how many masks it then holds: with
+    a bound above `filters` (every mask kept, as an unbounded cache would), then with the default bound."""
+    rows = []
+    for size in (filters + 1, MASK_CACHE_SIZE):  # the unbounded first: its growth is not hidden by freed memory
+        index = ChunkIndex(_vectors(model, n, seed=1), [f"Passage {i}." for i in range(n)],
+                           metadatas=[{"user": i % 5000} for i in range(n)], mask_cache_size=size)
+        before = _rss_mib()
+        for i in range(filters):
+            where = Filter.from_dict({"user": i})
+            index.mask(where)
+            index.mask(where)
+        after = _rss_mib()
+        held = len(index._version.masks)
+        rows.append({"chunks": n, "filters": filters, "mask_cache_size": size, "masks_held": held,
+                     "masks_mib": held * n / 2**20,
+                     "rss_before_mib": before, "rss_after_mib": after, "rss_growth_mib": after - before,
+                     "bound_mib": size * n / 2**20})
+        del index
+    return rows
 
 
 def living_table(hops: list[dict[str, Any]], grow: dict[str, Any] | None) -> str:

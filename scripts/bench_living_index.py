@@ -1,8 +1,10 @@
-"""A filtered hop against an unfiltered one, and adding passages against rebuilding (`qrag.eval.living_speed`).
+"""A filtered hop against an unfiltered one, adding passages against rebuilding, what each update costs by index
+size, and the memory many filters take (`qrag.eval.living_speed`).
 
     python scripts/bench_living_index.py --out results/living_index/living_index.json
     python scripts/bench_living_index.py --sizes 50000 --skip-add   # the hop times only
     python scripts/bench_living_index.py --skip-hops                 # adding against building only
+    python scripts/bench_living_index.py --only updates,memory --out results/living_index/updates.json
 
 Prints Markdown tables and writes JSON with the machine (CPU flags, threads, torch).
 """
@@ -16,7 +18,14 @@ from pathlib import Path
 
 import torch
 
-from qrag.eval.living_speed import add_versus_build, filtered_hop_times, living_table
+from qrag.eval.living_speed import (
+    add_one_cost,
+    add_versus_build,
+    filtered_hop_times,
+    living_table,
+    mask_memory,
+    update_costs,
+)
 from qrag.training.data import hotpot_pool
 from qrag.training.data.wiki import read_pages
 from qrag.training.model.precision import speed_flags
@@ -49,24 +58,46 @@ def main() -> int:
     parser.add_argument("--precision", default="fp32", help="indexing arithmetic (fp32, bf16)")
     parser.add_argument("--skip-add", action="store_true")
     parser.add_argument("--skip-hops", action="store_true")
+    parser.add_argument("--update-bases", default="10000,100000,400000", help="index sizes an update goes into")
+    parser.add_argument("--update-adds", default="1,100,10000", help="chunks each update adds")
+    parser.add_argument("--one-sizes", default="5000,20000,100000", help="index sizes for adding one passage")
+    parser.add_argument("--memory-chunks", type=int, default=100_000)
+    parser.add_argument("--memory-filters", type=int, default=2000)
+    parser.add_argument("--only", default="hops,add,updates,one,memory",
+                        help="which measures to run, comma-separated (hops, add, updates, one, memory)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     model = load_model(args.model)
-    hops = [] if args.skip_hops else filtered_hop_times(model, [int(s) for s in args.sizes.split(",")], QUESTIONS,
-                                                        args.repeats)
+    only = set(args.only.split(","))
+    hops = [] if args.skip_hops or "hops" not in only else filtered_hop_times(
+        model, [int(s) for s in args.sizes.split(",")], QUESTIONS, args.repeats)
     grow = None
-    if not args.skip_add:
+    if not args.skip_add and "add" in only:
         texts = real_passages(args.base + args.added)
         grow = add_versus_build(model, texts[: args.base], texts[args.base :], QUESTIONS, args.precision)
     print(living_table(hops, grow))
+    passages = real_passages(20_000) if only & {"updates", "one"} else []
+    updates = (update_costs(model, passages, [int(s) for s in args.update_bases.split(",")],
+                            [int(s) for s in args.update_adds.split(",")]) if "updates" in only else [])
+    for r in updates:
+        print(f"add {r['added']:>6,} to {r['base']:>7,}: {r['add_s'] * 1000:9.1f} ms; build {r['build_s']:7.2f} s; "
+              f"ratio {r['add_over_build']:.5f}")
+    one = add_one_cost(model, passages, [int(s) for s in args.one_sizes.split(",")]) if "one" in only else []
+    for r in one:
+        print(f"add one passage to {r['chunks']:>7,}: {r['add_one_ms']:.1f} ms (embedding it alone {r['embed_one_ms']:.1f} ms)")
+    memory = mask_memory(model, args.memory_chunks, args.memory_filters) if "memory" in only else []
+    for r in memory:
+        print(f"{r['filters']} filters over {r['chunks']:,} chunks, cache of {r['mask_cache_size']}: {r['masks_held']} "
+              f"masks held, RSS +{r['rss_growth_mib']:.1f} MiB (bound {r['bound_mib']:.1f} MiB)")
     if args.out:
         machine = {"cpu": platform.processor() or platform.machine(), "flags": speed_flags(),
                    "threads": torch.get_num_threads(), "torch": torch.__version__}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"model": args.model, "machine": machine, "hops": hops, "add": grow},
+        args.out.write_text(json.dumps({"model": args.model, "machine": machine, "hops": hops, "add": grow,
+                                        "updates": updates, "add_one": one, "mask_memory": memory},
                                        indent=2) + "\n")
     return 0
 
