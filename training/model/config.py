@@ -124,9 +124,10 @@ class HopSettings:
     fill: Fill = "state"
     """What ranks the results of an exact-`k` search past its hops (METHOD.md §4.4). 'state': the Q-values of the
     state after the last hop; every hop up to `k` is taken. 'question' (the off-domain guard): a hop the stop
-    rule refuses is not taken, and the rest come from the question's own ranking by the chunk tower (cosine
-    search with the base encoder when the chunk tower is frozen). 'question_unguarded': every hop up to `k` is
-    taken, and the rest come from the question's own ranking."""
+    rule refuses is not taken, nor one the question's own next passage outscores, and the rest come from the
+    question's own ranking as the first hop ranks it (Q of the bare question's state plus its lexical evidence:
+    scores on the hops' scale). 'question_unguarded': every hop up to `k` is taken, and the rest come from the
+    question's own ranking."""
     lexical_weight: float = 0.0
     """Weight ω of lexical evidence at every hop (METHOD.md §4.5): chunks are ranked by Q + ω · BM25 of the
     state's text, scaled to [0, 1] by the best available chunk; the stop rule still reads Q alone. 0: Q alone

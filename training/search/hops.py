@@ -16,8 +16,7 @@ One hop, for every live state at once:
    (`stop_point`, §4); `fill_up` ranks the chunks left after the last hop when a caller asks for more, by the
    last state (`corpus_expand`, `store_expand`), or a question fill (§4.4) by the bare question's state as the
    first hop ranks it, on the hops' scale (`question_ranking`, `question_fill`; the guard also ends the hops where
-   that ranking outscores a hop, `question_cut`). `question_expand` and `store_question_expand` rank by the bare
-   question's chunk-tower vector (cosine search with the base encoder).
+   that ranking outscores a hop, `question_cut`).
 
 Steps 1–3 for some state rows are an `Expand`: `corpus_expand` scores the hop engine's `Corpora` (cached chunk
 vectors, any position mode), `store_expand` asks an external `ChunkStore` (position mode 'none').
@@ -45,8 +44,8 @@ from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchCo
 
 __all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Hopped", "Item", "Order",
            "SearchConfig", "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states",
-           "fill_up", "greedy_hops", "hop_scores", "q_values", "question_cut", "question_expand", "question_fill",
-           "question_ranking", "state_pieces", "stop_point", "stops", "store_expand", "store_question_expand", "top_up"]
+           "fill_up", "greedy_hops", "hop_scores", "q_values", "question_cut", "question_fill",
+           "question_ranking", "state_pieces", "stop_point", "stops", "store_expand", "top_up"]
 
 Item = TypeVar("Item")  # what a hop takes: a row of the hop engine's corpora (int) or an external store's Chunk
 
@@ -391,33 +390,6 @@ def corpus_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, b
     return expand
 
 
-def question_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, batch_size: int = 128) -> Expand[int]:
-    """The `Expand` of the off-domain guard (§4.4) over the hop engine's corpora: whatever was taken, question
-    `rows[r]` ranks its corpus by ⟨g_φ(q), g_φ(c)⟩, its bare question's chunk-tower vector against the unrotated
-    chunk vectors (cosine search with the base encoder when the chunk tower is frozen and normalises)."""
-    vectors: dict[int, torch.Tensor] = {}
-
-    def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float, float]]]:
-        new = [b for b in dict.fromkeys(rows) if b not in vectors]
-        if new:
-            with model_lock(model):
-                for b, v in zip(new, model.embed_questions([questions[b] for b in new], batch_size), strict=True):
-                    vectors[b] = v
-        device = corpora.vectors.device
-        states = torch.stack([vectors[b] for b in rows]).to(device)  # (R, D)
-        scores = model.score(states, _corpus_rows(corpora.vectors, rows), None)  # (R, N)
-        if corpora.valid is not None:
-            scores = scores.masked_fill(~corpora.valid[list(rows)].to(device), -math.inf)
-        if corpora.allowed is not None:
-            scores = scores.masked_fill(~corpora.allowed.to(device), -math.inf)
-        for r, t in enumerate(taken):
-            if t:
-                scores[r, list(t)] = -math.inf
-        return _best_items(scores, scores, width)
-
-    return expand
-
-
 def _best_items(q: torch.Tensor, rank: torch.Tensor, width: int) -> list[list[tuple[int, float, float]]]:
     """Per row of (R, N) masked Q-values and ranking scores, its `width` best (row, Q, score) triples by score,
     best first, masked ones (-inf) left out."""
@@ -430,19 +402,6 @@ def _best_items(q: torch.Tensor, rank: torch.Tensor, width: int) -> list[list[tu
 def _scored(pairs: list[list[tuple[Chunk, float]]]) -> list[list[tuple[Chunk, float, float]]]:
     """A store's (chunk, inner product) pairs as (chunk, Q, score): a store ranks by Q alone."""
     return [[(c, q, q) for c, q in row] for row in pairs]
-
-
-def store_question_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128,
-                          where: Filter | None = None) -> Expand[Chunk]:
-    """`question_expand` over an external store: its chunks ranked by the store's inner products with the bare
-    questions' chunk-tower vectors, the taken ones excluded by id (and those `where` refuses, by the store)."""
-
-    def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float, float]]]:
-        with model_lock(model):
-            states = model.embed_questions([questions[b] for b in rows], batch_size)  # (R, D)
-        return _scored(_store_search(store, states, width, taken, where))
-
-    return expand
 
 
 def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128,

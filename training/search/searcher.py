@@ -68,12 +68,10 @@ from qrag.training.search.hops import (
     fill_up,
     greedy_hops,
     question_cut,
-    question_expand,
     question_fill,
     question_ranking,
     stop_point,
     store_expand,
-    store_question_expand,
     top_up,
 )
 from qrag.training.search.index import Chunk, ChunkIndex, ChunkStore
@@ -289,11 +287,9 @@ class MultiHopSearcher:
             corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical, allowed)
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
-            return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight),
-                                 question_expand(self.model, questions, corpora), questions, corpora.size(0),
-                                 index.chunk, self.model.config.state_order == "document", cfg)
-        return _beam_results(store_expand(self.model, questions, store, where=where),
-                             store_question_expand(self.model, questions, store, where=where), questions, None,
+            return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight), questions,
+                                 corpora.size(0), index.chunk, self.model.config.state_order == "document", cfg)
+        return _beam_results(store_expand(self.model, questions, store, where=where), questions, None,
                              lambda c: c, self.model.config.state_order == "document", cfg)
 
 
@@ -391,14 +387,13 @@ def _hop_beam(hopped: Hopped, chunk: Callable[[int], Chunk]) -> Beam[Chunk]:
     return Beam(tuple(chunk(i) for i in hopped.taken), tuple(hopped.q_values), tuple(hopped.scores))
 
 
-def _beam_results(expand: Expand[Item], by_question: Expand[Item], questions: list[str], size: int | None,
-                  chunk: Callable[[Item], Chunk], distinct: bool, cfg: SearchConfig) -> list[SearchResult]:
+def _beam_results(expand: Expand[Item], questions: list[str], size: int | None, chunk: Callable[[Item], Chunk],
+                  distinct: bool, cfg: SearchConfig) -> list[SearchResult]:
     """Beam search results from the hop engine (greedy when `beam_size=1`): the best beam of each question, then,
     for an explicit `k` beyond its hops, the top-up (under a question fill, the bare question's state ranked by
     `expand`, the beam cut where the stop rule does under the guard); `size` is the corpus size (None: an external
     store's, unknown), `chunk(item)` the chunk an item names, `distinct` whether beams must hold distinct sets of
-    chunks (states in document order). `by_question` (the chunk tower's ranking of the bare question) is no longer
-    what fills: the fill is on the hops' scale (METHOD.md §4.4)."""
+    chunks (states in document order)."""
     live_stop = cfg.k is None or cfg.guarded
     beams = beam_hops(expand, len(questions), [_horizon(cfg, size)] * len(questions), cfg.beam_size,
                       threshold=cfg.threshold if live_stop else None, min_hops=cfg.min_hops,
