@@ -16,7 +16,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from qrag.integrations.store_filters import exact_number
+from qrag.integrations.store_filters import exact_number, reduced_for
 from qrag.training.search import Condition, Filter, FilterError, value_kind
 
 OPERATORS = {FilterOperator.EQ: "==", FilterOperator.NE: "!=", FilterOperator.IN: "in", FilterOperator.NIN: "nin",
@@ -73,14 +73,7 @@ def to_metadata_filters(where: Filter, store: str = "a vector store") -> Metadat
         FilterError: a predicate (a function cannot be sent to a database), a filter that lets every chunk or none
             through, or a condition the store cannot hold as qrag means it (named, with what to use instead).
     """
-    if where.predicate is not None or where.key is None:
-        raise FilterError(f"{store} filters in the database, which cannot run a Python function: use "
-                          "MetadataFilters.")
-    reduced = where.reduce()
-    if isinstance(reduced, bool):
-        raise FilterError(f"this filter lets {'every' if reduced else 'no'} chunk through ({where.key}): search "
-                          f"{'without a filter' if reduced else 'nothing'} rather than send it to {store}.")
-    out = _translate(reduced, store)
+    out = _translate(reduced_for(where, store, "use MetadataFilters"), store)
     assert isinstance(out, MetadataFilters)  # a reduced filter has no part that matches nothing
     return out
 

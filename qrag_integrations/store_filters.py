@@ -65,7 +65,7 @@ def chroma_where(where: Filter) -> dict[str, Any]:
     Raises:
         FilterError: a condition Chroma cannot hold as qrag means it (named, with what to use instead).
     """
-    clause = _chroma(_reduced(where, "Chroma"))
+    clause = _chroma(reduced_for(where, "Chroma"))
     assert clause is not None  # a reduced filter has no part that matches nothing
     return clause
 
@@ -151,7 +151,7 @@ def qdrant_filter(where: Filter) -> Any:
     """
     from qdrant_client import models  # lazy: an optional dependency
 
-    reduced = _reduced(where, "Qdrant")
+    reduced = reduced_for(where, "Qdrant")
     return _qdrant(models, reduced)
 
 
@@ -210,10 +210,11 @@ def _qdrant_none_of(models: Any, key: str, kind: Kind, values: list[Any]) -> Any
 
 
 # ---------------------------------------------------------------------- shared
-def _reduced(where: Filter, store: str) -> Filter:
+def reduced_for(where: Filter, store: str, instead: str = "pass the filter as a dict {key: value}") -> Filter:
+    """`where.reduce()` for a store to be handed, refusing what a store is never sent: a predicate (`instead` says
+    what to pass), and a filter that lets every chunk or none through (search without one, or nothing)."""
     if where.predicate is not None or where.key is None:
-        raise FilterError(f"{store} filters in the database, which cannot run a Python function: pass the filter as "
-                          "a dict {key: value}.")
+        raise FilterError(f"{store} filters in the database, which cannot run a Python function: {instead}.")
     reduced = where.reduce()
     if isinstance(reduced, bool):
         raise FilterError(f"this filter lets {'every' if reduced else 'no'} chunk through ({where.key}): search "
