@@ -451,17 +451,13 @@ class ChunkIndex:
             ValueError: an id already in the index (named), duplicate or malformed input, or a model whose chunk
                 tower is not the one the index was embedded with; all before any text is embedded.
         """
-        self._check_writable()
-        texts = check_texts(texts)
-        new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
-        metas = check_metadatas(metadatas, len(texts))
+        texts, new_ids, metas = self._new_rows(texts, ids, metadatas)
         self._check_new_ids(new_ids)
         tower = getattr(model, "chunk_tower_fingerprint", None)
         if self.chunk_tower is not None and callable(tower) and tower() != self.chunk_tower:
             raise ValueError("this model's chunk tower is not the one the index was embedded with; add with the "
                              "model that built the index (or rebuild the index with this one).")
-        vectors = _embed(model, texts, batch_size, False, self.precision)  # (n, D)
-        return self.add_vectors(vectors, texts, new_ids, metas)
+        return self._append(_embed(model, texts, batch_size, False, self.precision), texts, new_ids, metas)
 
     def add_vectors(
         self, vectors: torch.Tensor, texts: Iterable[str], ids: Iterable[str] | None = None,
@@ -475,10 +471,19 @@ class ChunkIndex:
             ValueError: vectors that are not (n, D) finite for the n texts, an id already in the index, or
                 malformed texts, ids or metadata.
         """
+        return self._append(vectors, *self._new_rows(texts, ids, metadatas))
+
+    def _new_rows(self, texts: Iterable[str], ids: Iterable[str] | None,
+                  metadatas: Iterable[Mapping[str, Any]] | None) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        """The texts, ids (default: new random ids) and metadata of an add, checked; refused on a snapshot."""
         self._check_writable()
         texts = check_texts(texts)
         new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
-        metas = check_metadatas(metadatas, len(texts))
+        return texts, new_ids, check_metadatas(metadatas, len(texts))
+
+    def _append(self, vectors: torch.Tensor, texts: list[str], new_ids: list[str],
+                metas: list[dict[str, Any]]) -> list[str]:
+        """Publish the version with these checked rows appended (`add_vectors`' docstring says what it costs)."""
         _check_vectors(vectors, len(texts), self.dim)
         with self._writer:
             self._check_new_ids(new_ids)
