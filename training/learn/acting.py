@@ -16,10 +16,16 @@ import torch
 
 from qrag.training.data.episode import Episode
 from qrag.training.learn import td
+from qrag.training.learn.batching import length_groups, take_rows
 from qrag.training.learn.env import EpisodeState, RetrievalEnv
 from qrag.training.model.qnet import QNetwork
+from qrag.training.model.towers import eval_mode, model_lock
+from qrag.training.model.trunk import StateParts
 from qrag.training.search import hops
 from qrag.training.search.chunk_vectors import ChunkVectorCache
+
+ACTING_GROUPS = 4
+"""Batches of similar length a step's states are encoded in when the trunk is split off (`state_parts`)."""
 
 
 class ChunkCache:
@@ -71,29 +77,67 @@ class StepScores:
     positions: torch.Tensor | None  # (E, N)
     q_online: torch.Tensor  # (E, N), -inf where not available
     value: torch.Tensor  # (E,) soft value from the target towers
+    parts: list[StateParts] | None = None  # per state, with `top`: what the update's forward starts from
 
 
 def score_step(
     env: RetrievalEnv, online: QNetwork, online_cache: ChunkCache, target: QNetwork | None = None,
     target_cache: ChunkCache | None = None, k: int = 5, alpha: float = 1.0, value_target: str = "mean",
+    top: int = 0,
 ) -> StepScores:
     """Score every available chunk of every active slot with the hop engine, the states and scores a greedy search
     would compute, which acting then samples from; with `target`, also the soft value V(s) of each state from the
-    target towers (METHOD.md §3), the bootstrap of the TD target."""
+    target towers (METHOD.md §3), the bootstrap of the TD target. With `top` (`trainer.train_layers`), each state's
+    trunk and anchor are encoded once (`qrag.training.model.trunk`) and both networks run only their top layers."""
     slots = env.active
     questions, rendered = env.state_texts(slots)
     taken = [env.slot(e).selected for e in slots]
     rows = range(len(slots))
-    states = hops.encode_states(online, questions, rendered, online_cache.batch_size)  # (E, D)
+    parts: list[StateParts] | None = None
+    if top:
+        parts = state_parts(online, questions, rendered, top)
+        states = split_vectors(online, parts)  # (E, D)
+    else:
+        states = hops.encode_states(online, questions, rendered, online_cache.batch_size)  # (E, D)
     q, positions = hops.q_values(online, states, online_cache.corpora(env, slots), rows, taken, names=questions)
     available = torch.isfinite(q)  # (E, N) neither taken nor padding
     value = torch.zeros(len(slots), device=online.device)  # (E,)
     if target is not None and target_cache is not None:
-        t_states = hops.encode_states(target, questions, rendered, target_cache.batch_size)  # (E, D)
+        t_states = (split_vectors(target, parts) if parts is not None  # (E, D)
+                    else hops.encode_states(target, questions, rendered, target_cache.batch_size))
         q_heads, _ = hops.q_values(target, t_states, target_cache.corpora(env, slots), rows, taken, heads=True,
                                    names=questions)  # (2, E, N)
         value = td.ensemble_soft_value(q_heads, available, k, alpha, value_target)  # type: ignore[arg-type]
-    return StepScores(slots, questions, rendered, available, positions, q, value)
+    return StepScores(slots, questions, rendered, available, positions, q, value, parts)
+
+
+def state_parts(qnet: QNetwork, questions: Sequence[str], rendered: Sequence[Sequence[str]], top: int,
+                groups: int = ACTING_GROUPS) -> list[StateParts]:
+    """Each state's `StateParts` (the trunk's output below the top `top` layers, the anchor's frozen term), one
+    per state, encoded in up to `groups` batches of similar length (a bare question is not padded to a state
+    holding passages)."""
+    out: list[StateParts | None] = [None] * len(questions)
+    with model_lock(qnet):
+        inputs = qnet.tokenize_states(questions, rendered)
+        for group in length_groups(inputs["attention_mask"].sum(dim=1).tolist(), groups):
+            part = qnet.state_parts({k: v.to(qnet.device) for k, v in take_rows(inputs, group).items()}, top)
+            for row, one in zip(group, part.rows(), strict=True):
+                out[row] = one
+    return [p for p in out if p is not None]
+
+
+def split_vectors(qnet: QNetwork, parts: Sequence[StateParts], groups: int = ACTING_GROUPS) -> torch.Tensor:
+    """(B, D) state vectors of `qnet` from states' parts (its top layers only), in eval mode, in up to `groups`
+    batches of similar length."""
+    vectors: torch.Tensor | None = None
+    with model_lock(qnet), eval_mode(qnet):
+        for group in length_groups([p.hidden.shape[1] for p in parts], groups):
+            v = qnet.state_vectors(StateParts.cat([parts[i] for i in group]))  # (G, D)
+            if vectors is None:
+                vectors = v.new_empty(len(parts), v.shape[1])
+            vectors[group] = v
+    assert vectors is not None
+    return vectors
 
 
 def frozen_chunk_cache(qnet: QNetwork, store: ChunkVectorCache | None = None) -> ChunkVectorCache | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from qrag.training.model.trunk import StateParts
     from qrag.training.search.hops import Corpora
 
 
@@ -27,7 +28,7 @@ class Minibatch:
     Attributes:
         size: Rows drawn from the rollout; the losses are means over these (rows left out count 0).
         rows: (B,) the rollout rows kept: those whose loss has a gradient.
-        states: Tokenised states, (B, L) ids and mask.
+        states: Tokenised states, (B, L) ids and mask; or, with `trainer.train_layers`, each row's `StateParts`.
         chunks: The taken chunks, tokenised (B, L), or their (B, D) vectors with a frozen chunk tower.
         positions: (B,) positions of the taken chunks; None in position mode 'none'.
         targets: (B,) λ-returns.
@@ -38,7 +39,7 @@ class Minibatch:
 
     size: int
     rows: list[int]
-    states: dict[str, torch.Tensor]
+    states: dict[str, torch.Tensor] | list[StateParts]
     chunks: dict[str, torch.Tensor] | torch.Tensor
     positions: torch.Tensor | None
     targets: torch.Tensor

@@ -175,6 +175,14 @@ class TrainerConfig:
     its own longest state: the same loss and gradient with fewer padded tokens (1: one padded batch)."""
     encode_batch_size: int = 128
     """Batch size of no-grad chunk and state encoding."""
+    train_layers: int = 0
+    """Update only the top this many transformer layers of the state tower (0: every trained parameter). The layers
+    below them and the state anchor's frozen term are then computed once per state, in acting, and the online
+    towers, the target towers and the update run only the top layers on them (`qrag.training.model.trunk`): the
+    same TD learning for far less arithmetic. Needs `model.train_towers` 'state', `model.train_mode` 'full' (the
+    top layers' weights train) or 'lora' (their adapters train), `model.state_anchor` 'question' or 'none', a
+    BERT-like encoder and one process. The saved model has the form its train mode gives (a whole state tower, or
+    every adapter); what lies below the top layers is saved as it started."""
     max_minutes: float | None = None
     """Wall-clock budget: stop (checkpoint, final evaluation) once it is spent; None: no limit."""
     resume: bool = False
@@ -204,6 +212,8 @@ class TrainerConfig:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ConfigError(f"trainer.max_minutes must be > 0, got {self.max_minutes}.")
+        if self.train_layers < 0:
+            raise ConfigError(f"trainer.train_layers must be >= 0 (0: every layer trains), got {self.train_layers}.")
         if self.select_tolerance is not None and not self.select_tolerance >= 0:
             raise ConfigError(f"trainer.select_tolerance must be >= 0 (or None: one standard error), "
                               f"got {self.select_tolerance}.")
@@ -223,6 +233,14 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         for part in (self.model, self.env, self.rl, self.optim, self.data, self.trainer):
             part.validate()
+        m = self.model
+        if self.trainer.train_layers and (m.train_towers != "state" or m.train_mode not in ("full", "lora")
+                                          or m.state_anchor not in ("question", "none")):
+            raise ConfigError(f"trainer.train_layers={self.trainer.train_layers} trains the top layers of a state tower "
+                              "on its frozen trunk: it needs model.train_towers 'state', model.train_mode 'full' or "
+                              "'lora' and "
+                              f"model.state_anchor 'question' or 'none' (got {m.train_towers!r}, {m.train_mode!r}, "
+                              f"{m.state_anchor!r}); set trainer.train_layers=0 for this model.")
         if self.data.rehearse is not None:
             rehearsed_source(self.data)  # the rehearsed source exists and can be mixed in
         return self

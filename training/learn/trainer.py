@@ -43,6 +43,8 @@ from qrag.training.learn.resume import Resumable
 from qrag.training.learn.run_loop import Milestones, RunBar, TimeBudget
 from qrag.training.model.precision import accelerate_precision
 from qrag.training.model.qnet import QNetwork
+from qrag.training.model.trunk import StateParts, check_splittable, layers_of
+from qrag.training.overlay import ConfigError
 from qrag.training.search import hops
 from qrag.training.search.chunk_vectors import ChunkVectorCache
 
@@ -53,6 +55,20 @@ def read_best_eval(output_dir: str | Path) -> dict[str, float] | None:
     """The validation result stored with `output_dir/best`, or None when there is none."""
     path = Path(output_dir) / "best" / BEST_EVAL_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None  # type: ignore[no-any-return]
+
+
+def top_layer_names(qnet: QNetwork, top: int) -> set[str]:
+    """The names (in `qnet.named_parameters()`) of the trainable parameters of the state tower's top `top` transformer
+    layers (their weights, or their LoRA adapters): what `trainer.train_layers` trains.
+
+    Raises:
+        ConfigError: the state tower's encoder cannot be split (`qrag.training.model.trunk.check_splittable`).
+    """
+    check_splittable(qnet.state_tower.encoder, top, "trainer.train_layers")
+    found = layers_of(qnet.state_tower.encoder)
+    assert found is not None
+    ids = {id(p) for layer in found[1][-top:] for p in layer.parameters() if p.requires_grad}
+    return {n for n, p in qnet.named_parameters() if id(p) in ids}
 
 
 class Trainer(Resumable):
@@ -104,7 +120,12 @@ class Trainer(Resumable):
             online = QNetwork.from_config(config.model)
         online.hop_settings = dataclasses.replace(online.hop_settings, max_hops=config.env.max_hops)  # saved with it
         self.target = copy.deepcopy(online).eval().requires_grad_(False)
-        self.params = [p for p in online.parameters() if p.requires_grad]
+        self.top = tc.train_layers
+        trained = top_layer_names(online, self.top) if self.top else None
+        self.params = [p for n, p in online.named_parameters() if p.requires_grad and (trained is None or n in trained)]
+        if self.top and self.accelerator.num_processes > 1:
+            raise ConfigError(f"trainer.train_layers={self.top} trains in one process (the frozen trunk's parameters "
+                              "get no gradient for the processes to average); run one process or set it to 0.")
         oc = config.optim
         # The fused kernel is the same AdamW update in one pass over the parameters instead of a loop over tensors.
         fused = oc.fused and self.accelerator.device.type in ("cpu", "cuda") and all(
@@ -141,6 +162,12 @@ class Trainer(Resumable):
         self.resumed_from: Path | None = None
         self.selection = Selection()
         self.recent: deque[tuple[float, float, bool]] = deque(maxlen=100)  # (return, fact recall, completed)
+
+    def top_layer_names(self) -> set[str]:
+        """The parameters `trainer.train_layers` trains, by name (every trainable one when it is 0)."""
+        if self.top:
+            return top_layer_names(self.online, self.top)
+        return {n for n, p in self.online.named_parameters() if p.requires_grad}
 
     @property
     def online(self) -> QNetwork:
@@ -182,6 +209,7 @@ class Trainer(Resumable):
         self.online_cache.clear()  # the networks changed since the last rollout: refresh chunk vectors
         self.target_cache.clear()
         questions, rendered, chunks, positions = [], [], [], []
+        parts: list[StateParts] = []  # with train_layers: each transition's state, as the update's forward starts it
         rewards, dones, values = [], [], []
         # For the margin loss: each transition's episode and what it had selected, and the episodes' chunk vectors.
         episodes: list[int] = []
@@ -190,12 +218,14 @@ class Trainer(Resumable):
         for _ in range(tc.rollout_steps):
             with self.accelerator.autocast():
                 obs = score_step(self.env, self.online, self.online_cache, self.target, self.target_cache,
-                              rl.top_k, self.alpha, rl.value_target)
+                                 rl.top_k, self.alpha, rl.value_target, self.top)
             if self.transitions < rl.learning_starts:
                 actions = td.uniform_actions(obs.available, self.act_gen)  # (E,)
             else:
                 temperature, epsilon = self.acting()
                 actions = td.explore_actions(obs.q_online, obs.available, rl.top_k, temperature, epsilon, self.act_gen)
+            if obs.parts is not None:
+                parts.extend(obs.parts)
             for row, e in enumerate(obs.slots):
                 slot = self.env.slot(e)
                 questions.append(obs.questions[row])
@@ -215,13 +245,13 @@ class Trainer(Resumable):
             self.transitions += len(obs.slots) * self.accelerator.num_processes
         with self.accelerator.autocast():
             last = score_step(self.env, self.online, self.online_cache, self.target, self.target_cache,
-                           rl.top_k, self.alpha, rl.value_target)
+                              rl.top_k, self.alpha, rl.value_target, self.top)
         v = torch.stack(values)  # (T, E)
         next_values = torch.cat([v[1:], last.value.float().cpu().unsqueeze(0)])  # (T, E) V(s_{t+1})
         returns = td.lambda_returns(torch.stack(rewards), torch.stack(dones), next_values, rl.gamma, rl.lam)
         # Flatten time-major (t, e) → rows, matching the order the lists were filled.
         return {
-            "questions": questions, "rendered": rendered, "chunks": chunks,
+            "questions": questions, "rendered": rendered, "chunks": chunks, "parts": parts,
             "positions": torch.stack(positions).reshape(-1).float(),  # (T·E,)
             "returns": returns.reshape(-1),  # (T·E,)
             "episodes": episodes, "selected": selected, "episode_vectors": episode_vectors,
@@ -272,8 +302,14 @@ class Trainer(Resumable):
         tc, online, dev = self.config.trainer, self.online, self.accelerator.device
         size = len(idx)
         idx = self.rows_with_gradient(batch, idx)
-        states = {k: v.to(dev) for k, v in online.tokenize_states(
-            [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
+        states: dict[str, torch.Tensor] | list[StateParts]
+        if self.top:  # the trunk's output from acting: only the top layers run
+            states = [batch["parts"][i] for i in idx]
+            lengths = [p.hidden.shape[1] for p in states]
+        else:
+            states = {k: v.to(dev) for k, v in online.tokenize_states(
+                [batch["questions"][i] for i in idx], [batch["rendered"][i] for i in idx]).items()}
+            lengths = states["attention_mask"].sum(dim=1).tolist()
         taken = [batch["chunks"][i] for i in idx]
         chunks: dict[str, torch.Tensor] | torch.Tensor
         if self.chunk_cache is not None:  # frozen chunk tower: its vectors, not its gradient
@@ -284,7 +320,7 @@ class Trainer(Resumable):
             size=size, rows=idx, states=states, chunks=chunks,
             positions=batch["positions"][idx].to(dev) if online.config.position_mode != "none" else None,
             targets=batch["returns"][idx].to(dev),
-            groups=length_groups(states["attention_mask"].sum(dim=1).tolist(), tc.length_groups),
+            groups=length_groups(lengths, tc.length_groups),
             margin=self.margin_inputs(batch, idx) if self.config.rl.margin_weight > 0 else None,
         )
 
@@ -316,7 +352,9 @@ class Trainer(Resumable):
         rl = self.config.rl
         r = torch.as_tensor(rows, dtype=torch.long, device=self.accelerator.device)  # (G,)
         chunks = mb.chunks[r] if isinstance(mb.chunks, torch.Tensor) else take_rows(mb.chunks, rows)
-        q1, q2, s = self.model(take_rows(mb.states, rows), chunks, None if mb.positions is None else mb.positions[r],
+        states = (StateParts.cat([mb.states[i] for i in rows], self.accelerator.device) if isinstance(mb.states, list)
+                  else take_rows(mb.states, rows))
+        q1, q2, s = self.model(states, chunks, None if mb.positions is None else mb.positions[r],
                                return_states=True)  # (G,), (G,), (G, D)
         share = len(rows) / mb.size  # rows left out by `rows_with_gradient` count 0 in the minibatch's mean
         td_loss = td.td_loss(q1, q2, mb.targets[r]) * share

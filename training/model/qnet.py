@@ -62,6 +62,7 @@ from qrag.training.model.towers import (
     token_rows,
     token_rows_and_lengths,
 )
+from qrag.training.model.trunk import StateParts, check_splittable
 from qrag.training.overlay import ConfigError
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "CheckpointError", "ChunkLengthWarning", "QNetwork", "Tower", "eval_mode",
@@ -273,7 +274,7 @@ class QNetwork(nn.Module):
     # ------------------------------------------------------------------ encoding
     def forward(
         self,
-        state_inputs: dict[str, torch.Tensor],
+        state_inputs: dict[str, torch.Tensor] | StateParts,
         chunk_inputs: dict[str, torch.Tensor] | torch.Tensor,
         chunk_positions: torch.Tensor | None = None,
         return_states: bool = False,
@@ -281,7 +282,7 @@ class QNetwork(nn.Module):
         """Training forward for B (state, taken chunk) pairs: the two heads' Q-values.
 
         Args:
-            state_inputs: tokenised states, (B, L) ids and mask.
+            state_inputs: tokenised states, (B, L) ids and mask; or their `StateParts` (only the top layers run).
             chunk_inputs: tokenised taken chunks, (B, L) ids and mask; or, with a frozen chunk tower, their
                 (B, D) unrotated chunk vectors, already computed (a cache).
             chunk_positions: (B,) float positions of the taken chunks (None in 'none' mode).
@@ -357,11 +358,37 @@ class QNetwork(nn.Module):
                            lambda idx: self.tokenize_states([questions[i] for i in idx], [[] for _ in idx]),
                            [len(q) for q in questions], batch_size, False, "questions")
 
-    def state_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    def state_vectors(self, state_inputs: dict[str, torch.Tensor] | StateParts) -> torch.Tensor:
         """Tokenised states (B, L) → state vectors (B, D): `f_θ(s)`, or under `model.state_anchor` the frozen base's
-        question vector plus what training changed (`qrag.training.model.anchors`)."""
+        question vector plus what training changed (`qrag.training.model.anchors`). From `StateParts` (`state_parts`),
+        only the state tower's top layers run."""
+        if isinstance(state_inputs, StateParts):
+            p = state_inputs
+            s = self.state_tower.from_trunk(p.hidden, p.mask, p.top)  # (B, D)
+            return s if p.anchor is None else s + p.anchor.to(s.dtype)
         return anchored_states(self.config.state_anchor, self._state_tower_for_pass(), self.chunk_tower, state_inputs,
                                self.tokenizer.sep_token_id)
+
+    @torch.no_grad()
+    def state_parts(self, state_inputs: dict[str, torch.Tensor], top: int) -> StateParts:
+        """What `state_vectors` needs of tokenised states (B, L) that training their top `top` state-tower layers
+        does not change: the trunk's output and, under state anchor 'question', the frozen base's `f_0(q) − f_0(s)`
+        (`qrag.training.model.trunk`); computed in eval mode, without gradient.
+
+        Raises:
+            ConfigError: a state anchor other than 'question' or 'none', or an encoder that cannot be split.
+        """
+        if self.config.state_anchor not in ("question", "none"):
+            raise ConfigError(f"training the top layers on a frozen trunk needs state_anchor 'question' or 'none'; "
+                              f"this network has {self.config.state_anchor!r}.")
+        check_splittable(self.state_tower.encoder, top, "trainer.train_layers")
+        with eval_mode(self):
+            hidden = self.state_tower.trunk(state_inputs["input_ids"], state_inputs["attention_mask"], top)
+            anchor = None
+            if self.config.state_anchor == "question":
+                sep = self.tokenizer.sep_token_id
+                anchor = (self.chunk_tower(**question_inputs(state_inputs, sep)) - self.chunk_tower(**state_inputs))
+        return StateParts(hidden, state_inputs["attention_mask"], anchor, top)
 
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
         with eval_mode(self):

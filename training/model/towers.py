@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 from qrag.training.model.config import PRECISIONS as PRECISIONS
 from qrag.training.model.config import ModelConfig, Precision
 from qrag.training.model.precision import choose_precision
+from qrag.training.model.trunk import run_top, run_trunk
 from qrag.training.overlay import ConfigError
 
 # Fast HF tokenizers refuse concurrent calls that set truncation/padding ("Already borrowed"), so encoder
@@ -68,6 +69,20 @@ class Tower(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with attention_kernels(input_ids.device):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
+        return self.pool(hidden, attention_mask)
+
+    def trunk(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, top: int) -> torch.Tensor:
+        """(B, L, H) the encoder's embeddings and every layer below its top `top` (`qrag.training.model.trunk`)."""
+        with attention_kernels(input_ids.device):
+            return run_trunk(self.encoder, input_ids, attention_mask, top)
+
+    def from_trunk(self, hidden: torch.Tensor, attention_mask: torch.Tensor, top: int) -> torch.Tensor:
+        """(B, D) the tower's vectors from the trunk's output `hidden`: its top `top` layers, then pooling."""
+        with attention_kernels(hidden.device):
+            return self.pool(run_top(self.encoder, hidden, attention_mask, top), attention_mask)
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, D) masked mean of the last hidden state (B, L, H), normalised and scaled as configured."""
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
         if self.normalize:
