@@ -1,11 +1,36 @@
 """Multi-hop training questions made from a corpus alone, by the passages that name one another (no labels, no LLM).
 
-A passage's **subject** is its title (the `title` of a JSON Lines passage, a Markdown file's heading), else the
-phrase its first sentence defines ("Metallica is an American heavy metal band" → "Metallica"). A passage **names**
-another when its text holds the other's subject, matched case-sensitively as whole words, the longest subject first
-at each place; subjects that are common words (the corpus also writes them in lower case) or that most passages
-name (more than `MAX_NAMED_SHARE` of them) link nothing. Two kinds of questions come from those links, the two
-shapes of a question whose facts must be found one after another (HotpotQA's bridges, FanOutQA's fan-outs):
+A passage's **subject** is the first of (`subjects`):
+
+1. its title: the `title` of a JSON Lines passage, a Markdown file's first `# heading`;
+2. a title its text opens with (`title_prefix`): "Metallica: Metallica is an American heavy metal band", "Long
+   jump. The long jump is …", "Paris. It is …". The words before a ": " or ". " (at most `MAX_SUBJECT_WORDS`) are a
+   title when the text after restates them, whatever they are ("Gone with the Wind: Gone with the Wind is …"), or
+   when they read as a title and the text after starts a sentence (a capital, a digit): a phrase with no verb as far
+   as its words show, its first word capitalised (or a number) and no function word (`_FUNCTION_WORDS`) but the
+   particles of names (`NAME_PARTICLES`), a leading article, an initial and a regnal "I" ("Bank of America", "1973
+   oil crisis", "Charles I of England"; not "Born in Warsaw", "It rained"), before ": " prepositions and articles
+   too ("Doping in sport: …"); before ". " it does not end on an initial or an abbreviation ("John F. Kennedy",
+   "St. Louis"). An ordinary first sentence holds a verb or a function word, so it is none. The first restated
+   title wins, else the first that reads as one; the sentences after it are the passage's first;
+3. a folder file's name (`file_title`), underscores and hyphens read as spaces, in the form the file's text writes
+   it as a name: "marie_curie.txt" whose text says "Marie Curie" → "Marie Curie"; a name the text never writes
+   capitalised ("notes.txt", "doc_001.txt") is none, and one word counts only written so inside a sentence;
+4. the phrase its first sentence defines ("Metallica is an American heavy metal band" → "Metallica").
+
+A passage **names** another when its text holds the other's subject, matched case-sensitively as whole words, the
+longest subject first at each place. A name links nothing when it is ambiguous:
+
+- part of a longer capitalised name in the text: a capitalised word right after it, or right before it where that
+  word starts no sentence and is no article or honorific, with no punctuation or possessive between them ("South
+  West Africa" names no "West Africa"; "King Charlemagne" and "the Beatles' Abbey Road" name theirs);
+- the subject of passages of different **documents** (`documents`: a folder's file; JSON Lines passages sharing one
+  `title`; any other passage alone): "Australia" and "Australia (continent)". The passages of one document that
+  share a subject are named by its first, and a passage names nothing of its own document.
+
+Subjects that are common words (the corpus also writes them in lower case) or that most passages name (more than
+`MAX_NAMED_SHARE` of them) link nothing either. Two kinds of questions come from those links, the two shapes of a
+question whose facts must be found one after another (HotpotQA's bridges, FanOutQA's fan-outs):
 
 - **fan-out**: a passage A naming 1 to `MAX_SPOKES` others B₁…Bₘ. Its gold passages are A and the Bᵢ: the first
   hop finds A by its subject, each later one a passage A names, read from A once it is in the state.
@@ -17,11 +42,15 @@ shapes of a question whose facts must be found one after another (HotpotQA's bri
 
 The question names the group's centre (its subject, or for a share `DESCRIBED_SHARE` of fan-outs what its first
 sentence says it is, "the capital and largest city of Jamaica", so the first hop is a search too) and the kind of
-the other passages, in the plural, as a person asking for them would: the nouns their definitions end on ("Bill
-Murray is an American actor, comedian and writer" → "actor"), the most shared first, with the word before the noun
-when all share it ("Which island countries are connected to Martinique?"); passages that define nothing are asked
-for by the content words their first sentences share. A question is a search target, not prose: its words are what
-a person asking about that group would type.
+the other passages, in the plural (`plural`), as a person asking for them would: the nouns their definitions end
+on ("Bill Murray is an American actor, comedian and writer" → "actor"), the most shared first, with the word before
+the noun when all share it ("Which island countries are connected to Martinique?"); passages that define nothing
+are asked for by the content words their first sentences share. A question is a search target, not prose: its
+words are what a person asking about that group would type.
+
+The questions held out to choose a model on share no passage with the training ones (`split_held_out`): held-out
+clusters are grown over the passages the questions share, from random starts, and training questions that touch a
+held-out passage are dropped, so a held-out score measures passages training never showed.
 
     >>> corpus = read_corpus("passages.jsonl")  # doctest: +SKIP
     >>> questions = make_questions(corpus, seed=0)  # doctest: +SKIP
@@ -29,16 +58,23 @@ a person asking about that group would type.
 
 from __future__ import annotations
 
+import heapq
 import random
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from functools import cache
+from itertools import count
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from stop_words import get_stop_words
 
-from qrag.training.data.corpus import Corpus
+from qrag.training.data.corpus import SUFFIXES, Corpus
+
+if TYPE_CHECKING:
+    import inflect
 
 Kind = Literal["fan-out", "in-links"]
 T = TypeVar("T")
@@ -56,6 +92,24 @@ DESCRIBED_SHARE = 0.3
 MIN_PASSAGES = 20
 """The fewest passages a corpus needs before questions are sought in it."""
 MAX_SUBJECT_WORDS = 8
+"""Most words of a subject (a defined phrase, a title a text opens with, a file's name)."""
+NAME_PARTICLES = frozenset({"of", "the", "and", "de", "du", "des", "del", "della", "di", "da", "la", "le", "les", "van",
+                            "von", "der", "den", "y", "&"})
+"""The lower-case words a name holds ("Bank of America", "Charles de Gaulle"): a file's name written so is a name
+(`_name_like`), and they are function words a title may hold (`_title_like`)."""
+_PREPOSITIONS = frozenset("a an the in on at to for from by with as into onto about after before over under than".split())
+"""Function words a title before ": " may hold ("Doping in sport: …", "Graph of a function: …"); one before ". "
+may not."""
+_FUNCTION_WORDS = _PREPOSITIONS | frozenset("""is are was were be been being am has have had do does did would can
+could shall should might must i you he she it we they me him her us them my your his its our their this that these
+those there here what which who whom whose when where why how then but or nor so if not no yes all some any each
+every very also just only""".split())
+"""Words of English's closed classes (pronouns, auxiliaries, prepositions, conjunctions, determiners; not "will" nor
+"may", names too): a phrase that holds one (but `NAME_PARTICLES`; "I" after the first word is a numeral, "Charles
+I") is no title."""
+HELD_OUT_CLUSTER = 12
+"""Most held-out questions one cluster holds (`split_held_out`): several clusters from random starts spread the
+held-out questions over the corpus."""
 COMMON_SHARE = 0.5
 """A word more than this share of the passages hold says nothing of a kind."""
 KIND_WORDS = 3
@@ -65,6 +119,20 @@ _COPULA = re.compile(r"^(?P<subject>[A-Z0-9][^.;:!?]{0,80}?)\s*(?:\([^)]*\)\s*)?
 _DISAMBIGUATION = re.compile(r"\s*\([^)]*\)\s*$")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*[A-Za-z]|[A-Za-z]")
 _EDGE = "\"'“”‘’()[]{},.;:!?"
+_OPENERS = "\"'“‘([{"
+_CLOSERS = "\"'”’)]}"
+_ENDS_SENTENCE = ".!?:"
+_ARTICLES = {"The", "A", "An"}
+_HONORIFICS = {"King", "Queen", "Emperor", "Empress", "Pope", "Prince", "Princess", "Saint", "Sir", "Lord", "Lady",
+               "Dame", "President", "General", "Tsar", "Sultan", "Caliph", "Pharaoh", "Dr", "Mr", "Mrs", "Ms"}
+"""Capitalised words that come before a name without being part of it ("King Charlemagne", "President Lincoln")."""
+_AMBIGUOUS = -1
+"""`links`' mark of a name that is the subject of passages of different documents: matched, linking nothing."""
+_TITLE_END = re.compile(r"[.:]\s+")
+_ABBREVIATIONS = {"Mr", "Mrs", "Ms", "Dr", "St", "Ste", "Jr", "Sr", "Mt", "Ft", "Prof", "Gen", "Col", "Lt", "Sgt",
+                  "Capt", "Rev", "Hon", "No", "Vol", "Inc", "Ltd", "Co", "Corp", "Bros", "vs", "etc"}
+"""Words a ". " follows inside a name ("St. Louis", "Apple Inc. is"): no title ends on them."""
+_FILE_ID = re.compile(rf"^(?P<file>.+(?:{'|'.join(re.escape(s) for s in SUFFIXES)}))#\d+$", re.I)
 MAX_DESCRIPTION_WORDS = 10
 _DEFINES = re.compile(r"(?:^|\s)(?:is|was|are|were|has been|refers to)\s+(?P<rest>.*)$", re.S)
 _ARTICLE = re.compile(r"^(?:(?:one|any|each) of (?:the |many |several )?|a |an |the |any |some )", re.I)
@@ -75,14 +143,15 @@ _DESCRIPTION_END = re.compile(rf"\s*[,;:(]|\s(?:{_CLAUSE})\b")
 _LOWER_WORD = re.compile(r"[a-z][a-z-]*[a-z]")
 _NOT_NOUN = ("ed", "ing", "ous", "ful", "less", "able", "ible", "ly")
 """Endings of the words a definition ends on that are no noun ("written by", "religious", "belonging to")."""
-_IRREGULAR = {"person": "people", "man": "men", "woman": "women", "child": "children", "mouse": "mice",
-              "goose": "geese", "tooth": "teeth", "foot": "feet", "leaf": "leaves", "wife": "wives", "life": "lives",
-              "knife": "knives", "thief": "thieves", "wolf": "wolves", "shelf": "shelves", "half": "halves",
-              "criterion": "criteria", "phenomenon": "phenomena", "genus": "genera"}
-_NOT_COMPOUND_MAN = {"german", "shaman", "talisman", "caiman", "cayman", "ottoman", "walkman", "doberman", "desman",
-                     "dolman"}
-"""Nouns ending in "man" after 3 letters or more that are no compound of it ("shamans", not "shamen"; shorter ones,
-"human", "roman", are none by `plural`'s length rule)."""
+_PLURAL_FIXES = (
+    (r"(.*(?:[^mlpest]|[^s]t))arch", "$1archs"),  # the Greek "-arch" of rulers: monarchs; not arches, marches, searches
+    (r"(.*(?:epoch|loch|ptych))", "$1s"),  # a "ch" said "k": epochs, lochs, triptychs
+    (r"(.+)leman", "$1lemen"),  # noblemen, gentlemen (inflect reads them as "leman")
+    (r"(.*)thief", "$1thieves"),
+    (r"(.*ics)", "$1"),  # physics, politics: already plural
+    (r"((?:ger|ro|nor|bur)man)", "$1s"),  # demonyms inflect knows capitalised only: "germans", not "germen"
+)
+"""`inflect` 7.6's plurals that are wrong, as `inflect.engine.defnoun` patterns (case-insensitive, "$1" the group)."""
 _TEMPLATES = (
     "Which {kind} are connected to {centre}?",
     "What {kind} are associated with {centre}?",
@@ -111,15 +180,126 @@ class SyntheticQuestion:
                 "supporting": [corpus.ids[r] for r in self.supporting]}
 
 
-def subject_of(text: str, title: str | None = None) -> str | None:
-    """A passage's subject: its title when it has one, else the phrase its first sentence defines (or None)."""
+def subject_of(text: str, title: str | None = None, file_name: str | None = None) -> str | None:
+    """A passage's subject (module docstring): its title when it has one, else the title its text opens with, else
+    its file's name (`file_title`, found by the caller), else the phrase its first sentence defines (or None)."""
     if title and title.strip():
         return _DISAMBIGUATION.sub("", title.strip()) or title.strip()
+    opening = title_prefix(text)
+    if opening is not None:
+        return _DISAMBIGUATION.sub("", opening[0]) or opening[0]
+    if file_name:
+        return file_name
     m = _COPULA.match(text.strip())
     if m is None:
         return None
     subject = m.group("subject").strip().removeprefix("The ").strip()
     return subject if 0 < len(subject.split()) <= MAX_SUBJECT_WORDS else None
+
+
+def title_prefix(text: str) -> tuple[str, str] | None:
+    """The title a text opens with and the text after it ("Metallica: Metallica is …" → ("Metallica", "Metallica is
+    …")), or None (module docstring): of the words before each ": " or ". " within `MAX_SUBJECT_WORDS` words, the
+    first that the text after restates ("2001: A Space Odyssey: 2001: A Space Odyssey is …"), else the first that is
+    `_title_like` and followed by a sentence."""
+    stripped = text.strip()
+    found: list[tuple[str, str, bool]] = []
+    for end in _TITLE_END.finditer(stripped):
+        head, rest = stripped[: end.start()].strip(), stripped[end.end() :]
+        if len(head.split()) > MAX_SUBJECT_WORDS:
+            break
+        read = _read_title(head, rest, end.group()[0])
+        if read is not None:
+            found.append((head, rest, read))
+    best = next((f for f in found if f[2]), found[0] if found else None)
+    return None if best is None else best[:2]
+
+
+def _read_title(head: str, rest: str, mark: str) -> bool | None:
+    """Whether `head`, before `mark` (":" or ".") and `rest`, is a title: None when it is none (cut at an initial or an
+    abbreviation, "John F. Kennedy", "St. Louis"; neither restated by `rest` nor `_title_like` and followed by a
+    sentence), True when `rest` restates it, False when it is one by its words alone."""
+    name = _DISAMBIGUATION.sub("", head).strip()
+    if not name or not rest:
+        return None
+    last = name.split()[-1].strip(_EDGE)
+    if mark == "." and (len(last) <= 1 or last in _ABBREVIATIONS or "." in last):
+        return None
+    if re.match(rf"[{_OPENERS}]?(?:The\s+)?{re.escape(name)}(?!\w)", rest):
+        return True
+    reads = _title_like(name, _PREPOSITIONS if mark == ":" else frozenset()) and _starts_sentence(rest)
+    return False if reads else None
+
+
+def _title_like(phrase: str, allowed: frozenset[str] = frozenset()) -> bool:
+    """Whether a phrase can be a title (module docstring): its first word capitalised or a number, and no function
+    word (`_FUNCTION_WORDS`) but the particles of names, `allowed`, a leading article, an initial ("John A.
+    Macdonald") and "I" after the first word ("Charles I"): "The Hague", "Long jump", not "It rained"."""
+    raw = phrase.split()
+    if not raw or not _capital(raw[0].strip(_EDGE)):
+        return False
+    ok = NAME_PARTICLES | allowed
+    for i, word in enumerate(raw):
+        w = word.strip(_EDGE)
+        exempt = (i == 0 and w in _ARTICLES and len(raw) > 1) or (i > 0 and w == "I") or re.fullmatch(r"[A-Z]\.", word)
+        if not exempt and w.lower() in _FUNCTION_WORDS and w.lower() not in ok:
+            return False
+    return True
+
+
+def _name_like(phrase: str) -> bool:
+    """Whether a phrase is written as a name: its first word capitalised (or a number), each other one too or a
+    particle of names (`NAME_PARTICLES`)."""
+    words = [w.strip(_EDGE) for w in phrase.split()]
+    words = [w for w in words if w]
+    return bool(words) and _capital(words[0]) and all(_capital(w) or w in NAME_PARTICLES for w in words[1:])
+
+
+def _capital(word: str) -> bool:
+    return word[:1].isupper() or word[:1].isdigit()
+
+
+def _starts_sentence(text: str) -> bool:
+    """Whether `text` starts a sentence: a capital or a digit, after any opening quote or bracket."""
+    return _capital(text.lstrip(_OPENERS))
+
+
+def _body(text: str, title: str | None) -> str:
+    """A passage's text without the title it opens with (a JSON Lines title's "{title}. ", or `title_prefix`'s): its
+    first sentence is the one after it."""
+    if title:
+        return text.removeprefix(f"{title}. ")
+    opening = title_prefix(text)
+    return text if opening is None else opening[1]
+
+
+def documents(corpus: Corpus) -> list[str]:
+    """Each passage's document, the unit a name must not span two of (module docstring): a folder file's passages
+    (ids "path/file.md#n", as `read_corpus` and `qrag-data corpus` write them) are one; JSON Lines passages sharing a
+    `title` are one (a title names its document, as a heading does); any other passage is its own."""
+    titles = corpus.titles or (None,) * len(corpus.texts)
+    out: list[str] = []
+    for pid, title in zip(corpus.ids, titles, strict=True):
+        file = _FILE_ID.match(pid)
+        out.append(f"file:{file.group('file')}" if file else f"title:{title}" if title else f"id:{pid}")
+    return out
+
+
+def file_title(path: str, text: str) -> str | None:
+    """A folder file's name as a subject (module docstring): its words (underscores and hyphens read as spaces) as
+    `text` (the file's passages) first writes them as a name, whole words, in any case; a one-word name only where
+    no sentence starts with it. None when the name has no letter, more than `MAX_SUBJECT_WORDS` words, or `text`
+    never writes it so ("notes.txt", "doc_001.txt")."""
+    words = [w for w in re.split(r"[\s_-]+", PurePosixPath(path).stem) if w]
+    if not words or len(words) > MAX_SUBJECT_WORDS or not any(re.search(r"[A-Za-z]", w) for w in words):
+        return None
+    pattern = re.compile(r"(?<![\w-])" + r"[\s_-]+".join(re.escape(w) for w in words) + r"(?![\w-])", re.I)
+    for m in pattern.finditer(text):
+        form = " ".join(m.group().split())
+        before = text[: m.start()].rstrip().rstrip(_CLOSERS)
+        if _name_like(form) and (len(words) > 1 or (before and before[-1] not in _ENDS_SENTENCE)):
+            return form
+    return None
 
 
 def _words(text: str) -> list[str]:
@@ -131,14 +311,46 @@ def name_key(name: str) -> tuple[str, ...]:
     return tuple(_words(name))
 
 
+@dataclass(frozen=True)
+class _Tokens:
+    """A text's words as `find_names` reads them, and what joins each to the one before."""
+
+    words: list[str]
+    joined: list[bool]
+    """Word i follows word i-1 with no punctuation, bracket, quote or possessive between them."""
+    opens: list[bool]
+    """Word i starts a sentence (the text's first word, or one after ".", "!", "?" or ":")."""
+
+    @classmethod
+    def of(cls, text: str) -> _Tokens:
+        raw = text.split()
+        ends = [r.rstrip(_CLOSERS) for r in raw]
+        joined = [i > 0 and raw[i - 1] == ends[i - 1] and ends[i - 1][-1:] not in _EDGE
+                  and not ends[i - 1].endswith(("'s", "’s")) and raw[i][:1] not in _OPENERS for i in range(len(raw))]
+        opens = [i == 0 or ends[i - 1][-1:] in _ENDS_SENTENCE for i in range(len(raw))]
+        return cls(_words(text), joined, opens)
+
+    def in_longer_name(self, at: int, end: int) -> bool:
+        """Whether words[at:end] are part of a longer capitalised span: a capitalised word joined right after them,
+        or right before them where that word starts no sentence and is no article or honorific ("The Beatles",
+        "King Charlemagne")."""
+        w = self.words
+        after = end < len(w) and self.joined[end] and w[end][:1].isupper()
+        before = (at > 0 and self.joined[at] and w[at - 1][:1].isupper() and not self.opens[at - 1]
+                  and w[at - 1] not in _ARTICLES and w[at - 1] not in _HONORIFICS)
+        return after or before
+
+
 def find_names(text: str, names: Mapping[tuple[str, ...], T], longest: int) -> Iterator[T]:
     """What `names` (keyed by `name_key`, none longer than `longest` words) gives for each name `text` holds as whole
-    words, case-sensitively, in the order it holds them, the longest name first at each place."""
-    words, at = _words(text), 0
+    words, case-sensitively, in the order it holds them, the longest name first at each place; a name inside a
+    longer capitalised span (`_Tokens.in_longer_name`: "West Africa" in "South West Africa") gives nothing."""
+    tokens = _Tokens.of(text)
+    words, at = tokens.words, 0
     while at < len(words):
         for n in range(min(longest, len(words) - at), 0, -1):
             hit = names.get(tuple(words[at : at + n]))
-            if hit is not None:
+            if hit is not None and not tokens.in_longer_name(at, at + n):
                 yield hit
                 at += n
                 break
@@ -147,15 +359,22 @@ def find_names(text: str, names: Mapping[tuple[str, ...], T], longest: int) -> I
 
 
 def subjects(corpus: Corpus) -> list[str | None]:
-    """Each passage's subject (`subject_of`), None where it has none."""
+    """Each passage's subject (`subject_of`; a folder file's name by `file_title`), None where it has none."""
     titles = corpus.titles or (None,) * len(corpus.texts)
-    return [subject_of(t, title) for t, title in zip(corpus.texts, titles, strict=True)]
+    document = documents(corpus)
+    text_of: dict[str, list[str]] = {}
+    for doc, text, title in zip(document, corpus.texts, titles, strict=True):
+        if doc.startswith("file:") and not title:
+            text_of.setdefault(doc, []).append(text)
+    named = {doc: file_title(doc.removeprefix("file:"), "\n".join(texts)) for doc, texts in text_of.items()}
+    return [subject_of(t, title, named.get(doc)) for t, title, doc in zip(corpus.texts, titles, document, strict=True)]
 
 
 def links(corpus: Corpus, subject: Sequence[str | None] | None = None) -> list[list[int]]:
     """For each passage, the rows of the other passages it names, in the order it names them (module docstring);
     `subject`: the passages' subjects when already found (`subjects`)."""
     subject = subjects(corpus) if subject is None else subject
+    document = documents(corpus)
     lower = Counter(w for t in corpus.texts for w in set(re.findall(r"\b[a-z][a-z-]+\b", t)))
     rows_of: dict[tuple[str, ...], list[int]] = {}
     for row, s in enumerate(subject):
@@ -165,12 +384,15 @@ def links(corpus: Corpus, subject: Sequence[str | None] | None = None) -> list[l
         if len(key) == 1 and lower[key[0].lower()] >= 3 and not key[0].isupper():
             continue  # a common word ("Empire", "Opera"): the corpus writes it in lower case too
         rows_of.setdefault(key, []).append(row)
-    longest = max((len(k) for k in rows_of), default=0)
+    # a document's first passage; a name of several documents is still matched (it is no shorter name's), to nothing
+    first = {k: rows[0] if len({document[r] for r in rows}) == 1 else _AMBIGUOUS for k, rows in rows_of.items()}
+    longest = max((len(k) for k in first), default=0)
     named: list[list[int]] = []
     for row, text in enumerate(corpus.texts):
         found: list[int] = []
-        for hit in find_names(text, rows_of, longest):
-            found.extend(r for r in hit[:1] if r != row and r not in found)  # a document's first passage
+        for hit in find_names(text, first, longest):
+            if hit != _AMBIGUOUS and document[hit] != document[row] and hit not in found:
+                found.append(hit)
         named.append(found)
     cap = max(MIN_COMMON_NAMED, round(MAX_NAMED_SHARE * len(corpus.texts)))
     by = Counter(r for found in named for r in found)
@@ -251,22 +473,21 @@ class _Vocabulary:
 
 
 def plural(noun: str) -> str:
-    """An English noun's plural by the regular rules and a few common exceptions ("city" → "cities", "statesman" →
-    "statesmen")."""
-    if noun in _IRREGULAR:
-        return _IRREGULAR[noun]
-    for one, many in (("woman", "women"), ("man", "men")):  # "statesman" → "statesmen", "businesswoman" → "…women"
-        if noun.endswith(one) and len(noun) - len(one) >= 3 and noun not in _NOT_COMPOUND_MAN:
-            return noun[: -len(one)] + many
-    if noun.endswith(("ss", "us", "x", "z", "ch", "sh")):
-        return noun + "es"
-    if noun.endswith("is"):
-        return noun[:-2] + "es"  # "analysis" → "analyses"
-    if noun.endswith("s"):
-        return noun  # "species", "series", a noun already plural
-    if noun.endswith("y") and len(noun) > 1 and noun[-2] not in "aeiou":
-        return noun[:-1] + "ies"
-    return noun + "s"
+    """An English noun's plural ("city" → "cities", "statesman" → "statesmen", "analysis" → "analyses"), by the
+    `inflect` library with the fixes of `_PLURAL_FIXES` ("monarchs", "germans")."""
+    return _inflect().plural_noun(noun)
+
+
+@cache
+def _inflect() -> inflect.engine:
+    """One `inflect` engine, made on first use (importing inflect 7.6 takes about 3 s on 2 CPU cores: only a run that
+    builds questions pays it), with `_PLURAL_FIXES` defined."""
+    import inflect
+
+    engine = inflect.engine()
+    for singular, many in _PLURAL_FIXES:
+        engine.defnoun(singular, many)
+    return engine
 
 
 def _same_kind(rows: Sequence[int], heads: Sequence[tuple[str, str | None] | None]) -> list[list[int]]:
@@ -296,8 +517,7 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
     named = links(corpus, subject)
     vocab = _Vocabulary(corpus.texts)
     titles = corpus.titles or (None,) * n
-    first = [_first_sentence(t.removeprefix(f"{title}. ") if title else t) for t, title in zip(corpus.texts, titles,
-                                                                                               strict=True)]
+    first = [_first_sentence(_body(t, title)) for t, title in zip(corpus.texts, titles, strict=True)]
     heads = [vocab.head(f) for f in first]  # each passage's, once: the in-link groups and every kind read them
     naming: dict[int, list[int]] = {}
     for row, found in enumerate(named):
@@ -327,3 +547,87 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
         out.append(SyntheticQuestion(question, (centre, *spokes) if kind == "fan-out" else tuple(spokes), kind))
     rng.shuffle(out)
     return out[:limit] if limit is not None else out
+
+
+@dataclass(frozen=True)
+class HeldOutSplit:
+    """Built questions split so that no held-out question shares a passage with a training one (`split_held_out`)."""
+
+    train: list[SyntheticQuestion]
+    held_out: list[SyntheticQuestion]
+    dropped: list[SyntheticQuestion]
+    """Questions in neither: not held out, yet sharing a passage with a held-out one."""
+
+
+def held_out_size(questions: int, share: float, cap: int) -> int:
+    """How many of `questions` to hold out: `share` of them, at least one (of one or more), at most `cap`."""
+    return min(cap, max(1, round(share * questions))) if questions else 0
+
+
+def split_held_out(questions: Sequence[SyntheticQuestion], *, share: float, cap: int,
+                   seed: int = 0) -> HeldOutSplit:
+    """Training and held-out questions that share no passage, `held_out_size` of them held out where the passages
+    allow, the same for a seed.
+
+    Held-out passages are taken in clusters over the graph of the passages the questions share (two passages of one
+    question are neighbours): from a random question's passages, the least shared passage within reach first (its
+    questions are the ones a cluster's edge would cut), until the cluster completes `HELD_OUT_CLUSTER` questions or
+    its connected component is spent; then from another random question that touches no passage taken, until
+    enough are completed. The questions completed are held out (`held_out_size` of them); a question sharing no
+    passage with them is for training; the rest, across a cluster's edge, are dropped. Many small components give
+    whole components and drop nothing but at the last cluster's edge; a Wikipedia-like corpus, one giant component,
+    gives clusters cut from it (FanOutQA's 10 033 summaries: 120 held out of 5 401, 251 dropped). Taking the least
+    shared passages first leans the held-out questions towards passages few questions hold. Each list keeps the
+    questions' order.
+
+    Raises:
+        ValueError: `share` outside [0, 1] or a negative `cap`.
+    """
+    if not 0 <= share <= 1 or cap < 0:
+        raise ValueError(f"split_held_out needs a share in [0, 1] and a cap >= 0, got share={share!r}, cap={cap!r}.")
+    target = held_out_size(len(questions), share, cap) if share > 0 else 0
+    asking: dict[int, list[int]] = {}  # passage row → the questions that hold it
+    for i, q in enumerate(questions):
+        for r in set(q.supporting):
+            asking.setdefault(r, []).append(i)
+    missing = [len(set(q.supporting)) for q in questions]  # passages of each question not held out yet
+    held_rows: set[int] = set()
+    held: list[int] = []
+    starts = list(range(len(questions)))
+    random.Random(f"qrag-held-out/{seed}").shuffle(starts)
+    for start in starts:
+        if len(held) >= target:
+            break
+        if held_rows.isdisjoint(questions[start].supporting):
+            quota = min(HELD_OUT_CLUSTER, target - len(held))
+            held += _grow_cluster(questions[start].supporting, quota, questions, asking, missing, held_rows)
+    kept = set(held[:target])  # the last passage a cluster took may have completed more than it needed
+    rows = {r for i in kept for r in questions[i].supporting}  # not the passages taken that complete no question
+    train = [q for q in questions if rows.isdisjoint(q.supporting)]
+    held_out = [q for i, q in enumerate(questions) if i in kept]
+    dropped = [q for i, q in enumerate(questions) if i not in kept and not rows.isdisjoint(q.supporting)]
+    return HeldOutSplit(train, held_out, dropped)
+
+
+def _grow_cluster(start: Sequence[int], quota: int, questions: Sequence[SyntheticQuestion],
+                  asking: Mapping[int, list[int]], missing: list[int], held_rows: set[int]) -> list[int]:
+    """Passages held out from `start` (into `held_rows`), the one the fewest questions hold first among those within
+    reach (ties: the first reached), until the questions they complete (`missing` counts down) reach `quota` or no
+    passage is left within reach; returns the questions completed."""
+    done: list[int] = []
+    order = count()
+    frontier = [(len(asking[r]), next(order), r) for r in start]
+    heapq.heapify(frontier)
+    while frontier and len(done) < quota:
+        row = heapq.heappop(frontier)[2]
+        if row in held_rows:
+            continue
+        held_rows.add(row)
+        for i in asking[row]:
+            missing[i] -= 1
+            if missing[i] == 0:
+                done.append(i)
+            for r in questions[i].supporting:
+                if r not in held_rows:
+                    heapq.heappush(frontier, (len(asking[r]), next(order), r))
+    return done

@@ -198,16 +198,24 @@ class Adapt:
         return self.budget_s - (self.clock() - self.started)
 
     def _questions(self) -> None:
-        """Write work/train.jsonl and work/val.jsonl; record the counts, the horizon and ten examples."""
+        """Write work/train.jsonl and work/val.jsonl; record the counts, the horizon and ten examples. The built
+        questions are split so that no held-out one shares a passage with a training one (`split_held_out`); the
+        training ones that would are dropped, and counted ("dropped_overlapping")."""
+        from qrag.training.data.synthetic import split_held_out
+
         rng = random.Random(f"qrag-adapt/{self.options.seed}")
         synth = list(self.synthetic)
-        held = min(HELD_OUT[1], max(1, round(HELD_OUT[0] * len(synth)))) if synth else 0
-        synth_val, synth_train = synth[:held], synth[held:]
+        split = split_held_out(synth, share=HELD_OUT[0], cap=HELD_OUT[1], seed=self.options.seed)
+        synth_val, synth_train, held = split.held_out, split.train, len(split.held_out)
         labelled = list(self.labelled)
         rng.shuffle(labelled)
         lab_held = max(1, round(LABELLED_HELD_OUT * len(labelled))) if len(labelled) >= 5 else 0
         lab_val, lab_train = labelled[:lab_held], labelled[lab_held:]
         c = self.corpus
+        if not (lab_train or synth_train):
+            raise SyntheticError(f"the {len(synth)} questions built from {c.source} share their passages so much that "
+                                 f"holding {len(synth_val)} out leaves none to train on ({len(split.dropped)} dropped): "
+                                 "pass a larger corpus or labelled questions with --questions.")
 
         def rows(sq: Sequence[SyntheticQuestion], lq: Sequence[Question], start: int) -> list[dict[str, Any]]:
             out = [q.record(c, f"qrag-adapt-{start + i}") for i, q in enumerate(sq)]
@@ -227,7 +235,7 @@ class Adapt:
             kinds[q.kind] = kinds.get(q.kind, 0) + 1
         self.record.facts.update({
             "passages": len(c.texts), "built": len(synth), "kinds": kinds, "labelled": len(labelled),
-            "train_questions": len(train), "held_out_questions": len(val),
+            "train_questions": len(train), "held_out_questions": len(val), "dropped_overlapping": len(split.dropped),
             "held_out_from": "labelled" if lab_val else "built", "horizon": horizon,
             "start_horizon": self.start_horizon,
             "examples": [{"question": text, "kind": kind, "passages": [[c.ids[s], c.texts[s][:240]] for s in support]}

@@ -116,7 +116,11 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     facts = record["facts"]
     # 36 fan-outs (12 bands, 24 musicians) less those whose described centre repeats another's question, 8 in-links
     assert facts["kinds"]["in-links"] == 8 and 24 <= facts["kinds"]["fan-out"] <= 36
-    assert facts["train_questions"] + facts["held_out_questions"] == facts["built"]
+    # every built question is trained on, held out, or dropped for sharing a passage with a held-out one
+    assert facts["train_questions"] + facts["held_out_questions"] + facts["dropped_overlapping"] == facts["built"]
+    passages = {name: {s for line in (out / "work" / f"{name}.jsonl").read_text().splitlines()
+                       for s in json.loads(line)["supporting"]} for name in ("train", "val")}
+    assert passages["val"] and not passages["val"] & passages["train"]
     sizes = [len(json.loads(line)["supporting"]) for line in (out / "work" / "train.jsonl").read_text().splitlines()]
     assert len(sizes) == facts["train_questions"] and facts["horizon"] == round(statistics.median(sizes)) in (2, 3)
     assert facts["start_data"] is None and facts["rehearsed"] == 0  # a start with no validation data of its own
