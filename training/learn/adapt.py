@@ -36,7 +36,15 @@ from tqdm.auto import tqdm
 from qrag.training.data.corpus import Question, iter_corpus, read_corpus, read_questions
 from qrag.training.data.episode import Episode
 from qrag.training.data.synthetic import SyntheticError, SyntheticQuestion, make_questions
-from qrag.training.learn.adapt_choice import CHOICE_K, START_HOPS, WEIGHTS, Candidate, choose, standard_error
+from qrag.training.learn.adapt_choice import (
+    CHOICE_K,
+    FEW_UPDATES,
+    START_HOPS,
+    WEIGHTS,
+    Candidate,
+    choose,
+    standard_error,
+)
 from qrag.training.learn.adapt_folder import (
     AdaptError,
     AdaptFolder,
@@ -44,13 +52,16 @@ from qrag.training.learn.adapt_folder import (
     Request,
     digest,
 )
-from qrag.training.learn.config import EnvConfig, load_preset
+from qrag.training.learn.checkpoint_files import MODEL_DIR
+from qrag.training.learn.config import EnvConfig, TrainConfig, load_preset
 from qrag.training.learn.evaluation import evaluate
 from qrag.training.model.blend import blend_networks
 from qrag.training.model.precision import choose_precision
 from qrag.training.model.qnet import QNetwork
 from qrag.training.model.shipped import resolve_checkpoint
 from qrag.training.model.towers import precision_autocast
+from qrag.training.model.trunk import check_splittable
+from qrag.training.overlay import ConfigError
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.index import ChunkIndex
 from qrag.training.search.neighbours import pool_neighbours
@@ -85,6 +96,12 @@ REHEARSE_SHARE = 0.25
 """Share of the training episodes that are the start's own training questions (rehearsal)."""
 CHOICE_MARGIN = 1.3
 """The time the choice is given: this many times the start's scoring, per blend."""
+CHOICE_SHARE = 0.12
+"""Most of the budget the blends' scoring may take: as many blends are scored as the start's measured scoring time
+says fit (at least the fine-tune itself), so a slow CPU spends its minutes training, not choosing."""
+PREFERRED_WEIGHTS = (1.0, 0.5, 0.75, 0.25)
+"""The blends scored, in this order while they fit: the fine-tune first (the rule's favourite at equal recall), then
+the midpoint, then the quarters."""
 EMBED_SLICE = 1024
 """Passages embedded between two saves of the vectors."""
 
@@ -286,7 +303,8 @@ class Adapt:
         """A candidate's scores: held-out recall@CHOICE_K at each horizon tried, and on the start's own data."""
         recalls = held_out_recalls(net, self.index, self.held_out, self.horizons())
         out: dict[str, Any] = {"weight": weight, "held_out": {str(h): statistics.fmean(v) for h, v in recalls.items()},
-                               "held_out_se": {str(h): standard_error(v) for h, v in recalls.items()}}
+                               "held_out_se": {str(h): standard_error(v) for h, v in recalls.items()},
+                               "per_question": {str(h): v for h, v in recalls.items()}}
         if self.start_val:
             env = EnvConfig(max_hops=START_HOPS)
             out["start_score"] = evaluate(net, self.start_val, env, 16, 64, self.cache)["fact_recall"]
@@ -296,9 +314,9 @@ class Adapt:
         """The horizons tried: the start's, the one trained (the questions' median), and one hop per result."""
         return sorted({self.start_horizon, int(self.record.facts["horizon"]), min(MAX_HORIZON, CHOICE_K)})
 
-    def _train(self) -> None:
+    def train_config(self, run: Path) -> TrainConfig:
+        """The fine-tune's settings (the `corpus-cpu` preset on this run's questions, from the start), writing to `run`."""
         o, facts = self.options, self.record.facts
-        run = self.folder.work / "run"
         config = load_preset(PRESET)
         config.model = self.model_config
         config.env.max_hops = int(facts["horizon"])
@@ -309,26 +327,52 @@ class Adapt:
         config.trainer.seed = o.seed
         config.trainer.threads = o.threads or torch.get_num_threads()
         config.trainer.resume = (run / "last").is_dir()
-        train, val = self._corpus_episodes("train.jsonl", "train"), self._corpus_episodes("val.jsonl", "val")
+        config.optim.warmup_steps, config.optim.lr = WARMUP_UPDATES, LEARNING_RATE
+        if config.trainer.train_layers:  # a start whose state tower cannot be split trains every layer instead
+            try:
+                config.validate()
+                check_splittable(self.start.state_tower.encoder, config.trainer.train_layers, "trainer.train_layers")
+            except ConfigError as e:
+                print(f"qrag-adapt: every layer of the start's state tower trains ({e})", file=sys.stderr)
+                config.trainer.train_layers = 0
+        return config
+
+    def training_episodes(self) -> list[Episode]:
+        """The training episodes: the built and labelled questions', and the start's own rehearsed."""
+        train = self._corpus_episodes("train.jsonl", "train")
         rehearsed = self._rehearsal(len(train))
-        facts["rehearsed"] = len(rehearsed)
-        train += rehearsed
+        self.record.facts["rehearsed"] = len(rehearsed)
+        return train + rehearsed
+
+    def _train(self) -> None:
+        o, facts = self.options, self.record.facts
+        run = self.folder.work / "run"
+        config = self.train_config(run)
+        train = self.training_episodes()
         # the choice scores every blend as the start was scored, then calibrates and saves one
-        reserve = CHOICE_MARGIN * float(facts["score_seconds"]) * len(WEIGHTS) + 30
+        if "weights" not in facts:  # sized once, by what scoring the start measured on this machine
+            facts["weights"] = blend_weights(float(facts["score_seconds"]), 60 * o.minutes)
+        reserve = CHOICE_MARGIN * float(facts["score_seconds"]) * len(facts["weights"]) + 30
         minutes = (self._left() - reserve) / 60  # the trainer's own set-up counts in its budget
         if minutes < 1:
             raise AdaptError(f"--minutes {o.minutes:g} leaves {max(0.0, minutes):.1f} minutes to train after the set-up "
                              f"({self.record.spent / 60:.1f} minutes so far) and the choice; pass more minutes (the run "
                              "goes on from here).")
         config.trainer.max_minutes = minutes
-        config.optim.warmup_steps, config.optim.lr = WARMUP_UPDATES, LEARNING_RATE
         from qrag.training.learn.trainer import Trainer
 
-        trainer = Trainer(config.validate(), train, val, chunk_cache=self.cache)
+        facts["train_layers"] = config.trainer.train_layers
+        # no validation inside the run: the choice scores the fine-tune (and its blends, and the start) on the held-out
+        # questions afterwards, so the minutes it would take train instead
+        trainer = Trainer(config.validate(), train, chunk_cache=self.cache)
         print(f"qrag-adapt: training {minutes:.1f} minutes on {len(train)} episodes ({facts['rehearsed']} rehearsed)",
               file=sys.stderr)
         summary = trainer.train()
         facts["train"] = {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+        if int(summary["updates"]) < FEW_UPDATES:
+            print(f"qrag-adapt: training made {summary['updates']} updates ({summary['transitions']} transitions) in "
+                  f"{minutes:.1f} minutes, too few to change much: the fine-tune stays close to the start. Give it more "
+                  "--minutes, or a faster machine.", file=sys.stderr)
 
     def _corpus_episodes(self, name: str, split: str) -> list[Episode]:
         """The questions of work/NAME as episodes: each with 100 negatives of the corpus, found with the cached
@@ -357,16 +401,18 @@ class Adapt:
 
     def _choose(self) -> None:
         facts, run = self.record.facts, self.folder.work / "run"
-        tuned_dir = run / "best" if (run / "best").is_dir() else run / "last"
+        # the run's last network (it validates nothing itself: the choice below scores it against the start)
+        tuned_dir = run / "last" / MODEL_DIR
         if not tuned_dir.is_dir():
             raise AdaptError(f"the training run {str(run)!r} saved no checkpoint; run qrag-adapt again with more "
                              "--minutes (it goes on from here).")
         tuned = QNetwork.from_pretrained(tuned_dir).eval()
         rows = [facts["start"]]
-        for w in tqdm(WEIGHTS, desc="scoring blends", unit="blend", file=sys.stderr):
+        for w in tqdm(facts.get("weights", WEIGHTS), desc="scoring blends", unit="blend", file=sys.stderr):
             rows.append(self._score(self._blend(tuned, w), w))
         candidates = [Candidate(r["weight"], int(h), float(v), r.get("start_score"),
-                                float(r.get("held_out_se", {}).get(h, 0.0))) for r in rows for h, v in r["held_out"].items()]
+                                float(r.get("held_out_se", {}).get(h, 0.0)), tuple(r.get("per_question", {}).get(h, ())))
+                      for r in rows for h, v in r["held_out"].items()]
         best, why = choose(candidates)
         net = self._blend(tuned, best.weight) if best.weight else copy.deepcopy(self.start)  # the start stays as it was
         net.config = dataclasses.replace(net.config, init=self.options.init)
@@ -375,9 +421,13 @@ class Adapt:
 
         print("qrag-adapt: calibrating the stop rule of the choice on the held-out questions", file=sys.stderr)
         calibrate_stop_rule(net, self._corpus_episodes("val.jsonl", "val"), self.cache)
-        facts["candidates"] = [dataclasses.asdict(c) for c in candidates]
-        facts["choice"] = {"weight": best.weight, "horizon": best.horizon, "why": why, "tuned": tuned_dir.name}
-        net.save_pretrained(self.folder.model, extra_files={"adapt.json": json.dumps(facts["choice"], indent=1)})
+        facts["candidates"] = [{k: v for k, v in dataclasses.asdict(c).items() if k != "per_question"}
+                               for c in candidates]
+        facts["choice"] = {"weight": best.weight, "horizon": best.horizon, "why": why, "tuned": "last"}
+        extra = {"adapt.json": json.dumps(facts["choice"], indent=1)}
+        net.save_pretrained(self.folder.model, extra_files=extra)
+        # the corpus's vectors go with it: the user's retriever loads them instead of embedding the corpus again
+        MultiHopSearcher(net, self.index, SearchConfig()).save(self.folder.searcher, extra_files=extra)
 
     def _blend(self, tuned: QNetwork, weight: float) -> QNetwork:
         if weight == 0:
@@ -385,6 +435,13 @@ class Adapt:
         net = tuned if weight == 1 else blend_networks(self.start, tuned, weight)
         net.config = dataclasses.replace(net.config, init=self.options.init)
         return net.eval()
+
+
+def blend_weights(score_seconds: float, budget_seconds: float) -> tuple[float, ...]:
+    """The blend weights the choice scores: `PREFERRED_WEIGHTS`, in order, while their scoring (`CHOICE_MARGIN` times
+    the start's measured `score_seconds` each) fits in `CHOICE_SHARE` of the budget; at least the fine-tune (w = 1)."""
+    fit = int(CHOICE_SHARE * budget_seconds // max(1e-9, CHOICE_MARGIN * score_seconds))
+    return tuple(sorted(PREFERRED_WEIGHTS[: max(1, min(len(PREFERRED_WEIGHTS), fit))]))
 
 
 def held_out_recalls(net: QNetwork, index: ChunkIndex, questions: Sequence[tuple[str, list[str]]],

@@ -12,7 +12,10 @@ Each candidate (weight w of the fine-tune, horizon h) is scored on
 
 The rule: among the candidates within `HARM_TOLERANCE` of the start on its own data (the start itself always is),
 those whose held-out recall is within one standard error of the highest; of them, the largest weight, and at that
-weight the highest held-out recall (a tie goes to the shorter horizon). What a blend keeps of the start is what the
+weight the highest held-out recall (a tie goes to the shorter horizon). Every candidate is scored on the same
+questions, so the standard error is the paired one: of the per-question differences from the highest
+(`paired_standard_error`); what the questions share (an easy question is easy for every blend) does not count as
+noise. What a blend keeps of the start is what the
 guard measures; on the corpus's held-out questions a blend within noise of the fine-tune is no evidence for it, and
 on human questions over the same corpus the fine-tune found more (docs/RESULTS.md, "Your own corpus").
 """
@@ -31,6 +34,9 @@ WEIGHTS = (0.25, 0.5, 0.75, 1.0)
 HARM_TOLERANCE = 0.02
 """Most the start's own validation score may fall: what a user may lose on the start's own kind of question (greedy
 hops without the search's lexical evidence and fill, which move more than a user's search does)."""
+FEW_UPDATES = 50
+"""A run that made fewer training updates than this says so, on the screen and in its report: the fine-tune is then
+close to the start."""
 START_HOPS = 2
 """Greedy hops the start's validation takes (its questions have two supporting passages)."""
 
@@ -38,13 +44,15 @@ START_HOPS = 2
 @dataclass(frozen=True)
 class Candidate:
     """One candidate and its scores (`start_score` None where the start has no validation data; `held_out_se` the
-    standard error of `held_out` over the held-out questions)."""
+    standard error of `held_out` over the held-out questions; `per_question` each held-out question's recall, in
+    one order for every candidate)."""
 
     weight: float
     horizon: int
     held_out: float
     start_score: float | None
     held_out_se: float = 0.0
+    per_question: tuple[float, ...] = ()
 
     @property
     def name(self) -> str:
@@ -64,15 +72,16 @@ def choose(candidates: Sequence[Candidate]) -> tuple[Candidate, str]:
     floor = None if reference is None else reference - HARM_TOLERANCE
     allowed = [c for c in candidates if floor is None or c.start_score is None or c.start_score >= floor - 1e-9]
     top = max(allowed, key=lambda c: (round(c.held_out, 6), c.weight, -c.horizon))
-    near = [c for c in allowed if c.held_out >= top.held_out - top.held_out_se - 1e-9]
+    near = [c for c in allowed if c.held_out >= top.held_out - paired_standard_error(c, top) - 1e-9]
     best = max(near, key=lambda c: (c.weight, round(c.held_out, 6), -c.horizon))
     refused = [c for c in candidates if c not in allowed]
     why = (f"{best.name} with {best.horizon} hops finds the most held-out passages (recall@{CHOICE_K} "
            f"{best.held_out:.3f}, the start {max(s.held_out for s in starts):.3f})")
     if best != top:
         why = (f"{best.name} with {best.horizon} hops (held-out recall@{CHOICE_K} {best.held_out:.3f}, the start "
-               f"{max(s.held_out for s in starts):.3f}) is the largest share of the fine-tune within one standard error "
-               f"({top.held_out_se:.3f}) of the most held-out passages found ({top.name}, {top.horizon} hops: "
+               f"{max(s.held_out for s in starts):.3f}) is the largest share of the fine-tune within one paired standard "
+               f"error ({paired_standard_error(best, top):.3f}) of the most held-out passages found ({top.name}, "
+               f"{top.horizon} hops: "
                f"{top.held_out:.3f})")
     if floor is None:
         why += "; the start has no validation data of its own here, so nothing guarded what it knew"
@@ -87,3 +96,11 @@ def choose(candidates: Sequence[Candidate]) -> tuple[Candidate, str]:
 def standard_error(values: Sequence[float]) -> float:
     """The standard error of the mean of `values` (sample standard deviation over √n; 0 for fewer than two)."""
     return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+
+
+def paired_standard_error(a: Candidate, b: Candidate) -> float:
+    """The standard error of `a`'s held-out recall minus `b`'s: of their per-question differences when both carry
+    them (the same questions), else `b`'s own standard error (the unpaired reading)."""
+    if a.per_question and len(a.per_question) == len(b.per_question):
+        return standard_error([x - y for x, y in zip(a.per_question, b.per_question, strict=True)])
+    return b.held_out_se

@@ -1,7 +1,8 @@
 """`qrag-adapt`'s output folder: what a run was asked, which phases it finished and how long each took (resume).
 
-    DIR/model/       the model it ships (written last)
-    DIR/report.md    what it did, chose and why
+    DIR/model/       the model it ships
+    DIR/searcher/    that model with the corpus's index (its vectors, ids and texts: loads with no embedding)
+    DIR/report.md    what it did, chose and why (written last)
     DIR/work/        adapt.json (the request and the phases done), vectors/, train.jsonl, val.jsonl, run/
 
 A folder is new (missing or empty), a run of the same request to go on with, or refused: anything else is
@@ -27,6 +28,7 @@ FORMAT = "qrag-adapt"
 WORK = "work"
 RECORD = "adapt.json"
 MODEL = "model"
+SEARCHER = "searcher"
 REPORT = "report.md"
 
 
@@ -94,6 +96,7 @@ class AdaptFolder:
         self.out = Path(out).expanduser()
         self.work = self.out / WORK
         self.model = self.out / MODEL
+        self.searcher = self.out / SEARCHER
         self.report = self.out / REPORT
 
     def open(self, request: Request) -> Record:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from qrag.training.learn.adapt_choice import CHOICE_K, HARM_TOLERANCE, START_HOPS
+from qrag.training.learn.adapt_choice import CHOICE_K, FEW_UPDATES, HARM_TOLERANCE, START_HOPS
 from qrag.training.model.precision import cpu_bf16_support, speed_flags
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 PHASES = {"set-up": "reading the corpus, building questions, checks", "questions": "writing the question files",
           "embed": "embedding the corpus", "start": "scoring the start", "train": "training",
-          "choose": "scoring blends, choosing, saving", "report": "this report"}
+          "choose": "scoring blends, choosing, saving the model and the corpus's index", "report": "this report"}
 
 
 def machine() -> str:
@@ -34,7 +34,8 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
         f"`{options.init}` taught the corpus `{options.corpus}` ({f['passages']} passages)"
         + (f" with the labelled questions of `{options.questions}`" if options.questions else ", without labels")
         + f"; the model: `{folder.model}` (it loads anywhere a model does: `QRAGRetriever.from_texts(texts, "
-        f"model=\"{folder.model}\")`, `qrag-eval --model {folder.model}`). Machine: {machine()}.", "",
+        f"model=\"{folder.model}\")`, `qrag-eval --model {folder.model}`); with the corpus already embedded: "
+        f"`QRAGRetriever.load_local(\"{folder.searcher}\")`. Machine: {machine()}.", "",
         "## Questions", "",
         f"Built from the corpus: **{f['built']}** ({', '.join(f'{n} {k}' for k, n in sorted(f['kinds'].items()))}); "
         f"labelled: {f['labelled']}. Training: {f['train_questions']}; held out to choose on: "
@@ -57,13 +58,21 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
         lines += ["", "## Choice", "",
                   f"**The fine-tune's share w = {choice['weight']:g}, {choice['horizon']} hops** (the fine-tune: the "
                   f"run's `{choice['tuned']}/` checkpoint). {choice['why']} The rule: among the candidates within "
-                  f"{HARM_TOLERANCE} of the start on its own data, those within one standard error of the highest "
+                  f"{HARM_TOLERANCE} of the start on its own data, those within one paired standard error of the highest "
                   "held-out recall; of them the largest weight, at its best horizon (a tie: the shorter). The stop "
                   "rule is calibrated on the held-out questions."]
     train = f.get("train") or {}
     if train:
         lines += ["", "## Training", "",
-                  ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in sorted(train.items()))]
+                  f"**{train.get('updates', 0)} updates** ({train.get('transitions', 0)} transitions) in "
+                  f"{record.seconds.get('train', 0.0) / 60:.1f} minutes, the top {f.get('train_layers', 0) or 'every'} "
+                  "layer(s) of the state tower trained."]
+        if int(train.get("updates", 0)) < FEW_UPDATES:
+            lines += ["", f"**Too few updates to matter** (fewer than {FEW_UPDATES}): the fine-tune is close to the "
+                      "start. Run it again with more `--minutes` (it goes on from where it stopped), or on a faster "
+                      "machine."]
+        lines += ["", ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}"
+                                for k, v in sorted(train.items()))]
     lines += ["", "## Time", "", "| phase | minutes |", "|---|---|"]
     lines += [f"| {PHASES.get(name, name)} | {s / 60:.1f} |" for name, s in record.seconds.items()]
     lines += [f"| **in all** | **{record.spent / 60:.1f}** (budget {options.minutes:g}) |", ""]

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.learn.adapt_choice import HARM_TOLERANCE, Candidate, choose, standard_error
+from qrag.training.learn.adapt_choice import (
+    HARM_TOLERANCE,
+    Candidate,
+    choose,
+    paired_standard_error,
+    standard_error,
+)
 from qrag.training.learn.adapt_folder import AdaptError, AdaptFolder, Request
 
 
@@ -27,7 +33,7 @@ def test_within_one_standard_error_of_the_best_the_largest_weight_wins_at_its_be
     tuned_5, tuned_3 = Candidate(1.0, 5, 0.69, 0.88, 0.02), Candidate(1.0, 3, 0.681, 0.88, 0.02)
     best, why = choose([start, blend, tuned_3, tuned_5])
     assert best == tuned_5  # 0.69 ≥ 0.70 − 0.02; at w = 1 the better horizon
-    assert "w = 1 with 5 hops" in why and "one standard error (0.020)" in why and "w = 0.75, 5 hops: 0.700" in why
+    assert "w = 1 with 5 hops" in why and "one paired standard error (0.020)" in why and "w = 0.75, 5 hops: 0.700" in why
     below = Candidate(1.0, 5, 0.679, 0.88, 0.02)  # 0.021 below the best: out of reach of the rule
     assert choose([start, blend, below])[0] == blend
     tie_short, tie_long = Candidate(1.0, 3, 0.69, 0.88), Candidate(1.0, 5, 0.69, 0.88)
@@ -35,6 +41,25 @@ def test_within_one_standard_error_of_the_best_the_largest_weight_wins_at_its_be
     # without a spread (a record from before the rule) the highest reading alone decides
     assert choose([Candidate(0.0, 2, 0.5, 0.9), Candidate(0.25, 3, 0.5, 0.9)])[0].weight == 0.25
     assert choose([Candidate(0.0, 2, 0.51, 0.9), Candidate(0.25, 3, 0.5, 0.9)])[0].weight == 0.0
+
+
+def test_the_standard_error_between_candidates_is_paired_over_their_questions() -> None:
+    """Scored on the same questions, a candidate that finds less on one question of eight and more on another (a
+    0.016 gap, a paired standard error of 0.037) is within noise of the best - while a candidate that trails on every
+    question by as little is not: the per-question differences have no spread."""
+    best_rows = (1.0, 0.5, 0.0, 1.0, 0.5, 0.5, 1.0, 0.0)
+    best = Candidate(0.5, 3, sum(best_rows) / 8, 0.88, 0.0, best_rows)
+    mixed = (0.75, 0.625, *best_rows[2:])  # 0.25 less on the first question, 0.125 more on the second
+    close = Candidate(1.0, 3, sum(mixed) / 8, 0.88, 0.0, mixed)
+    assert paired_standard_error(close, best) == pytest.approx(standard_error([-0.25, 0.125] + [0.0] * 6))
+    assert best.held_out - close.held_out == pytest.approx(0.015625)
+    assert paired_standard_error(close, best) > 0.03
+    start = Candidate(0.0, 3, 0.2, 0.88, 0.0, tuple(0.2 for _ in best_rows))
+    assert choose([start, best, close])[0] == close  # the largest weight within noise of the best
+    steady = tuple(x - 0.016 for x in best_rows)  # 0.016 below on every question: no spread in the differences
+    trailing = Candidate(1.0, 3, sum(steady) / 8, 0.88, 0.3, steady)
+    assert paired_standard_error(trailing, best) == pytest.approx(0.0, abs=1e-12)
+    assert choose([start, best, trailing])[0] == best  # an unpaired error (0.3) would have let it win
 
 
 def test_the_standard_error_is_the_sample_deviation_over_the_root_of_n() -> None:

@@ -16,6 +16,8 @@ from qrag.training.learn.adapt_cli import main
 from qrag.training.learn.config import load_preset
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import neighbours as neighbours_module
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher, load_model
 from qrag.training.search.settings import HopSettings
 
 CITIES = ["Port Ellis", "Kestrel Bay", "Amber Ford", "Lowmere", "Daska", "Vireo Point", "Halden", "Marrow Cross"]
@@ -125,7 +127,9 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     assert len(sizes) == facts["train_questions"] and facts["horizon"] == round(statistics.median(sizes)) in (2, 3)
     assert facts["start_data"] is None and facts["rehearsed"] == 0  # a start with no validation data of its own
     assert {c["horizon"] for c in facts["candidates"]} == {2, facts["horizon"], 5}
-    assert {c["weight"] for c in facts["candidates"]} == {0.0, 0.25, 0.5, 0.75, 1.0}
+    # as many blends as the start's scoring time says fit in the choice's share of the budget, the fine-tune first
+    assert 1.0 in facts["weights"] and {c["weight"] for c in facts["candidates"]} == {0.0, *facts["weights"]}
+    assert facts["train_layers"] == 1  # the preset's: the top layer trains on the frozen trunk
     trained = yaml.safe_load((out / "work" / "run" / "config.yaml").read_text())
     assert trained["optim"]["warmup_steps"] == adapt_module.WARMUP_UPDATES  # not the preset's 50 of a short run
     assert trained["optim"]["lr"] == adapt_module.LEARNING_RATE
@@ -135,7 +139,18 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     assert choice == facts["choice"] and model.hop_settings.max_hops == choice["horizon"]
     assert model.hop_settings.calibrated and model.config.init == str(tiny_start)
     assert (model.hop_settings.fill, model.hop_settings.lexical_weight) == ("question_unguarded", 0.2)  # kept
+    # the corpus's vectors go to the user's retriever with the model: the same search, nothing embedded again
+    searcher = MultiHopSearcher.load(out / "searcher")
+    assert searcher.index is not None and list(searcher.index.ids) == [r["id"] for r in band_rows()]
+    model_again = load_model(out / "model")
+    fresh = MultiHopSearcher(model_again, ChunkIndex.from_texts(
+        model_again, [r["title"] + ". " + r["text"] if "title" in r else r["text"] for r in band_rows()],
+        ids=[r["id"] for r in band_rows()]))
+    asked = ["Which rock guitarists are connected to Lantern3?"]
+    assert [[h.chunk.id for h in r.hits] for r in searcher.search(asked, k=5)] == \
+        [[h.chunk.id for h in r.hits] for r in fresh.search(asked, k=5)]
     report = (out / "report.md").read_text()
+    assert f"**{facts['train']['updates']} updates**" in report and "searcher" in report
     for part in (f"Built from the corpus: **{facts['built']}**", "Ten of its training questions", "| the start (w = 0) |", "(chosen)",
                  "## Choice", "| **in all** |", "Lantern"):
         assert part in report, part
@@ -150,8 +165,6 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
 @pytest.mark.parametrize("fill", ["question_unguarded", pytest.param("state", marks=pytest.mark.slow)])
 def test_held_out_recall_at_each_horizon_equals_a_search_with_that_horizon(tiny_start: Path, fill: str) -> None:
     from qrag.training.learn.adapt import held_out_recalls
-    from qrag.training.search.index import ChunkIndex
-    from qrag.training.search.searcher import MultiHopSearcher
     from qrag.training.search.settings import SearchConfig
 
     rows = band_rows()[:30]
