@@ -112,7 +112,9 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     assert {"questions", "embed", "start"} <= set(first["seconds"]) and "train" not in first["seconds"]
     assert not (out / "model").exists()
 
-    assert main([*argv, "--minutes", "10"]) == 0, capsys.readouterr().err
+    code, err = main([*argv, "--minutes", "10"]), capsys.readouterr().err
+    assert code == 0, err
+    assert "too few to change much" in err  # the tiny preset's 2 updates: said on the screen, and in the report below
     record = json.loads((out / "work" / "adapt.json").read_text())
     assert record["seconds"]["embed"] == first["seconds"]["embed"]  # nothing embedded twice
     facts = record["facts"]
@@ -151,6 +153,7 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
         [[h.chunk.id for h in r.hits] for r in fresh.search(asked, k=5)]
     report = (out / "report.md").read_text()
     assert f"**{facts['train']['updates']} updates**" in report and "searcher" in report
+    assert "**Too few updates to matter**" in report
     for part in (f"Built from the corpus: **{facts['built']}**", "Ten of its training questions", "| the start (w = 0) |", "(chosen)",
                  "## Choice", "| **in all** |", "Lantern"):
         assert part in report, part
