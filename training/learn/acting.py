@@ -123,7 +123,8 @@ def state_parts(qnet: QNetwork, questions: Sequence[str], rendered: Sequence[Seq
             part = qnet.state_parts({k: v.to(qnet.device) for k, v in take_rows(inputs, group).items()}, top)
             for row, one in zip(group, part.rows(), strict=True):
                 out[row] = one
-    return [p for p in out if p is not None]
+    assert all(p is not None for p in out), "length_groups covers every row"
+    return out  # type: ignore[return-value]
 
 
 def split_vectors(qnet: QNetwork, parts: Sequence[StateParts], groups: int = ACTING_GROUPS) -> torch.Tensor:

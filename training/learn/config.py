@@ -234,8 +234,7 @@ class TrainConfig:
         for part in (self.model, self.env, self.rl, self.optim, self.data, self.trainer):
             part.validate()
         m = self.model
-        if self.trainer.train_layers and (m.train_towers != "state" or m.train_mode not in ("full", "lora")
-                                          or m.state_anchor not in ("question", "none")):
+        if self.trainer.train_layers and not takes_train_layers(m):
             raise ConfigError(f"trainer.train_layers={self.trainer.train_layers} trains the top layers of a state tower "
                               "on its frozen trunk: it needs model.train_towers 'state', model.train_mode 'full' or "
                               "'lora' and "
@@ -255,6 +254,13 @@ class TrainConfig:
 
     def to_yaml(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False), encoding="utf-8")
+
+
+def takes_train_layers(model: ModelConfig) -> bool:
+    """Whether a network of this model section can train its top layers on a frozen trunk (`trainer.train_layers`):
+    a trained state tower alone, in 'full' or 'lora' mode, anchored at the question or not at all."""
+    return (model.train_towers == "state" and model.train_mode in ("full", "lora")
+            and model.state_anchor in ("question", "none"))
 
 
 def load_yaml(path: str | Path, base: TrainConfig | None = None) -> TrainConfig:

@@ -40,6 +40,7 @@ from qrag.training.learn.config import (
     load_preset,
     load_yaml,
     preset_descriptions,
+    takes_train_layers,
 )
 from qrag.training.model.shipped import resolve_checkpoint, shipped_names
 
@@ -67,6 +68,11 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     start = init_model(init) if init else None
     if start is not None:
         config.model, config.env.max_hops = start
+        if config.trainer.train_layers and not takes_train_layers(config.model):  # a preset's default, not a flag
+            print(f"qrag-train: the --init model trains every layer (its state tower cannot train its top layers "
+                  f"alone: train_towers {config.model.train_towers!r}, train_mode {config.model.train_mode!r}, "
+                  f"state_anchor {config.model.state_anchor!r}).", file=sys.stderr)
+            config.trainer.train_layers = 0
     rest = [_renamed_flag(a) for a in rest]
     config = tyro.cli(
         TrainConfig, default=config, args=rest, use_underscores=True, description=__doc__,
