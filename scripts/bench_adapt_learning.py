@@ -24,21 +24,21 @@ from pathlib import Path
 from typing import Any
 
 
-def cpu_flags() -> str:
-    """The CPU's model name and its vector extensions that matter here."""
-    name, flags = platform.processor(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not name.strip():
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-    return f"{name}; " + " ".join(f for f in wanted if f in flags)
+def cpu() -> dict[str, Any]:
+    """The machine line of the project's benchmarks: the processor and its speed flags (AVX2, AVX-512, bf16, AMX)."""
+    from qrag.training.model.precision import speed_flags
+
+    return {"processor": platform.processor() or platform.machine(), "flags": speed_flags()}
+
+
+def fresh_trainer(adapt: Any, train: list[Any], run: Path, layers: int) -> Any:
+    """A `Trainer` with `qrag-adapt`'s settings and `trainer.train_layers` = `layers`, writing to `run`, from the start."""
+    from qrag.training.learn.trainer import Trainer
+
+    config = adapt.train_config(run)
+    config.trainer.resume, config.trainer.progress = False, False
+    config.trainer.train_layers = layers
+    return Trainer(config.validate(), train, chunk_cache=adapt.cache)
 
 
 def subset(corpus: Path, n: int, out: Path) -> Path:
@@ -55,7 +55,6 @@ def learning(args: argparse.Namespace, adapt: Any, train: list[Any], work: Path)
     import torch
 
     from qrag.training.learn.adapt import held_out_recalls
-    from qrag.training.learn.trainer import Trainer
 
     horizon = int(adapt.record.facts["horizon"])
     rows: dict[str, Any] = {}
@@ -63,10 +62,7 @@ def learning(args: argparse.Namespace, adapt: Any, train: list[Any], work: Path)
     rows["start"] = {"recall@5": statistics.fmean(start), "per_question": start}
     for spec in args.learn.split(","):
         layers, updates = (int(x) for x in spec.split(":"))
-        config = adapt.train_config(work / f"learn-{layers}-{updates}")
-        config.trainer.resume, config.trainer.progress = False, False
-        config.trainer.train_layers = layers
-        trainer = Trainer(config.validate(), train, chunk_cache=adapt.cache)
+        trainer = fresh_trainer(adapt, train, work / f"learn-{layers}-{updates}", layers)
         t0 = time.perf_counter()
         while trainer.updates < updates:
             trainer.update(trainer.collect_rollout())
@@ -82,7 +78,7 @@ def learning(args: argparse.Namespace, adapt: Any, train: list[Any], work: Path)
         print(f"{spec}: {trainer.updates} updates in {seconds:.0f} s, held-out recall@5 {rows[spec]['recall@5']:.3f} "
               f"({rows[spec]['vs_start']:+.3f} ± {1.96 * se:.3f} vs the start)", file=sys.stderr)
         del trainer, net
-    out = {"command": " ".join(sys.argv), "cpu": cpu_flags(), "torch": torch.__version__, "threads": args.threads,
+    out = {"command": " ".join(sys.argv), "cpu": cpu(), "torch": torch.__version__, "threads": args.threads,
            "passages": args.passages, "training_questions": len(train), "held_out_questions": len(adapt.held_out),
            "horizon": horizon, "results": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +107,6 @@ def main() -> int:
 
     from qrag.training.learn.adapt import Adapt
     from qrag.training.learn.adapt_folder import AdaptOptions
-    from qrag.training.learn.trainer import Trainer
 
     torch.set_num_threads(args.threads)
     work = Path(args.work)
@@ -127,10 +122,7 @@ def main() -> int:
     runs: dict[int, list[dict[str, float]]] = {k: [] for k in settings}
     for repeat in range(args.repeats):
         for layers in settings:
-            config = adapt.train_config(work / f"run-{layers}")
-            config.trainer.resume, config.trainer.progress = False, False
-            config.trainer.train_layers = layers
-            trainer = Trainer(config.validate(), train, chunk_cache=adapt.cache)
+            trainer = fresh_trainer(adapt, train, work / f"run-{layers}", layers)
             trainer.update(trainer.collect_rollout())  # warm-up: allocations, tokenizer caches
             acting = update = 0.0
             t0, tr0, up0 = time.perf_counter(), trainer.transitions, trainer.updates
@@ -155,7 +147,7 @@ def main() -> int:
         med["ratio_to_first"] = med["transitions_per_s"] / first
         med["transitions_per_minute"] = 60 * med["transitions_per_s"]
         summary[str(layers)] = med
-    out = {"command": " ".join(sys.argv), "cpu": cpu_flags(), "torch": torch.__version__, "threads": args.threads,
+    out = {"command": " ".join(sys.argv), "cpu": cpu(), "torch": torch.__version__, "threads": args.threads,
            "passages": args.passages, "training_questions": len(train), "horizon": adapt.record.facts["horizon"],
            "median": summary, "runs": {str(k): v for k, v in runs.items()}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,7 @@ from qrag.training.learn.adapt_folder import (
     digest,
 )
 from qrag.training.learn.checkpoint_files import MODEL_DIR
-from qrag.training.learn.config import EnvConfig, TrainConfig, load_preset
+from qrag.training.learn.config import EnvConfig, TrainConfig, load_preset, takes_train_layers
 from qrag.training.learn.evaluation import evaluate
 from qrag.training.model.blend import blend_networks
 from qrag.training.model.precision import choose_precision
@@ -333,7 +333,9 @@ class Adapt:
         config.optim.warmup_steps, config.optim.lr = WARMUP_UPDATES, LEARNING_RATE
         if config.trainer.train_layers:  # a start whose state tower cannot be split trains every layer instead
             try:
-                config.validate()
+                if not takes_train_layers(config.model):
+                    raise ConfigError(f"train_towers {config.model.train_towers!r}, train_mode "
+                                      f"{config.model.train_mode!r}, state_anchor {config.model.state_anchor!r}")
                 check_splittable(self.start.state_tower.encoder, config.trainer.train_layers, "trainer.train_layers")
             except ConfigError as e:
                 print(f"qrag-adapt: every layer of the start's state tower trains ({e})", file=sys.stderr)

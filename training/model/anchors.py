@@ -35,7 +35,18 @@ def anchored_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_in
     s = state_tower(**state_inputs)  # (B, D)
     if mode == "first_hop":
         return _first_hop(state_tower, base, f0_q, s, state_inputs, question)
-    return s + (f0_q - _frozen(base, state_inputs)).to(s.dtype)  # (B, D): 'question'
+    return s + question_anchor(base, state_inputs, f0_q).to(s.dtype)  # (B, D): 'question'
+
+
+def question_anchor(base: Tower, state_inputs: Inputs, f0_q: torch.Tensor) -> torch.Tensor:
+    """(B, D) the frozen term of anchor 'question', `f_0(q) − f_0(s)`, from the question vectors `f0_q`: what a state
+    vector adds to `f_θ(s)`; it does not train, so `qrag.training.model.trunk` keeps it once per state."""
+    return f0_q - _frozen(base, state_inputs)
+
+
+def frozen_question(base: Tower, state_inputs: Inputs, sep_id: int) -> torch.Tensor:
+    """(B, D) `f_0(q)`: the frozen base's vector of each state's question piece."""
+    return _frozen(base, question_inputs(state_inputs, sep_id))
 
 
 def _frozen(base: Tower, inputs: Inputs) -> torch.Tensor:

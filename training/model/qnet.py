@@ -23,7 +23,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from qrag.training.atomic import recover
-from qrag.training.model.anchors import anchored_states
+from qrag.training.model.anchors import anchored_states, frozen_question, question_anchor
 from qrag.training.model.config import HopSettings, ModelConfig
 from qrag.training.model.cpu_linear import use_cpu_linears
 from qrag.training.model.encoders import load_encoder, resolve_encoder
@@ -386,8 +386,8 @@ class QNetwork(nn.Module):
             hidden = self.state_tower.trunk(state_inputs["input_ids"], state_inputs["attention_mask"], top)
             anchor = None
             if self.config.state_anchor == "question":
-                sep = self.tokenizer.sep_token_id
-                anchor = (self.chunk_tower(**question_inputs(state_inputs, sep)) - self.chunk_tower(**state_inputs))
+                f0_q = frozen_question(self.chunk_tower, state_inputs, self.tokenizer.sep_token_id)
+                anchor = question_anchor(self.chunk_tower, state_inputs, f0_q)
         return StateParts(hidden, state_inputs["attention_mask"], anchor, top)
 
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
