@@ -16,8 +16,8 @@ import json
 import shutil
 from pathlib import Path
 
-from qrag.training.learn import adapt
-from qrag.training.learn.adapt_folder import AdaptOptions
+from qrag.training.learn.adapt import run as adapt
+from qrag.training.learn.adapt.folder import AdaptOptions
 from qrag.training.learn.config import load_preset
 
 KEPT = ("train.jsonl", "val.jsonl", "vectors")

@@ -54,7 +54,7 @@ def learning(args: argparse.Namespace, adapt: Any, train: list[Any], work: Path)
     run's held-out questions, the whole corpus, the model's own search at the run's horizon); the start's beside."""
     import torch
 
-    from qrag.training.learn.adapt import held_out_recalls
+    from qrag.training.learn.adapt.run import held_out_recalls
 
     horizon = int(adapt.record.facts["horizon"])
     rows: dict[str, Any] = {}
@@ -105,8 +105,8 @@ def main() -> int:
 
     import torch
 
-    from qrag.training.learn.adapt import Adapt
-    from qrag.training.learn.adapt_folder import AdaptOptions
+    from qrag.training.learn.adapt.folder import AdaptOptions
+    from qrag.training.learn.adapt.run import Adapt
 
     torch.set_num_threads(args.threads)
     work = Path(args.work)

@@ -68,7 +68,7 @@ DATA_CASES: dict[str, tuple[list[str], str]] = {
 
 @pytest.mark.parametrize("case", list(DATA_CASES))
 def test_qrag_data_bad_input(case: str, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.learn.data_cli import main
+    from qrag.training.learn.cli.data import main
 
     argv, needle = DATA_CASES[case]
     assert main([a.format(**files) for a in argv]) == 2
@@ -79,7 +79,7 @@ def test_qrag_data_bad_input(case: str, files: dict[str, Path], capsys: pytest.C
 def test_qrag_data_out_in_a_system_folder_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     """/proc takes no new files, even from root (whom permission bits do not stop): refused before any episode is
     generated, naming --out and its value, never the temporary file it would be written through."""
-    from qrag.training.learn.data_cli import main
+    from qrag.training.learn.cli.data import main
 
     assert main(["babi", "--num-samples", "1", "--out", "/proc/qrag.jsonl"]) == 2
     error = _one_line_error(capsys, "--out '/proc/qrag.jsonl' cannot be written")
@@ -92,7 +92,7 @@ def test_qrag_data_write_failure_names_the_flag(files: dict[str, Path], tmp_path
     """A failure no check foresees (a disk filling up while the file is written) names --out too."""
     import errno
 
-    from qrag.training.learn import data_cli
+    from qrag.training.learn.cli import data as data_cli
 
     out = tmp_path / "eps.jsonl"
 
@@ -107,7 +107,7 @@ def test_qrag_data_write_failure_names_the_flag(files: dict[str, Path], tmp_path
 
 def test_qrag_data_failure_leaves_no_half_written_file(files: dict[str, Path], tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.learn.data_cli import main
+    from qrag.training.learn.cli.data import main
 
     out = tmp_path / "out" / "eps.jsonl"
     assert main(["jsonl", "--path", str(files["latin1"]), "--out", str(out)]) == 2  # fails at the second episode
@@ -131,7 +131,7 @@ TRAIN_CASES: dict[str, tuple[list[str], str]] = {
 @pytest.mark.parametrize("case", list(TRAIN_CASES))
 def test_qrag_train_bad_input(case: str, files: dict[str, Path], tiny_encoder_path: Path, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.learn.train_cli import main
+    from qrag.training.learn.cli.train import main
 
     argv, needle = TRAIN_CASES[case]
     base = ["--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(tmp_path / "run")]
@@ -145,7 +145,7 @@ def test_qrag_train_caps_a_small_files_held_out_share_and_says_so(tiny_encoder_p
     --data.num_val larger than that is capped, not refused, and the run says so on stderr, naming the file, its
     episode count, the value asked for, the cap and the fix; it is a notice, not an error."""
     from qrag.training.data import write_jsonl
-    from qrag.training.learn.train_cli import main
+    from qrag.training.learn.cli.train import main
 
     path = tmp_path / "qa.jsonl"
     write_jsonl(make_two_hop_episodes(30, 0), path)
@@ -165,7 +165,7 @@ def test_resume_from_a_damaged_last_is_one_line(damage: str, qnet: QNetwork, fil
                                                 tiny_encoder_path: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from qrag.training.learn.checkpoint_files import read_checkpoint
-    from qrag.training.learn.train_cli import main
+    from qrag.training.learn.cli.train import main
 
     last = tmp_path / "run" / "last"
     qnet.save_pretrained(last / "model")

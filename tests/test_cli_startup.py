@@ -20,8 +20,8 @@ print(code, sorted(m for m in ("torch", "transformers") if m in sys.modules))
 
 
 @pytest.mark.parametrize(("module", "argv", "code"), [
-    ("qrag.training.learn.train_cli", ["--help"], 0),
-    ("qrag.training.learn.train_cli", ["--trainer.select_tolerance", "-1"], 2),
+    ("qrag.training.learn.cli.train", ["--help"], 0),
+    ("qrag.training.learn.cli.train", ["--trainer.select_tolerance", "-1"], 2),
     ("qrag.eval.cli", ["--help"], 0),
     ("qrag.eval.cli", ["babilong", "--out", "unused", "--budget", "0"], 2),
     ("qrag.eval.cli", ["babilong", "--out", "unused", "--methods", "nope"], 2),

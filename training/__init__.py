@@ -7,7 +7,7 @@
 - `search/`: the hop engine (`hops.py`), chunk indexes, lexical evidence and `MultiHopSearcher`; its `__init__` is the
   facade the adapters and eval import;
 - `learn/`: the TD math (`td.py`), the MDP, acting, evaluation, the trainer and its checkpoints, the training
-  config and the commands `qrag-train`, `qrag-blend`, `qrag-data`.
+  config, the commands `qrag-train`, `qrag-blend`, `qrag-data` (`cli/`) and `qrag-adapt` (`adapt/`).
 
 Beside them, helpers every floor may use and which import no floor: `atomic.py` (atomic writes), `overlay.py`
 (config overlays), `input_checks.py` (checks of what users pass in). The names above load on first use, so

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         from qrag.eval.cli import main as eval_main
 
         return eval_main(args[1:])
-    from qrag.training.learn.train_cli import main as train_main
+    from qrag.training.learn.cli.train import main as train_main
 
     return train_main(args[1:])
 

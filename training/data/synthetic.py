@@ -82,7 +82,7 @@ MAX_SPOKES = 4
 """Most passages a fan-out question's centre names."""
 MAX_MEMBERS = 6
 """Most passages of one kind an in-link question asks for: as many as the longest search (`MAX_HORIZON` of
-`qrag.training.learn.adapt`) finds one hop each."""
+`qrag.training.learn.adapt.run`) finds one hop each."""
 MAX_NAMED_SHARE = 0.02
 """A subject named by more than this share of the passages (at least `MIN_COMMON_NAMED`) links nothing: a
 question about everything that names it has no answer."""

@@ -8,6 +8,8 @@ Imports every floor below it (data, model, search); nothing imports it but the e
 - `trainer.py`: the loop (rollouts, updates, evaluation, checkpoints); `batching.py`: its minibatches;
   `distributed.py`: several processes; `resume.py` and `checkpoint_files.py`: a run's `last/` and `best/`;
 - `checkpoint_selection.py`: what the trainer selects the best checkpoint on; `stop_calibration.py`: the stop rule;
-- `config.py` and `presets/`: `TrainConfig`; `train_cli.py`, `blend_cli.py`, `data_cli.py`: `qrag-train`,
-  `qrag-blend`, `qrag-data`.
+- `config.py` and `presets/`: `TrainConfig`;
+- `cli/`: the commands `qrag-train`, `qrag-blend`, `qrag-data`;
+- `adapt/`: `qrag-adapt`, a shipped model taught a corpus in one command (its phases, choice, folder, report and
+  command line).
 """

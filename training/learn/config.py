@@ -15,7 +15,9 @@ import yaml
 
 from qrag.training.data.build import rehearsed_source
 from qrag.training.data.config import DataConfig as DataConfig
+from qrag.training.input_checks import one_line
 from qrag.training.model.config import ModelConfig as ModelConfig
+from qrag.training.model.shipped import resolve_checkpoint, shipped_names
 from qrag.training.overlay import ConfigError, check_choice, overlay
 
 ValueTarget = Literal["mean", "min"]
@@ -261,6 +263,34 @@ def takes_train_layers(model: ModelConfig) -> bool:
     a trained state tower alone, in 'full' or 'lora' mode, anchored at the question or not at all."""
     return (model.train_towers == "state" and model.train_mode in ("full", "lora")
             and model.state_anchor in ("question", "none"))
+
+
+def init_model(init: str) -> tuple[ModelConfig, int]:
+    """The model section (recording `init`) and the horizon of the checkpoint `--init` names.
+
+    Raises:
+        ConfigError: `init` is not a trained qrag checkpoint, or its files are damaged.
+    """
+    from qrag.training.model.folder import (
+        CONFIG_FILE,
+        CheckpointError,
+        read_checkpoint_meta,
+        read_hops,
+        read_model_config,
+    )
+
+    try:
+        folder = resolve_checkpoint(init)
+        if not (folder / CONFIG_FILE).is_file():
+            raise CheckpointError(f"no {CONFIG_FILE} there")
+        meta = read_checkpoint_meta(folder)
+        model = read_model_config(folder, meta, None)
+        horizon = read_hops(meta, folder).max_hops
+    except (CheckpointError, ValueError) as e:
+        raise ConfigError(f"--init {init!r} is not a trained qrag checkpoint ({one_line(e)}); pass a checkpoint folder "
+                          f"(a run's best/) or a shipped name ({', '.join(shipped_names())}); to start from a bare "
+                          "encoder, pass --model.encoder instead.") from None
+    return dataclasses.replace(model, init=init), horizon
 
 
 def load_yaml(path: str | Path, base: TrainConfig | None = None) -> TrainConfig:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from qrag.training.data import SOURCES, load_episodes, read_jsonl
-from qrag.training.learn.data_cli import main
+from qrag.training.learn.cli.data import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[3]

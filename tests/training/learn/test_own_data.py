@@ -14,8 +14,8 @@ import pytest
 from qrag.training.data import EpisodeError, build_episodes, load_episodes
 from qrag.training.data import build as build_module
 from qrag.training.data.corpus import read_corpus, read_questions, split_document
+from qrag.training.learn.cli.train import main as train_main
 from qrag.training.learn.config import ConfigError, DataConfig, TrainConfig
-from qrag.training.learn.train_cli import main as train_main
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import neighbours as neighbours_module
 from qrag.training.search import pool_neighbours
@@ -264,7 +264,7 @@ def test_the_eval_init_method_needs_a_fine_tune(files: dict[str, Path], init_mod
 
 
 def test_qrag_data_lists_a_folders_passages_with_their_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from qrag.training.learn.data_cli import main as data_main
+    from qrag.training.learn.cli.data import main as data_main
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -13,8 +13,8 @@ import torch
 from peft.tuners.lora import LoraLayer
 
 from qrag.training.data import build as build_module
-from qrag.training.learn.blend_cli import main as blend_main
-from qrag.training.learn.blend_cli import parse_weights
+from qrag.training.learn.cli.blend import main as blend_main
+from qrag.training.learn.cli.blend import parse_weights
 from qrag.training.learn.config import TrainConfig
 from qrag.training.model.blend import blend_networks
 from qrag.training.model.qnet import QNetwork

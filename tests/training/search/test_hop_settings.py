@@ -123,8 +123,8 @@ def test_plain_loads_are_quiet(capfd: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_horizon_has_one_name_and_the_old_one_still_reads(tmp_path: Path) -> None:
+    from qrag.training.learn.cli.train import parse_config
     from qrag.training.learn.config import ConfigError, TrainConfig, load_yaml
-    from qrag.training.learn.train_cli import parse_config
 
     old = tmp_path / "old.yaml"
     old.write_text("env:\n  max_steps: 3\n", encoding="utf-8")

@@ -38,7 +38,7 @@ class AdaptError(ValueError):
 
 @dataclass(frozen=True)
 class AdaptOptions:
-    """The command's arguments (`qrag.training.learn.adapt_cli`)."""
+    """The command's arguments (`qrag.training.learn.adapt.cli`)."""
 
     corpus: str
     out: str

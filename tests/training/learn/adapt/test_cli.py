@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qrag.training.learn import adapt as adapt_module
-from qrag.training.learn.adapt_cli import main
+from qrag.training.learn.adapt import run as adapt_module
+from qrag.training.learn.adapt.cli import main
 from qrag.training.learn.config import load_preset
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import neighbours as neighbours_module
@@ -167,7 +167,7 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
 
 @pytest.mark.parametrize("fill", ["question_unguarded", pytest.param("state", marks=pytest.mark.slow)])
 def test_held_out_recall_at_each_horizon_equals_a_search_with_that_horizon(tiny_start: Path, fill: str) -> None:
-    from qrag.training.learn.adapt import held_out_recalls
+    from qrag.training.learn.adapt.run import held_out_recalls
     from qrag.training.search.settings import SearchConfig
 
     rows = band_rows()[:30]

@@ -39,8 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 2 bad arguments or input)."""
     args = _parser().parse_args(argv)
     from qrag.training.data import EpisodeError
-    from qrag.training.learn.adapt import Adapt
-    from qrag.training.learn.adapt_folder import MAX_QUESTIONS, AdaptOptions
+    from qrag.training.learn.adapt.folder import MAX_QUESTIONS, AdaptOptions
+    from qrag.training.learn.adapt.run import Adapt
     from qrag.training.learn.checkpoint_files import ResumeError
     from qrag.training.model.encoders import EncoderLoadError
     from qrag.training.model.qnet import CheckpointError

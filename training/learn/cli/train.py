@@ -37,12 +37,12 @@ from qrag.training.learn.config import (
     ConfigError,
     ModelConfig,
     TrainConfig,
+    init_model,
     load_preset,
     load_yaml,
     preset_descriptions,
     takes_train_layers,
 )
-from qrag.training.model.shipped import resolve_checkpoint, shipped_names
 
 # The model libraries (torch, transformers) load once the flags are parsed: --help and a bad flag answer at once.
 
@@ -86,34 +86,6 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"trainer.output_dir {str(out)!r} is a file; pass a folder (it is created if missing).")
     return config.validate()
-
-
-def init_model(init: str) -> tuple[ModelConfig, int]:
-    """The model section (recording `init`) and the horizon of the checkpoint `--init` names.
-
-    Raises:
-        ConfigError: `init` is not a trained qrag checkpoint, or its files are damaged.
-    """
-    from qrag.training.model.folder import (
-        CONFIG_FILE,
-        CheckpointError,
-        read_checkpoint_meta,
-        read_hops,
-        read_model_config,
-    )
-
-    try:
-        folder = resolve_checkpoint(init)
-        if not (folder / CONFIG_FILE).is_file():
-            raise CheckpointError(f"no {CONFIG_FILE} there")
-        meta = read_checkpoint_meta(folder)
-        model = read_model_config(folder, meta, None)
-        horizon = read_hops(meta, folder).max_hops
-    except (CheckpointError, ValueError) as e:
-        raise ConfigError(f"--init {init!r} is not a trained qrag checkpoint ({one_line(e)}); pass a checkpoint folder "
-                          f"(a run's best/) or a shipped name ({', '.join(shipped_names())}); to start from a bare "
-                          "encoder, pass --model.encoder instead.") from None
-    return dataclasses.replace(model, init=init), horizon
 
 
 def _check_init(config: TrainConfig, start: ModelConfig) -> None:

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from qrag.training.learn.adapt_choice import CHOICE_K, FEW_UPDATES, HARM_TOLERANCE, START_HOPS
+from qrag.training.learn.adapt.choice import CHOICE_K, FEW_UPDATES, HARM_TOLERANCE, START_HOPS
 from qrag.training.model.precision import cpu_bf16_support, speed_flags
 
 if TYPE_CHECKING:
-    from qrag.training.learn.adapt_folder import AdaptFolder, AdaptOptions, Record
+    from qrag.training.learn.adapt.folder import AdaptFolder, AdaptOptions, Record
 
 PHASES = {"set-up": "reading the corpus, building questions, checks", "questions": "writing the question files",
           "embed": "embedding the corpus", "start": "scoring the start", "train": "training",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from qrag.training.data import write_jsonl
-from qrag.training.learn.train_cli import main
+from qrag.training.learn.cli.train import main
 from qrag.training.model.qnet import QNetwork
 from tests.training.learn.two_hop import make_two_hop_episodes
 
@@ -53,7 +53,7 @@ def test_custom_jsonl_on_bundled_minilm(qa_file: Path, tmp_path: Path, capsys: p
 @pytest.mark.slow
 def test_killed_run_resumes(qa_file: Path, tmp_path: Path, tiny_encoder_path: Path) -> None:
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "qrag.training.learn.train_cli", "--data.source", "jsonl", "--data.train_path", str(qa_file),
+    args = [sys.executable, "-m", "qrag.training.learn.cli.train", "--data.source", "jsonl", "--data.train_path", str(qa_file),
             "--model.encoder", str(tiny_encoder_path), "--trainer.output_dir", str(out), *SMALL]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([*args, "--trainer.total_transitions", "100000"], env=env,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from qrag.training.learn.adapt_choice import (
+from qrag.training.learn.adapt.choice import (
     HARM_TOLERANCE,
     Candidate,
     choose,
     paired_standard_error,
     standard_error,
 )
-from qrag.training.learn.adapt_folder import AdaptError, AdaptFolder, Request
+from qrag.training.learn.adapt.folder import AdaptError, AdaptFolder, Request
 
 
 def test_the_best_held_out_recall_wins_among_those_that_keep_the_start() -> None:

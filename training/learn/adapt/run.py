@@ -9,10 +9,10 @@
 4. **train**: soft Q(λ) from the start (the `corpus-cpu` preset), rehearsing a share of the start's own training
    questions, for the time the budget leaves; resumable (`qrag.training.learn.trainer`).
 5. **choose**: the fine-tune blended with the start at each weight and horizon, scored, one chosen
-   (`qrag.training.learn.adapt_choice`); its stop rule calibrated; written to DIR/model.
-6. **report**: DIR/report.md (`qrag.training.learn.adapt_report`).
+   (`qrag.training.learn.adapt.choice`); its stop rule calibrated; written to DIR/model.
+6. **report**: DIR/report.md (`qrag.training.learn.adapt.report`).
 
-Every phase is timed and recorded when it ends (`qrag.training.learn.adapt_folder`); a run stopped anywhere goes on
+Every phase is timed and recorded when it ends (`qrag.training.learn.adapt.folder`); a run stopped anywhere goes on
 from the phase it was in.
 """
 
@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from qrag.training.data.corpus import Question, iter_corpus, read_corpus, read_questions
 from qrag.training.data.episode import Episode
 from qrag.training.data.synthetic import SyntheticError, SyntheticQuestion, make_questions
-from qrag.training.learn.adapt_choice import (
+from qrag.training.learn.adapt.choice import (
     CHOICE_K,
     FEW_UPDATES,
     START_HOPS,
@@ -45,7 +45,7 @@ from qrag.training.learn.adapt_choice import (
     choose,
     standard_error,
 )
-from qrag.training.learn.adapt_folder import (
+from qrag.training.learn.adapt.folder import (
     AdaptError,
     AdaptFolder,
     AdaptOptions,
@@ -53,7 +53,7 @@ from qrag.training.learn.adapt_folder import (
     digest,
 )
 from qrag.training.learn.checkpoint_files import MODEL_DIR
-from qrag.training.learn.config import EnvConfig, TrainConfig, load_preset, takes_train_layers
+from qrag.training.learn.config import EnvConfig, TrainConfig, init_model, load_preset, takes_train_layers
 from qrag.training.learn.evaluation import evaluate
 from qrag.training.model.blend import blend_networks
 from qrag.training.model.precision import choose_precision
@@ -131,8 +131,6 @@ class Adapt:
         if o.max_questions < 0 or (o.max_questions == 0 and o.questions is None):
             raise AdaptError(f"--max-questions must be >= 0 (0: build none, train on --questions alone), got "
                              f"{o.max_questions}{'' if o.max_questions < 0 else ' without --questions'}.")
-        from qrag.training.learn.train_cli import init_model
-
         self.model_config, self.start_horizon = init_model(o.init)
         if self.model_config.train_towers != "state":
             raise AdaptError(f"--init {o.init!r} trains its chunk tower; qrag-adapt fine-tunes models whose chunk tower "
@@ -185,7 +183,7 @@ class Adapt:
         if not r.done("choose"):
             with f.phase(r, "choose"):
                 self._choose()
-        from qrag.training.learn.adapt_report import write_report
+        from qrag.training.learn.adapt.report import write_report
 
         with f.phase(r, "report"):
             write_report(f, r, self.options)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from qrag.training.data.corpus import Corpus
 from qrag.training.data.synthetic import make_questions
-from qrag.training.learn.adapt import HELD_OUT, Adapt
+from qrag.training.learn.adapt.run import HELD_OUT, Adapt
 
 
 def _wikipedia_like() -> Corpus:
