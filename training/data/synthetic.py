@@ -62,7 +62,7 @@ import heapq
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import count
@@ -149,6 +149,7 @@ _PLURAL_FIXES = (
     (r"(.+)leman", "$1lemen"),  # noblemen, gentlemen (inflect reads them as "leman")
     (r"(.*)thief", "$1thieves"),
     (r"(.*ics)", "$1"),  # physics, politics: already plural
+    (r"(.*phyl)um", "$1a"),  # phyla, subphyla (inflect: "phylums")
     (r"((?:ger|ro|nor|bur)man)", "$1s"),  # demonyms inflect knows capitalised only: "germans", not "germen"
 )
 """`inflect` 7.6's plurals that are wrong, as `inflect.engine.defnoun` patterns (case-insensitive, "$1" the group)."""
@@ -370,9 +371,11 @@ def subjects(corpus: Corpus) -> list[str | None]:
     return [subject_of(t, title, named.get(doc)) for t, title, doc in zip(corpus.texts, titles, document, strict=True)]
 
 
-def links(corpus: Corpus, subject: Sequence[str | None] | None = None) -> list[list[int]]:
+def links(corpus: Corpus, subject: Sequence[str | None] | None = None, *, hubs: bool = False) -> list[list[int]]:
     """For each passage, the rows of the other passages it names, in the order it names them (module docstring);
-    `subject`: the passages' subjects when already found (`subjects`)."""
+    `subject`: the passages' subjects when already found (`subjects`); `hubs`: keep the passages more than
+    `MAX_NAMED_SHARE` of the corpus names (the wiki source asks for the pages that name one, of one kind in one split:
+    a few)."""
     subject = subjects(corpus) if subject is None else subject
     document = documents(corpus)
     lower = Counter(w for t in corpus.texts for w in set(re.findall(r"\b[a-z][a-z-]+\b", t)))
@@ -394,6 +397,8 @@ def links(corpus: Corpus, subject: Sequence[str | None] | None = None) -> list[l
             if hit != _AMBIGUOUS and document[hit] != document[row] and hit not in found:
                 found.append(hit)
         named.append(found)
+    if hubs:
+        return named
     cap = max(MIN_COMMON_NAMED, round(MAX_NAMED_SHARE * len(corpus.texts)))
     by = Counter(r for found in named for r in found)
     return [[r for r in found if by[r] <= cap] for found in named]
@@ -490,15 +495,38 @@ def _inflect() -> inflect.engine:
     return engine
 
 
-def _same_kind(rows: Sequence[int], heads: Sequence[tuple[str, str | None] | None]) -> list[list[int]]:
-    """`rows` by the noun their definitions end on (rows without one in none), each group of 2 to `MAX_MEMBERS`,
-    in the order of their first rows."""
-    by: dict[str, list[int]] = {}
-    for r in rows:
-        h = heads[r]
-        if h is not None:
-            by.setdefault(h[0], []).append(r)
-    return [g for g in by.values() if 2 <= len(g) <= MAX_MEMBERS]
+def fan_outs(named: Sequence[Sequence[int]], *, fewest: int = 1, most: int = MAX_SPOKES,
+             kind_of: Callable[[int], Hashable] | None = None) -> list[tuple[int, list[int]]]:
+    """The fan-out groups of `links`' lists (module docstring): each passage, in corpus order, with the passages it
+    names, `fewest` to `most` of them, in the order it names them. With `kind_of` (a passage's kind), one group per
+    kind of the passages it names, every one of that kind, in the order of each kind's first."""
+    out: list[tuple[int, list[int]]] = []
+    for row, found in enumerate(named):
+        by: dict[Hashable, list[int]] = {}
+        for r in found:
+            by.setdefault(None if kind_of is None else kind_of(r), []).append(r)
+        out += [(row, group) for group in by.values() if fewest <= len(group) <= most]
+    return out
+
+
+def in_links(named: Sequence[Sequence[int]], kind_of: Callable[[int], Hashable | None], *,
+             most: int = MAX_MEMBERS) -> list[tuple[int, list[int]]]:
+    """The in-link groups of `links`' lists (module docstring): for each named passage C, in the order the corpus
+    first names it, the passages of one kind (`kind_of`; None: of no kind, in no group) that name C, in corpus
+    order, 2 to `most` of them; a passage's groups in the order of their first passages."""
+    naming: dict[int, list[int]] = {}
+    for row, found in enumerate(named):
+        for r in found:
+            naming.setdefault(r, []).append(row)
+    out: list[tuple[int, list[int]]] = []
+    for centre, rows in naming.items():
+        by: dict[Hashable, list[int]] = {}
+        for r in rows:
+            kind = kind_of(r)
+            if kind is not None:
+                by.setdefault(kind, []).append(r)
+        out += [(centre, group) for group in by.values() if 2 <= len(group) <= most]
+    return out
 
 
 def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -> list[SyntheticQuestion]:
@@ -519,13 +547,10 @@ def make_questions(corpus: Corpus, *, seed: int = 0, limit: int | None = None) -
     titles = corpus.titles or (None,) * n
     first = [_first_sentence(_body(t, title)) for t, title in zip(corpus.texts, titles, strict=True)]
     heads = [vocab.head(f) for f in first]  # each passage's, once: the in-link groups and every kind read them
-    naming: dict[int, list[int]] = {}
-    for row, found in enumerate(named):
-        for r in found:
-            naming.setdefault(r, []).append(row)
-    groups: list[tuple[Kind, int, list[int]]] = [("fan-out", row, found) for row, found in enumerate(named)
-                                                 if 1 <= len(found) <= MAX_SPOKES]
-    groups += [("in-links", row, members) for row, by in naming.items() for members in _same_kind(sorted(by), heads)]
+    noun = [None if h is None else h[0] for h in heads]  # the kind an in-link group shares
+    groups: list[tuple[Kind, int, list[int]]] = [("fan-out", row, found)
+                                                 for row, found in fan_outs(named, most=MAX_SPOKES)]
+    groups += [("in-links", row, members) for row, members in in_links(named, noun.__getitem__, most=MAX_MEMBERS)]
     out: list[SyntheticQuestion] = []
     seen: set[str] = set()
     for kind, centre, spokes in groups:

