@@ -205,6 +205,9 @@ def _ordinary_text_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk-vectors", type=Path, default=None, metavar="DIR",
                    help="folder that keeps chunk vectors between runs")
+    p.add_argument("--long-chunks", choices=("windows", "cut"), default="windows",
+                   help="passages longer than the model reads: scored by their best window (the retrievers' "
+                        "default) or cut to their first window")
 
 
 def _ordinary_text(args: argparse.Namespace) -> int:

@@ -39,9 +39,10 @@ from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text_data import MultiRCQuestion, SquadPool, load_multirc, load_squad, paragraphs
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
-from qrag.training.search.index import ChunkIndex
+from qrag.training.search.index import ChunkIndex, LongChunks
 from qrag.training.search.lexical import LexicalIndex, reciprocal_rank_fusion
 from qrag.training.search.searcher import MultiHopSearcher, SearchConfig, load_model
+from qrag.training.search.windows import Windows
 
 __all__ = ["KS", "SQUAD_REFERENCES", "MULTIRC_REFERENCES", "run_cli", "run_multirc", "run_squad", "squad_scores"]
 
@@ -111,7 +112,7 @@ def _hits(result: Any) -> list[dict[str, Any]]:
 
 def run_squad(pool: SquadPool, model: QNetwork, base: QNetwork, *, ks: Sequence[int] = KS,
               search: Mapping[str, Any] | None = None, folder: ChunkVectorFolder | None = None,
-              batch_size: int = 32) -> dict[str, Any]:
+              batch_size: int = 32, long_chunks: LongChunks = "windows") -> dict[str, Any]:
     """Every method over one SQuAD-format pool.
 
     Args:
@@ -119,6 +120,8 @@ def run_squad(pool: SquadPool, model: QNetwork, base: QNetwork, *, ks: Sequence[
         model: The qrag model, searched with its saved settings (and `search`'s overrides) once per k.
         base: The untrained base encoder (`QNetwork.from_encoder`) of cosine and the hybrid.
         search: `SearchConfig` overrides of the qrag searches (e.g. {'lexical_weight': 0}); None: the model's own.
+        long_chunks: Passages longer than the model reads: 'windows' (scored by their best window, as
+            `ChunkIndex.from_texts` and the retrievers index them) or 'cut' (their first window only).
 
     Returns:
         {'means': method -> metric -> mean, 'margins': method -> reference -> metric -> [diff, half-width],
@@ -128,7 +131,9 @@ def run_squad(pool: SquadPool, model: QNetwork, base: QNetwork, *, ks: Sequence[
     started = time.perf_counter()
     vectors = _vectors(model, pool.passages, folder)  # (N, D)
     base_vectors = vectors if base.chunk_vectors_key() == model.chunk_vectors_key() else _vectors(base, pool.passages, folder)
-    index = ChunkIndex(vectors, pool.passages, encoder=model.config.encoder, lexical=LexicalIndex.from_texts(pool.passages))
+    windows = Windows(*model.embed_windows(list(pool.passages))) if long_chunks == "windows" else None
+    index = ChunkIndex(vectors, pool.passages, encoder=model.config.encoder, lexical=LexicalIndex.from_texts(pool.passages),
+                       windows=windows, long_chunks=long_chunks)
     index_s = time.perf_counter() - started
     cos = _cosine(base, pool.questions, base_vectors)  # (B, N)
     bm25 = index.lexical.scores(list(pool.questions)) if index.lexical is not None else None  # (B, N)
@@ -266,13 +271,15 @@ def run_cli(args: argparse.Namespace) -> int:
                                  normalize=True)
     summary: dict[str, Any] = {"command": " ".join(["qrag-eval", *sys.argv[2:]]) if sys.argv[1:2] == ["ordinary-text"]
                                else None, "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
-                               "machine": machine(), "model": args.model, "search": search, "parts": {}}
+                               "machine": machine(), "model": args.model, "search": search,
+                               "long_chunks": getattr(args, "long_chunks", "windows"), "parts": {}}
     tables = []
     records = []
     with torch.no_grad():
         for path in args.squad:
             pool = load_squad(path, args.num_questions, args.seed)
-            part = run_squad(pool, model, base, ks=args.ks, search=search, folder=folder)
+            part = run_squad(pool, model, base, ks=args.ks, search=search, folder=folder,
+                             long_chunks=args.long_chunks)
             name = Path(path).stem
             records += [{"part": name, **r} for r in part.pop("records")]
             summary["parts"][name] = part

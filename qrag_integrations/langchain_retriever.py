@@ -29,6 +29,7 @@ from qrag.training.search import (
     Fill,
     Filter,
     FromModel,
+    LongChunks,
     MultiHopSearcher,
     SearchConfig,
     SearchResult,
@@ -126,6 +127,7 @@ class QRAGRetriever(BaseRetriever):
         show_progress: bool | None = None,
         ordered: bool = False,
         precision: Precision = "fp32",
+        long_chunks: LongChunks = "windows",
         **kwargs: Any,
     ) -> QRAGRetriever:
         """Index `texts` (any iterable of strings, read once, as are `metadatas` and `ids`) with the chunk
@@ -133,7 +135,8 @@ class QRAGRetriever(BaseRetriever):
         `kwargs` are retriever fields (`k`, `max_hops`, ...).
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
         `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
-        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`)."""
+        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`). Texts longer than the model reads are
+        searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
         kwargs = cls._constructor_fields(kwargs)  # a bad argument is refused before anything is embedded
         texts = check_texts(texts)
         metas = check_metadatas(metadatas, len(texts))
@@ -141,7 +144,7 @@ class QRAGRetriever(BaseRetriever):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         qnet = load_model(model, precision=precision)
         index = ChunkIndex.from_texts(qnet, texts, ids, metas, backend=backend, show_progress=show_progress,
-                                      ordered=ordered, precision=precision)
+                                      ordered=ordered, precision=precision, long_chunks=long_chunks)
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
 
     @classmethod

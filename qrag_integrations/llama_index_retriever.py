@@ -25,6 +25,7 @@ from qrag.training.search import (
     ChunkIndex,
     Fill,
     FromModel,
+    LongChunks,
     MultiHopSearcher,
     SearchConfig,
     check_delete_ids,
@@ -144,13 +145,15 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         backend: Literal["torch", "faiss"] = "torch",
         ordered: bool = False,
         precision: Precision = "fp32",
+        long_chunks: LongChunks = "windows",
         **kwargs: Any,
     ) -> QRAGLlamaIndexRetriever:
         """Index `nodes` (or `documents`, split by `node_parser` if given, else one node each) with the
         chunk tower of `model`: a `QNetwork`, a `save_pretrained` folder, or an encoder name (untrained).
         `ordered=True` declares the nodes one document in reading order (position-aware models need it);
         `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
-        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`)."""
+        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`). Nodes longer than the model reads are
+        searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
         if model is None:
             raise ValueError("from_defaults needs model=: a QNetwork, a checkpoint folder or an encoder name.")
         if (nodes is None) == (documents is None):
@@ -164,7 +167,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], [n.metadata for n in nodes],
-                                      backend=backend, ordered=ordered, precision=precision)
+                                      backend=backend, ordered=ordered, precision=precision, long_chunks=long_chunks)
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
     @classmethod

@@ -134,6 +134,7 @@ def test_command_writes_summary_records_and_table(tmp_path: Path, tiny_checkpoin
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["parts"]) == {"squad_tiny", "multirc"} and summary["search"] == {"lexical_weight": 0}
+    assert summary["long_chunks"] == "windows"  # passages searched as the retrievers index them
     assert summary["machine"]["threads"] >= 1
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 5 + 3

@@ -61,6 +61,7 @@ from qrag.training.model.towers import (
     tensors_digest,
     token_rows,
     token_rows_and_lengths,
+    window_rows,
 )
 from qrag.training.model.trunk import StateParts, check_splittable
 from qrag.training.overlay import ConfigError
@@ -324,6 +325,23 @@ class QNetwork(nn.Module):
             return self._embed(lambda inputs: self.chunk_tower(**inputs),
                                lambda idx: pad_rows([rows[i] for i in idx], self.pad_id),
                                [len(r) for r in rows], batch_size, show_progress, "chunks")
+
+    @torch.no_grad()
+    def embed_windows(self, texts: Sequence[str], batch_size: int | None = None, show_progress: bool = False,
+                      precision: Precision = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
+        """Chunk-tower vectors of the later windows of the texts longer than `max_chunk_tokens` (a text's first
+        window is its `embed_chunks` vector; `towers.window_rows` says where windows start): (W, D) float32 on the
+        model's device, and (W,) long, the index in `texts` of the text each window belongs to (ascending).
+        A search scores such a text by its best window (`qrag.training.search.windows`)."""
+        rows, owner = window_rows(self.tokenizer, texts, self.config.max_chunk_tokens)
+        if not rows:
+            return torch.empty(0, self.dim, device=self.device), torch.empty(0, dtype=torch.long)
+        batch_size = batch_size or (GPU_CHUNK_BATCH if self.device.type == "cuda" else CHUNK_BATCH)
+        with precision_autocast(self.device, precision):
+            vectors = self._embed(lambda inputs: self.chunk_tower(**inputs),
+                                  lambda idx: pad_rows([rows[i] for i in idx], self.pad_id),
+                                  [len(r) for r in rows], batch_size, show_progress, "windows")
+        return vectors, torch.tensor(owner, dtype=torch.long)
 
     def _rows_of_checked(self, texts: Sequence[str]) -> list[list[int]] | None:
         """The cut token rows `check_chunk_lengths` made of exactly these texts, handed over once; else None."""

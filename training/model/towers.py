@@ -202,6 +202,43 @@ def token_rows(tokenizer: Any, texts: Sequence[str], max_tokens: int | None) -> 
     return [e.ids for e in encodings]
 
 
+def window_rows(tokenizer: Any, texts: Sequence[str], max_tokens: int, stride: int | None = None
+                ) -> tuple[list[list[int]], list[int]]:
+    """Token rows of the later windows of every text longer than `max_tokens` (special tokens included), and the
+    index of the text each belongs to. A text's first window is its cut row (`towers.token_rows`), not repeated.
+
+    Windows hold `max_tokens` tokens with the tokenizer's special tokens; they start every `stride` text tokens
+    (None: half a window's text, so each window shares half its text with the next: 127 for 256 tokens), and a
+    last window ends at the text's last token when the strides do not reach it.
+    """
+    prefix, suffix = _special_ends(tokenizer)
+    body = max_tokens - len(prefix) - len(suffix)
+    stride = max(1, body // 2) if stride is None else stride
+    if body < 1 or stride < 1:
+        raise ValueError(f"windows need max_tokens above the {len(prefix) + len(suffix)} special tokens and stride "
+                         f">= 1, got max_tokens={max_tokens}, stride={stride}.")
+    rows: list[list[int]] = []
+    owner: list[int] = []
+    for i, ids in enumerate(tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]):
+        if len(ids) <= body:
+            continue
+        starts = list(range(stride, len(ids) - body + 1, stride))
+        if not starts or starts[-1] + body < len(ids):
+            starts.append(len(ids) - body)
+        for s in starts:
+            rows.append([*prefix, *ids[s : s + body], *suffix])
+            owner.append(i)
+    return rows, owner
+
+
+def _special_ends(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The special token ids a tokenizer puts before and after a text ([CLS] and [SEP] for BERT's)."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    at = next((i for i in range(len(full) - len(plain) + 1) if full[i : i + len(plain)] == plain), 0)
+    return full[:at], full[at + len(plain):]
+
+
 def token_rows_and_lengths(tokenizer: Any, texts: Sequence[str], max_tokens: int) -> tuple[list[list[int]], list[int]]:
     """`token_rows(tokenizer, texts, max_tokens)` and each text's whole length in tokens (special tokens included),
     from one batch call: the backend keeps what truncation cut as overflow pieces, each with its own special

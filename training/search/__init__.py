@@ -6,6 +6,7 @@ Imports the model floor and the helpers beside it, never the learning floor. The
   for training, evaluation and serving alike;
 - `searcher.py`: `MultiHopSearcher` and `load_model`, the user-facing search; `settings.py`: `SearchConfig`;
 - `index.py`: `ChunkIndex` (exact torch, FAISS) and external stores; `chunk_vectors.py`: chunk vectors by text;
+  `windows.py`: long chunks scored by their best window;
 - `filters.py`: metadata filters (a row mask in-process, handed to an external store);
 - `lexical.py`: BM25 evidence and rank fusion; `neighbours.py`: a pool's nearest passages, for hard negatives; `searcher_folder.py`: a saved searcher's folder.
 
@@ -32,7 +33,14 @@ from qrag.training.input_checks import (  # stdlib only: imported as it is
 
 if TYPE_CHECKING:
     from qrag.training.search.filters import Condition, Filter, FilterError, FilterSpec, Kind, value_kind
-    from qrag.training.search.index import Chunk, ChunkIndex, IndexLoadError, ScoredChunk, search_rows
+    from qrag.training.search.index import (
+        Chunk,
+        ChunkIndex,
+        IndexLoadError,
+        LongChunks,
+        ScoredChunk,
+        search_rows,
+    )
     from qrag.training.search.neighbours import pool_neighbours
     from qrag.training.search.searcher import MultiHopSearcher, SearchResult, load_model, search_many
     from qrag.training.search.searcher_folder import recover_folder
@@ -48,7 +56,7 @@ if TYPE_CHECKING:
 
 __getattr__, __dir__, _lazy = lazy_loader.attach(__name__, submod_attrs={
     "filters": ["Condition", "Filter", "FilterError", "FilterSpec", "Kind", "value_kind"],
-    "index": ["Chunk", "ChunkIndex", "IndexLoadError", "ScoredChunk", "search_rows"],
+    "index": ["Chunk", "ChunkIndex", "IndexLoadError", "LongChunks", "ScoredChunk", "search_rows"],
     "neighbours": ["pool_neighbours"],
     "searcher": ["MultiHopSearcher", "SearchResult", "load_model", "search_many"],
     "searcher_folder": ["recover_folder"],

@@ -41,6 +41,7 @@ from qrag.training.search.filters import Filter
 from qrag.training.search.index import Chunk, ChunkStore
 from qrag.training.search.lexical import LexicalIndex, lexical_evidence, state_text
 from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
+from qrag.training.search.windows import Windows, best_window_scores
 
 __all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Hopped", "Item", "Order",
            "SearchConfig", "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states",
@@ -63,6 +64,8 @@ class Corpora:
             None: none of them has one.
         allowed: (N,) the rows of a shared corpus a metadata filter lets the hops take (a mask, never a copy of
             the vectors); None: every row.
+        windows: Per question, the later windows of its corpus's long chunks (`search.windows`: a chunk scores its
+            best window's Q); None: every chunk is scored by its one vector. Position mode 'none' only.
     """
 
     vectors: torch.Tensor
@@ -70,6 +73,7 @@ class Corpora:
     valid: torch.Tensor | None = None
     lexical: Sequence[LexicalIndex | None] | None = None
     allowed: torch.Tensor | None = None
+    windows: Sequence[Windows | None] | None = None
 
     def __post_init__(self) -> None:
         if self.allowed is not None and (self.vectors.dim() != 2 or self.allowed.shape != (self.vectors.shape[0],)):
@@ -82,16 +86,19 @@ class Corpora:
 
     @classmethod
     def shared(cls, vectors: torch.Tensor, texts: Sequence[str], questions: int,
-               lexical: LexicalIndex | None = None, allowed: torch.Tensor | None = None) -> Corpora:
-        """One corpus (N, D) searched by `questions` questions (with its BM25 index, when it has one, and the (N,)
-        mask of the rows a filter allows, when one does)."""
-        return cls(vectors, [texts] * questions, None, None if lexical is None else [lexical] * questions, allowed)
+               lexical: LexicalIndex | None = None, allowed: torch.Tensor | None = None,
+               windows: Windows | None = None) -> Corpora:
+        """One corpus (N, D) searched by `questions` questions (with its BM25 index, when it has one, the (N,)
+        mask of the rows a filter allows, when one does, and its long chunks' later windows, when it has them)."""
+        return cls(vectors, [texts] * questions, None, None if lexical is None else [lexical] * questions, allowed,
+                   None if windows is None or not len(windows) else [windows] * questions)
 
     @classmethod
     def padded(cls, vectors: Sequence[torch.Tensor], texts: Sequence[Sequence[str]], device: torch.device,
-               lexical: Sequence[LexicalIndex | None] | None = None) -> Corpora:
+               lexical: Sequence[LexicalIndex | None] | None = None,
+               windows: Sequence[Windows | None] | None = None) -> Corpora:
         """One corpus per question: their (N_b, D) vectors zero-padded to (B, N, D), with the (B, N) mask (and
-        each corpus's BM25 index, when given)."""
+        each corpus's BM25 index and its long chunks' later windows, when given)."""
         sizes = [len(t) for t in texts]
         n, d = max(sizes, default=0), (vectors[0].shape[1] if vectors else 0)
         out = torch.zeros(len(sizes), n, d, device=device)  # (B, N, D)
@@ -99,7 +106,9 @@ class Corpora:
         for b, (v, size) in enumerate(zip(vectors, sizes, strict=True)):
             out[b, :size] = v.to(device)
             valid[b, :size] = True
-        return cls(out, texts, valid, None if lexical is None or all(x is None for x in lexical) else list(lexical))
+        kept = None if windows is None or all(w is None or not len(w) for w in windows) else list(windows)
+        return cls(out, texts, valid, None if lexical is None or all(x is None for x in lexical) else list(lexical),
+                   windows=kept)
 
     def size(self, b: int) -> int:
         """How many chunks question `b` may take: its corpus's, or those its filter allows."""
@@ -179,6 +188,11 @@ def q_values(
             part = _corpus_rows(vectors, rows[i : i + step])  # (N, D) | (S, N, D)
             parts.append(model.score(states[i : i + step], part, rotate[i : i + step], heads=heads))
         scores = torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]  # (R, N) | (2, R, N)
+    if corpora.windows is not None:
+        if heads or rotate is not None:
+            raise SearchError("long chunks' windows are scored by models without positions (position_mode 'none'), "
+                              "one Q per chunk; build the corpus with long_chunks='cut' for this model.")
+        scores = _best_windows(model, states, scores, corpora.windows, rows)
     if corpora.allowed is not None:  # a filter: the rows it refuses are never taken
         selected |= ~corpora.allowed.to(device)  # (R, N) | (N,) broadcast
     if valid is None:  # a shared corpus: every row is real (no mask to build)
@@ -186,6 +200,23 @@ def q_values(
         return scores.masked_fill(selected, -math.inf), positions
     check_finite_q(scores.masked_fill(~valid, 0.0).reshape(-1, len(rows), n).sum(dim=0), names)
     return scores.masked_fill(selected | ~valid, -math.inf), positions
+
+
+def _best_windows(model: QNetwork, states: torch.Tensor, scores: torch.Tensor, windows: Sequence[Windows | None],
+                  rows: Sequence[int]) -> torch.Tensor:
+    """(R, N) `scores` where a long chunk's Q is its best window's (`search.windows`): state rows are scored against
+    their question's windows, one product per distinct set of windows (a shared corpus: one for every row)."""
+    groups: dict[int, tuple[Windows, list[int]]] = {}
+    for r, b in enumerate(rows):
+        w = windows[b]
+        if w is not None and len(w):
+            groups.setdefault(id(w), (w, []))[1].append(r)
+    for w, mine in groups.values():
+        idx = torch.tensor(mine, device=scores.device)
+        part = scores if len(mine) == len(rows) else scores[idx]  # (R', N)
+        best = best_window_scores(part, model.score(states[idx], w.vectors.to(scores.device)), w.owner)  # (R', N)
+        scores = best if len(mine) == len(rows) else scores.index_copy(0, idx, best)
+    return scores
 
 
 def _corpus_rows(vectors: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:

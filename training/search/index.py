@@ -13,6 +13,9 @@ g_φ(c) depends only on the chunk text, so chunk vectors are computed once (by t
 
 `ChunkIndex.save` writes JSON + safetensors (or NumPy `.npy`), never pickle.
 
+A chunk longer than the chunk tower reads is one row whose score is its best window's (`search.windows`,
+METHOD.md §4.6): `from_texts` and `add` embed its later windows beside the vectors, deletes drop them with it.
+
 A living index serves reads beside writes. Its state is one immutable version (vectors, texts, ids, metadata, BM25,
 filter masks); `add`, `delete` and `with_metadatas` build the next version beside the current one and publish it in
 one assignment, under a writer lock. `snapshot()` pins the current version: a search reads it from its first hop to
@@ -45,16 +48,21 @@ from qrag.training.model.config import PRECISIONS, Precision
 from qrag.training.model.qnet import QNetwork, model_lock
 from qrag.training.search.filters import Filter
 from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical, forget_corpus
+from qrag.training.search.windows import Windows, best_window_scores
 
 Backend = Literal["torch", "faiss"]
 T = TypeVar("T")
 VectorFormat = Literal["safetensors", "numpy"]
+LongChunks = Literal["windows", "cut"]
+LONG_CHUNKS: tuple[LongChunks, ...] = ("windows", "cut")
 
 INDEX_FORMAT = "qrag-chunk-index"
 INDEX_VERSION = 1
 INDEX_FILE = "index.json"
 LEXICAL_DIR = "lexical"  # the BM25 index of the texts, when the index holds one
 _VECTOR_FILES: dict[str, str] = {"safetensors": "vectors.safetensors", "numpy": "vectors.npy"}
+_WINDOW_FILES: dict[str, tuple[str, ...]] = {"safetensors": ("windows.safetensors",),
+                                             "numpy": ("window_vectors.npy", "window_owner.npy")}
 PROGRESS_MIN_CHUNKS = 10_000  # show a progress bar by default from this corpus size on
 MASK_CACHE_SIZE = 64
 """Filter masks an index version keeps (least recently used dropped first): at most this many N-row bool masks,
@@ -196,6 +204,7 @@ class _Version:
     masks: MaskCache
     lexical_shared: bool = False  # the BM25 index came from `corpus_lexical` (forgotten there when replaced)
     faiss: list[Any] = field(default_factory=list)  # the FAISS index of these vectors, built on first use
+    windows: Windows | None = None  # the later windows of chunks longer than the chunk tower reads (windows.py)
 
     @property
     def vectors(self) -> torch.Tensor:
@@ -233,6 +242,10 @@ class ChunkIndex:
         lexical: A BM25 index over the same texts (`LexicalIndex`), for models that weigh lexical evidence
             (METHOD.md §4.5); `with_lexical()` builds one.
         mask_cache_size: Filter masks kept per version (`MaskCache`; least recently used dropped first).
+        windows: The later windows of the chunks longer than the chunk tower reads (`QNetwork.embed_windows`;
+            `from_texts` embeds them): a search scores such a chunk by its best window (`search.windows`).
+        long_chunks: What `add` does with chunks longer than the chunk tower reads: 'windows' (embed their later
+            windows too) or 'cut' (their first window only).
 
     Reads beside writes: every search reads one version (`snapshot`), and `add` / `delete` / `with_metadatas` publish
     the next one in one step, so searches in other threads never see a half-made change (module docstring).
@@ -260,10 +273,15 @@ class ChunkIndex:
         lexical: LexicalIndex | None = None,
         precision: Precision = "fp32",
         mask_cache_size: int = MASK_CACHE_SIZE,
+        windows: Windows | None = None,
+        long_chunks: LongChunks = "cut",
     ) -> None:
         texts = check_texts(texts)
         n = len(texts)
         _check_vectors(vectors, n)
+        _check_windows(windows, n, int(vectors.shape[1]))
+        _check_long_chunks(long_chunks)
+        self.long_chunks: LongChunks = long_chunks
         self.chunk_tower = chunk_tower
         """`QNetwork.chunk_tower_fingerprint()` of the tower that embedded the vectors, when known."""
         self.encoder = encoder
@@ -286,7 +304,8 @@ class ChunkIndex:
         self._writer = threading.Lock()  # one change at a time; readers never wait
         self._frozen = False
         self._version = _Version(_with_room(vectors.float(), n), n, texts, ids_, check_metadatas(metadatas, n),
-                                 {cid: i for i, cid in enumerate(ids_)}, lexical, MaskCache(mask_cache_size))
+                                 {cid: i for i, cid in enumerate(ids_)}, lexical, MaskCache(mask_cache_size),
+                                 windows=None if windows is None else windows.to(vectors.device))
 
     # ------------------------------------------------------------------ versions
     def snapshot(self) -> ChunkIndex:
@@ -331,6 +350,11 @@ class ChunkIndex:
     def lexical(self) -> LexicalIndex | None:
         return self._version.lexical
 
+    @property
+    def windows(self) -> Windows | None:
+        """The later windows of the chunks longer than the chunk tower reads (None: none was embedded)."""
+        return self._version.windows
+
     def with_lexical(self) -> ChunkIndex:
         """Build the BM25 index of the texts if the index has none yet (in place; returns the index). Indexes of the
         same texts share one (`lexical.corpus_lexical`)."""
@@ -357,6 +381,7 @@ class ChunkIndex:
         precision: Precision = "fp32",
         lexical: bool = False,
         mask_cache_size: int = MASK_CACHE_SIZE,
+        long_chunks: LongChunks = "windows",
     ) -> ChunkIndex:
         """Embed `texts` once with the chunk tower (length-sorted batches) and index them.
 
@@ -373,25 +398,32 @@ class ChunkIndex:
                 with AVX512-BF16, and on GPUs; vectors within about 0.5% of fp32's) or 'fp16' (GPU only).
             lexical: Also build the BM25 index of the texts (models that weigh lexical evidence need it).
             mask_cache_size: Filter masks kept per version (`MaskCache`).
+            long_chunks: Chunks longer than the chunk tower reads (`max_chunk_tokens`): 'windows' (the default)
+                also embeds their later windows, and a search scores each by its best window (the chunk is still
+                one result; `search.windows`); 'cut' reads their first `max_chunk_tokens` tokens only (with a
+                `ChunkLengthWarning`). Models that score by position (`position_mode` other than 'none') cut.
 
         Raises:
             ValueError: an empty corpus, a non-string text (named by its index), duplicate ids, metadata
-                that does not match the texts, an unknown precision or a bad cache size; all before any text is
-                embedded.
+                that does not match the texts, an unknown precision, a bad cache size or an unknown `long_chunks`;
+                all before any text is embedded.
         """
         texts = check_texts(texts)
         ids_ = check_ids(ids, len(texts))
         metas = check_metadatas(metadatas, len(texts))
         _check_cache_size(mask_cache_size)
+        _check_long_chunks(long_chunks)
         if backend not in ("torch", "faiss"):
             raise ValueError(f"ChunkIndex backend must be 'torch' or 'faiss', got {backend!r}.")
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
-        vectors = _embed(model, texts, batch_size, show, precision)  # (N, D)
+        long_chunks = long_chunks if _reads_windows(model) else "cut"
+        vectors = _embed(model, texts, batch_size, show, precision, warn=long_chunks == "cut")  # (N, D)
+        windows = _embed_windows(model, texts, batch_size, show, precision) if long_chunks == "windows" else None
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
                    chunk_tower=tower() if callable(tower) else None, ordered=ordered,
                    lexical=LexicalIndex.from_texts(texts) if lexical else None, precision=precision,
-                   mask_cache_size=mask_cache_size)
+                   mask_cache_size=mask_cache_size, windows=windows, long_chunks=long_chunks)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -411,7 +443,7 @@ class ChunkIndex:
             v = self._version
             if v.storage.device != torch.device(device):
                 self._version = replace(v, storage=v.vectors.to(device), masks=MaskCache(self.mask_cache_size),
-                                        faiss=[])
+                                        faiss=[], windows=None if v.windows is None else v.windows.to(device))
         return self
 
     def chunk(self, row: int) -> Chunk:
@@ -438,7 +470,8 @@ class ChunkIndex:
     ) -> list[str]:
         """Embed `texts` with `model`'s chunk tower and append them (only they are embedded); returns their ids.
 
-        They are embedded in the arithmetic the index was built in (`precision`).
+        They are embedded in the arithmetic the index was built in (`precision`), and long ones as it treats them
+        (`long_chunks`: their later windows too, or cut).
 
         The index then equals one built from scratch on the whole set in that order (its BM25 index, when it has
         one, takes the new texts as a segment with a fresh build's scores). In an ordered (position-aware) index the
@@ -457,21 +490,26 @@ class ChunkIndex:
         if self.chunk_tower is not None and callable(tower) and tower() != self.chunk_tower:
             raise ValueError("this model's chunk tower is not the one the index was embedded with; add with the "
                              "model that built the index (or rebuild the index with this one).")
-        return self._append(_embed(model, texts, batch_size, False, self.precision), texts, new_ids, metas)
+        windows = self.long_chunks == "windows" and _reads_windows(model)
+        vectors = _embed(model, texts, batch_size, False, self.precision, warn=not windows)  # (n, D)
+        return self._append(vectors, texts, new_ids, metas,
+                            _embed_windows(model, texts, batch_size, False, self.precision) if windows else None)
 
     def add_vectors(
         self, vectors: torch.Tensor, texts: Iterable[str], ids: Iterable[str] | None = None,
-        metadatas: Iterable[Mapping[str, Any]] | None = None,
+        metadatas: Iterable[Mapping[str, Any]] | None = None, *, windows: Windows | None = None,
     ) -> list[str]:
         """`add` of texts whose chunk vectors are already computed (by this index's chunk tower, e.g. read from a
         `ChunkVectorFolder`); returns their ids. Costs what it adds: no row already in the index is copied or
-        re-scored (the vector buffer keeps spare rows and doubles when full).
+        re-scored (the vector buffer keeps spare rows and doubles when full). Only the vectors given are added: a
+        long text is scored by its first window unless `windows` (its later ones, owners counted from 0 over these
+        texts, as `QNetwork.embed_windows` gives them) are passed too.
 
         Raises:
             ValueError: vectors that are not (n, D) finite for the n texts, an id already in the index, or
                 malformed texts, ids or metadata.
         """
-        return self._append(vectors, *self._new_rows(texts, ids, metadatas))
+        return self._append(vectors, *self._new_rows(texts, ids, metadatas), windows)
 
     def _new_rows(self, texts: Iterable[str], ids: Iterable[str] | None,
                   metadatas: Iterable[Mapping[str, Any]] | None) -> tuple[list[str], list[str], list[dict[str, Any]]]:
@@ -482,9 +520,10 @@ class ChunkIndex:
         return texts, new_ids, check_metadatas(metadatas, len(texts))
 
     def _append(self, vectors: torch.Tensor, texts: list[str], new_ids: list[str],
-                metas: list[dict[str, Any]]) -> list[str]:
+                metas: list[dict[str, Any]], windows: Windows | None = None) -> list[str]:
         """Publish the version with these checked rows appended (`add_vectors`' docstring says what it costs)."""
         _check_vectors(vectors, len(texts), self.dim)
+        _check_windows(windows, len(texts), self.dim)
         with self._writer:
             self._check_new_ids(new_ids)
             v = self._version
@@ -501,7 +540,8 @@ class ChunkIndex:
             v.all_metadatas.extend(metas)
             v.rows.update((cid, n + i) for i, cid in enumerate(new_ids))
             self._publish(_Version(storage, n + m, v.all_texts, v.all_ids, v.all_metadatas, v.rows,
-                                   lexical, MaskCache(self.mask_cache_size)))
+                                   lexical, MaskCache(self.mask_cache_size),
+                                   windows=_joined(v.windows, windows, n, storage.device)))
         return new_ids
 
     def _check_new_ids(self, new_ids: list[str]) -> None:
@@ -540,8 +580,9 @@ class ChunkIndex:
             new_ids = [t for t, k in zip(v.ids, flags, strict=True) if k]
             metas = [t for t, k in zip(v.metadatas, flags, strict=True) if k]
             lexical = v.lexical.deleted(dropped) if v.lexical is not None else None
+            windows = None if v.windows is None else v.windows.kept(keep)
             self._publish(_Version(storage, len(texts), texts, new_ids, metas, {c: i for i, c in enumerate(new_ids)},
-                                   lexical, MaskCache(self.mask_cache_size)))
+                                   lexical, MaskCache(self.mask_cache_size), windows=windows))
 
     def with_metadatas(self, metadatas: Sequence[Mapping[str, Any]]) -> ChunkIndex:
         """Replace every chunk's metadata (in row order; in place; returns the index): what filters read."""
@@ -580,7 +621,8 @@ class ChunkIndex:
             k: Results per query; capped at the number of rows left.
             exclude: Per query, the rows that must not come back (the chunks already taken).
             allowed: (N,) the rows a filter allows (`mask`); None: every row. Scored exactly by torch even with
-                the FAISS backend (a flat index: the same results).
+                the FAISS backend (a flat index: the same results), as is an index holding windows (a long chunk
+                scores its best window's product).
 
         Returns:
             (scores, rows), each (B, K) with K = min(k, N − max excluded); a row that ran out of
@@ -594,9 +636,12 @@ class ChunkIndex:
                              "and searches from one snapshot().")
         width = max(len(e) for e in exclude) if exclude else 0
         kk = max(0, min(k, v.count))
-        if self.backend == "faiss" and allowed is None:
+        if self.backend == "faiss" and allowed is None and not (v.windows is not None and len(v.windows)):
             return self._faiss_topk(v, queries, kk, exclude, width)
-        scores = queries.to(v.storage.device, torch.float32) @ v.vectors.T  # (B, N)
+        q = queries.to(v.storage.device, torch.float32)  # (B, D)
+        scores = q @ v.vectors.T  # (B, N)
+        if v.windows is not None:
+            scores = best_window_scores(scores, q @ v.windows.vectors.T, v.windows.owner)  # (B, N)
         if allowed is not None:
             scores.masked_fill_(~allowed.to(v.storage.device), -math.inf)
         if exclude:
@@ -663,6 +708,8 @@ class ChunkIndex:
             "vector_file": _VECTOR_FILES[vector_format],
             "lexical": v.lexical is not None,
             "precision": self.precision,
+            "long_chunks": self.long_chunks,
+            "windows": None if v.windows is None else len(v.windows),
             "ids": list(v.ids),
             "texts": list(v.texts),
             "metadatas": list(v.metadatas),
@@ -683,6 +730,8 @@ class ChunkIndex:
                 np.save(tmp / _VECTOR_FILES["numpy"], vectors.numpy(), allow_pickle=False)
             if v.lexical is not None:
                 v.lexical.save(tmp / LEXICAL_DIR)
+            if v.windows is not None:
+                _save_windows(v.windows, tmp, vector_format)
             (tmp / INDEX_FILE).write_text(blob, encoding="utf-8")
         return target
 
@@ -742,11 +791,13 @@ class ChunkIndex:
                 lexical = LexicalIndex.load(d / LEXICAL_DIR, count=len(texts), texts=texts)
             except LexicalLoadError as e:
                 raise IndexLoadError(str(e)) from None
+        windows = _load_windows(d, vec_name, head.get("windows"))  # absent in indexes saved before windows
         try:
             index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"),
                         encoder=head.get("encoder"), chunk_tower=head.get("chunk_tower"),
                         ordered=bool(head.get("ordered", False)), lexical=lexical,
-                        precision=head.get("precision", "fp32"))  # absent in indexes saved before `add`
+                        precision=head.get("precision", "fp32"),  # absent in indexes saved before `add`
+                        windows=windows, long_chunks=head.get("long_chunks", "cut"))
         except (ValueError, TypeError) as e:
             raise IndexLoadError(f"{head_path} holds invalid chunks ({e}); rebuild and save the index.") from None
         return index.to(device) if device else index
@@ -787,9 +838,12 @@ def _check_vectors(vectors: Any, n: int, dim: int | None = None) -> None:
                          "damaged or diverged); re-embed the texts with a sound model.")
 
 
-def _embed(model: QNetwork, texts: list[str], batch_size: int | None, show: bool, precision: Precision) -> torch.Tensor:
-    """(N, D) chunk-tower vectors of `texts` in `precision` (under the model's lock: a search may share the model)."""
-    model.check_chunk_lengths(texts, stacklevel=3)
+def _embed(model: QNetwork, texts: list[str], batch_size: int | None, show: bool, precision: Precision,
+           *, warn: bool = True) -> torch.Tensor:
+    """(N, D) chunk-tower vectors of `texts` in `precision` (under the model's lock: a search may share the model);
+    `warn`: a `ChunkLengthWarning` for texts the tower cuts (not when their later windows are embedded too)."""
+    if warn:
+        model.check_chunk_lengths(texts, stacklevel=3)
     with model_lock(model):
         if precision == "fp32":  # duck-typed models need not take a precision
             return model.embed_chunks(texts, batch_size=batch_size, show_progress=show)
@@ -807,3 +861,78 @@ def _with_room(vectors: torch.Tensor, rows: int) -> torch.Tensor:
 def _check_cache_size(size: Any) -> None:
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"mask_cache_size must be a whole number ≥ 0 (0 keeps no mask), got {size!r}.")
+
+
+def _reads_windows(model: QNetwork) -> bool:
+    """Whether long chunks get their later windows with this model: it embeds them, and scores without positions."""
+    return callable(getattr(model, "embed_windows", None)) and model.config.position_mode == "none"
+
+
+def _embed_windows(model: QNetwork, texts: list[str], batch_size: int | None, show: bool,
+                   precision: Precision) -> Windows:
+    """The later windows of the texts longer than the chunk tower reads (`QNetwork.embed_windows`)."""
+    with model_lock(model):
+        vectors, owner = model.embed_windows(texts, batch_size=batch_size, show_progress=show, precision=precision)
+    return Windows(vectors, owner.to(vectors.device))
+
+
+def _joined(old: Windows | None, new: Windows | None, offset: int, device: torch.device) -> Windows | None:
+    """The windows after an add, where the index's vectors live: the index's, then the added rows' (their owners
+    moved past the `offset` rows before them)."""
+    if new is None:
+        return old
+    return (old if old is not None else Windows.empty(new.vectors.shape[1], device)).appended(new, offset)
+
+
+def _check_windows(windows: Windows | None, n: int, dim: int) -> None:
+    """Refuse windows whose vectors are not (W, dim) finite or whose owners are not rows of the n chunks."""
+    if windows is None:
+        return
+    if not isinstance(windows, Windows):
+        raise ValueError(f"windows must be a Windows (QNetwork.embed_windows), got {type(windows).__name__}.")
+    if windows.vectors.shape[1] != dim:
+        raise ValueError(f"window vectors must be (W, {dim}) like the chunk vectors, got {tuple(windows.vectors.shape)}.")
+    if len(windows) and (int(windows.owner.min()) < 0 or int(windows.owner.max()) >= n):
+        raise ValueError(f"window owners must be rows 0..{n - 1} of the chunks, got {int(windows.owner.min())}.."
+                         f"{int(windows.owner.max())}.")
+    if not bool(torch.isfinite(windows.vectors).all()):
+        raise ValueError("a window vector holds NaN or infinite values; re-embed the texts with a sound model.")
+
+
+def _check_long_chunks(long_chunks: Any) -> None:
+    if long_chunks not in LONG_CHUNKS:
+        raise ValueError(f"long_chunks must be one of {list(LONG_CHUNKS)}, got {long_chunks!r}.")
+
+
+def _save_windows(windows: Windows, folder: Path, vector_format: VectorFormat) -> None:
+    vectors, owner = windows.vectors.detach().cpu().contiguous(), windows.owner.cpu().contiguous()
+    if vector_format == "safetensors":
+        save_file({"vectors": vectors, "owner": owner}, str(folder / _WINDOW_FILES["safetensors"][0]))
+    else:
+        np.save(folder / _WINDOW_FILES["numpy"][0], vectors.numpy(), allow_pickle=False)
+        np.save(folder / _WINDOW_FILES["numpy"][1], owner.numpy(), allow_pickle=False)
+
+
+def _load_windows(folder: Path, vector_file: str, count: Any) -> Windows | None:
+    """The windows a saved index holds (None where it holds none), in the format of its vectors."""
+    if count is None:
+        return None
+    names = _WINDOW_FILES["numpy" if vector_file.endswith(".npy") else "safetensors"]
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise IndexLoadError(f"{str(folder)!r}: the window file {missing[0]!r} is missing; rebuild and save the index.")
+    try:
+        if len(names) == 2:
+            vectors = torch.from_numpy(np.load(folder / names[0], allow_pickle=False))
+            owner = torch.from_numpy(np.load(folder / names[1], allow_pickle=False))
+        else:
+            got = load_file(str(folder / names[0]))
+            vectors, owner = got["vectors"], got["owner"]
+        windows = Windows(vectors.float(), owner.long())
+    except Exception as e:  # noqa: BLE001 - a missing tensor, a bad shape or a damaged file all mean the same
+        raise IndexLoadError(f"{folder / names[0]} is corrupt ({type(e).__name__}: {e}); rebuild and save the "
+                             "index.") from None
+    if len(windows) != count:
+        raise IndexLoadError(f"{str(folder)!r} is inconsistent: {count} windows in the header, {len(windows)} in "
+                             f"{names[0]}; rebuild and save the index.")
+    return windows

@@ -77,6 +77,7 @@ from qrag.training.search.hops import (
 from qrag.training.search.index import Chunk, ChunkIndex, ChunkStore
 from qrag.training.search.searcher_folder import read_searcher, write_searcher
 from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
+from qrag.training.search.windows import Windows
 
 __all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "LexicalFallbackWarning", "MultiHopSearcher",
            "SearchConfig", "SearchError", "SearchResult", "check_finite_q", "load_model", "search_corpora", "search_many",
@@ -284,7 +285,8 @@ class MultiHopSearcher:
         take), or over an external store's ranking (filtered by the store with `where`)."""
         if isinstance(store, ChunkIndex):
             index = store
-            corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical, allowed)
+            corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical, allowed,
+                                     _windows_for(self.model, index))
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
             return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight), questions,
@@ -324,7 +326,7 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
     for start in range(0, len(questions), cfg.batch_size):
         group = views[start : start + cfg.batch_size]
         corpora = Corpora.padded([ix.vectors for ix in group], [ix.texts for ix in group], model.device,
-                                 [ix.lexical for ix in group])
+                                 [ix.lexical for ix in group], [_windows_for(model, ix) for ix in group])
         out.extend(_greedy_results(model, list(questions[start : start + cfg.batch_size]), corpora,
                                    [ix.chunk for ix in group], cfg))
     return out
@@ -483,3 +485,9 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
     qnet = qnet.to(device) if device is not None else qnet
     qnet = qnet.eval().serve_in(precision) if precision != "fp32" else qnet
     return qnet.eval().serve_graphed() if qnet.device.type == "cuda" else qnet
+
+
+def _windows_for(model: QNetwork, index: ChunkIndex) -> Windows | None:
+    """The index's long-chunk windows where the model scores without positions (`search.windows`); else None: a
+    position-aware model scores each chunk by its one vector."""
+    return index.windows if model.config.position_mode == "none" else None

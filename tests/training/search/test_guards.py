@@ -18,14 +18,14 @@ from qrag.training.search.searcher import CorpusOrderWarning, MultiHopSearcher, 
 TEXTS = ["Mary went to the kitchen.", "Mary took the milk.", "John is in the garden.", "The milk is cold."]
 
 
-def test_long_chunks_give_one_warning_with_count_and_excess(tiny_encoder_path: Path) -> None:
+def test_cut_long_chunks_give_one_warning_with_count_and_excess(tiny_encoder_path: Path) -> None:
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=8)
     long = "word " * 20  # 20 tokens + [CLS] + [SEP] = 22: 14 over
     mid = "word " * 10  # 12 tokens: 4 over
     n_tokens = [len(qnet.tokenizer(t)["input_ids"]) for t in (long, mid, TEXTS[0])]
     assert n_tokens[0] == 22 and n_tokens[1] == 12 and n_tokens[2] <= 8
     with pytest.warns(ChunkLengthWarning) as caught:
-        ChunkIndex.from_texts(qnet, [long, mid, TEXTS[0]])
+        ChunkIndex.from_texts(qnet, [long, mid, TEXTS[0]], long_chunks="cut")
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "2 of 3 chunks" in message and "max_chunk_tokens=8" in message and "up to 14 tokens" in message
@@ -35,6 +35,9 @@ def test_long_chunks_give_one_warning_with_count_and_excess(tiny_encoder_path: P
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # chunks that fit: no warning at all
         ChunkIndex.from_texts(qnet, TEXTS)
+        # read by their windows (the default), long chunks are read whole: nothing to warn about either
+        index = ChunkIndex.from_texts(qnet, [long, mid, TEXTS[0]])
+    assert index.windows is not None and index.windows.owner.tolist() == [0, 0, 0, 0, 0, 1, 1]
 
 
 def test_position_aware_model_warns_on_an_undeclared_order(tiny_encoder_path: Path, tmp_path: Path) -> None:

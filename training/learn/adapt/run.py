@@ -67,6 +67,7 @@ from qrag.training.search.index import ChunkIndex
 from qrag.training.search.neighbours import pool_neighbours
 from qrag.training.search.searcher import MultiHopSearcher
 from qrag.training.search.settings import SearchConfig
+from qrag.training.search.windows import Windows
 
 PRESET = "corpus-cpu"
 MIN_QUESTIONS = 30
@@ -206,8 +207,11 @@ class Adapt:
             with f.phase(r, "embed"):
                 self._embed()
         self.vectors = self.cache.vectors(self.start, list(self.corpus.texts))  # (N, D), all cached
+        # long passages are searched by their best window, as `ChunkIndex.from_texts` does (few: not cached)
+        windows = Windows(*self.start.embed_windows(list(self.corpus.texts)))
         self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, encoder=self.start.config.encoder,
-                                chunk_tower=self.start.chunk_tower_fingerprint()).with_lexical()
+                                chunk_tower=self.start.chunk_tower_fingerprint(), windows=windows,
+                                long_chunks="windows").with_lexical()
         self.held_out = self._held_out_questions()
         self.start_val = self._start_validation()
 
