@@ -11,10 +11,12 @@ embedded four ways by the paragraph model's chunk tower:
   vector per passage, so every store serves it unchanged;
 - `windows_max`: every window a vector, the passage scored by its best window (several vectors per passage).
 
-Two readings per mode: the first hop's ranking (the bare question's state, Q alone and Q + ω · the question's BM25
-evidence, ω the model's own) for every mode; and, for the one-vector modes, the whole search as a user calls it
-(`MultiHopSearcher` with the model's saved settings, once per k), as `qrag-eval ordinary-text` runs it. Each on
-all questions and on the questions whose gold passage is longer than 256 tokens; paired 95% margins to `cut`.
+Two readings: the first hop's ranking (the bare question's state, Q alone and Q + ω · the question's BM25
+evidence, ω the model's own) for every mode (`--parts first_hop`); and the whole search as a user calls it, cut
+against the library's windows (`ChunkIndex` with `long_chunks`; `MultiHopSearcher` with the model's saved
+settings, once per k, as `qrag-eval ordinary-text` runs it; `--parts search`), with its paired margins to BM25 and
+the hybrid. Each on all questions and on the questions whose gold passage is longer than 256 tokens; paired 95%
+margins to `cut`. (The first-hop probe's windows start every `--stride` 128 tokens; the library's every 127.)
 
     python experiments/long_passages.py --squad new_wiki_v1.0.json --squad amazon_reviews_v1.0.json \
         --out experiments/results/long_passages.json
@@ -38,6 +40,7 @@ from qrag.eval.ordinary_text import KS, machine, run_squad, squad_scores
 from qrag.eval.ordinary_text_data import load_squad
 from qrag.training.model.qnet import QNetwork
 from qrag.training.model.towers import encode_longest_first, pad_rows
+from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.lexical import LexicalIndex, lexical_evidence
 from qrag.training.search.searcher import load_model
 
@@ -132,21 +135,6 @@ def _summary(per_mode: dict[str, list[dict[str, float]]], keep: Sequence[bool]) 
     return out
 
 
-class _Given:
-    """A vector folder stand-in handing `run_squad` the passage vectors of one mode (the base encoder's its own)."""
-
-    def __init__(self, model: QNetwork, vectors: torch.Tensor) -> None:
-        self.key, self.vectors_ = model.chunk_vectors_key(), vectors
-
-    def get(self, key: str) -> Any:
-        given = self
-
-        class _Entry:
-            def vectors(self, model: QNetwork, texts: list[str]) -> torch.Tensor:
-                return given.vectors_ if key == given.key else model.embed_chunks(texts)
-        return _Entry()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--squad", action="append", required=True, help="a validation SQuAD-format file (repeat)")
@@ -154,7 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--num-questions", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stride", type=int, default=128, help="window stride in tokens (windows of max_chunk_tokens)")
-    p.add_argument("--search", action="store_true", help="also the whole search for the one-vector modes")
+    p.add_argument("--parts", default="first_hop,search",
+                   help="first_hop (four modes, the first hop's ranking) and/or search (cut against windows, the whole "
+                        "search as `qrag-eval ordinary-text` runs it)")
+    p.add_argument("--chunk-vectors", type=Path, default=None, help="folder that keeps chunk vectors between runs")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     for f in args.squad:
@@ -162,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"{f} is an evaluation-only file: this probe chooses, so it reads validation files only")
     torch.manual_seed(0)
     model = load_model(args.model)
-    base = load_model("sentence-transformers/all-MiniLM-L6-v2") if args.search else None
+    parts = set(args.parts.split(","))
+    base = QNetwork.from_encoder("all-MiniLM-L6-v2", train_towers="state", normalize=True,
+                                 max_chunk_tokens=model.config.max_chunk_tokens)
+    folder = ChunkVectorFolder(args.chunk_vectors) if args.chunk_vectors else None
     weight = float(model.hop_settings.lexical_weight)
     result: dict[str, Any] = {"command": " ".join(["python", "experiments/long_passages.py", *(argv or sys.argv[1:])]),
                               "machine": machine(), "model": args.model, "lexical_weight": weight, "files": {}}
@@ -173,28 +167,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{Path(f).name}: {len(pool.passages)} passages, {sum(x > 256 for x in lengths)} over 256 tokens, "
               f"{sum(x > 512 for x in lengths)} over 512; {sum(long_gold)} of {len(pool.gold)} questions' gold long",
               file=sys.stderr)
-        vectors, owner = vectors_by_mode(model, pool.passages, args.stride)
         bm25 = LexicalIndex.from_texts(pool.passages).scores(list(pool.questions))  # (B, N)
-        hops = first_hop(model, pool.questions, vectors, owner, bm25, weight)
         entry: dict[str, Any] = {"passages": len(pool.passages), "questions": len(pool.gold),
                                  "long_passages": sum(x > 256 for x in lengths),
                                  "over_512": sum(x > 512 for x in lengths), "long_gold": sum(long_gold)}
-        for reading in ("q", "q+lex"):
-            per_mode = {m: [_scores(r, g) for r, g in zip(hops[m][reading], pool.gold, strict=True)] for m in hops}
-            entry[f"first_hop/{reading}"] = {"all": _summary(per_mode, [True] * len(pool.gold)),
-                                             "long_gold": _summary(per_mode, long_gold)}
-        if args.search:
-            assert base is not None
+        if "first_hop" in parts:
+            vectors, owner = vectors_by_mode(model, pool.passages, args.stride)
+            hops = first_hop(model, pool.questions, vectors, owner, bm25, weight)
+            for reading in ("q", "q+lex"):
+                per_mode = {m: [_scores(r, g) for r, g in zip(hops[m][reading], pool.gold, strict=True)] for m in hops}
+                entry[f"first_hop/{reading}"] = {"all": _summary(per_mode, [True] * len(pool.gold)),
+                                                 "long_gold": _summary(per_mode, long_gold)}
+        if "search" in parts:
             per_mode = {}
-            for mode in (CUT, READ512, MEAN):
-                got = run_squad(pool, model, base, folder=_Given(model, vectors[mode]))  # type: ignore[arg-type]
-                per_mode[mode] = [{"hit@1": float(r["qrag"]["1"][0]["row"] == r["gold"]) if r["qrag"]["1"] else 0.0,
+            for mode, name in (("cut", CUT), ("windows", MAX)):
+                got = run_squad(pool, model, base, folder=folder, long_chunks=mode)  # type: ignore[arg-type]
+                per_mode[name] = [{"hit@1": float(bool(r["qrag"]["1"]) and r["qrag"]["1"][0]["row"] == r["gold"]),
                                    **{f"recall@{k}": float(r["gold"] in [h["row"] for h in r["qrag"][str(k)]])
                                       for k in KS}} for r in got["records"]]
-                if mode == CUT:
+                if mode == "cut":
                     entry["baselines"] = {m: got["means"][m] for m in ("cosine", "bm25", "hybrid")}
+                    refs = {m: [_scores(r[m], r["gold"]) for r in got["records"]] for m in ("bm25", "hybrid")}
             entry["search"] = {"all": _summary(per_mode, [True] * len(pool.gold)),
                                "long_gold": _summary(per_mode, long_gold)}
+            entry["search_vs"] = {ref: {m: list(paired_margin([r[m] for r in per_mode[MAX]], [r[m] for r in rows]))
+                                        for m in ("hit@1", "recall@2", "recall@5", "recall@10")}
+                                  for ref, rows in refs.items()}
+            if folder:
+                folder.save()
         result["files"][Path(f).name] = entry
         print(json.dumps({k: v for k, v in entry.items()}, indent=1)[:4000], file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)
