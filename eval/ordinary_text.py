@@ -269,7 +269,7 @@ def run_cli(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     base = QNetwork.from_encoder(args.encoder, train_towers="state", max_chunk_tokens=model.config.max_chunk_tokens,
                                  normalize=True)
-    summary: dict[str, Any] = {"command": " ".join(["qrag-eval", *sys.argv[2:]]) if sys.argv[1:2] == ["ordinary-text"]
+    summary: dict[str, Any] = {"command": " ".join(["qrag-eval", *sys.argv[1:]]) if sys.argv[1:2] == ["ordinary-text"]
                                else None, "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
                                "machine": machine(), "model": args.model, "search": search,
                                "long_chunks": getattr(args, "long_chunks", "windows"), "parts": {}}
