@@ -252,8 +252,9 @@ class QNetwork(nn.Module):
             warnings.warn(
                 f"{len(over)} of {len(lengths)} chunks are longer than this model's max_chunk_tokens={limit} (by up "
                 f"to {max(over)} tokens, {sum(over) / len(over):.0f} on average) and are embedded from their first "
-                f"{limit} tokens only; split them into smaller chunks, or use a model trained on passages "
-                "of that length (e.g. --model.max_chunk_tokens 128, as the wiki-cpu preset does).",
+                f"{limit} tokens only; split them into smaller chunks, or index them in process with "
+                "long_chunks='windows' (ChunkIndex.from_texts' and the retrievers' default), which searches each by "
+                "its best window.",
                 ChunkLengthWarning, stacklevel=stacklevel + 1,
             )
         return len(over)
