@@ -189,7 +189,7 @@ def q_values(
             parts.append(model.score(states[i : i + step], part, rotate[i : i + step], heads=heads))
         scores = torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]  # (R, N) | (2, R, N)
     if corpora.windows is not None:
-        if heads or rotate is not None:
+        if heads or mode != "none":
             raise SearchError("long chunks' windows are scored by models without positions (position_mode 'none'), "
                               "one Q per chunk; build the corpus with long_chunks='cut' for this model.")
         scores = _best_windows(model, states, scores, corpora.windows, rows)

@@ -176,8 +176,10 @@ def test_a_position_aware_model_reads_chunks_cut(tiny_encoder_path: Path) -> Non
     assert windowed.windows is not None
     MultiHopSearcher(relative, windowed, ordered=True).search_one("w3", k=2)  # windows left aside, no error
     corpora = Corpora.shared(windowed.vectors, list(windowed.texts), 1, windows=windowed.windows)
-    with pytest.raises(SearchError, match="position_mode 'none'"):
-        q_values(relative, relative.embed_states(["w3"], [[]]), corpora, [0], [[]])
+    absolute = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=8, position_mode="absolute")
+    for model in (relative, absolute):
+        with pytest.raises(SearchError, match="position_mode 'none'"):
+            q_values(model, model.embed_states(["w3"], [[]]), corpora, [0], [[]])
 
 
 # ---------------------------------------------------------------------- real text
