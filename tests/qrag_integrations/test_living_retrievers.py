@@ -229,3 +229,33 @@ def test_llama_index_score_threshold(li: QRAGLlamaIndexRetriever, corpus) -> Non
     cut = sorted(scores)[3]  # type: ignore[type-var]
     r.score_threshold = cut
     assert [n.score for n in r.retrieve(questions[4])] == [s for s in scores if s >= cut]  # type: ignore[operator]
+
+
+# ------------------------------------------------------------------ long passages
+def test_a_long_passage_is_found_by_its_window_and_returned_once_whole(model: QNetwork, corpus,  # type: ignore[no-untyped-def]
+                                                                       tmp_path: Path) -> None:
+    """A question's first gold passage glued after 12 other passages (past the 256 tokens the model reads) and added
+    as one document: both retrievers return it once, whole, at the rank its window earns; cut, it is not found."""
+    texts, ids, metas, questions = corpus
+    target = texts[0]  # the first question's first gold passage
+    filler = " ".join(texts[30:42])
+    assert len(model.tokenizer(filler)["input_ids"]) > model.config.max_chunk_tokens
+    long = f"{filler} {target}"
+    others = [t for t in texts if t != target and t not in texts[30:42]]
+    lc = QRAGRetriever.from_texts(others, model, k=4)
+    lc.add_texts([long], ids=["long"])
+    got = lc.invoke(questions[0])
+    assert [d.id for d in got].count("long") == 1
+    assert next(d for d in got if d.id == "long").page_content == long
+    lc.save_local(tmp_path / "lc")
+    assert [d.id for d in QRAGRetriever.load_local(tmp_path / "lc").invoke(questions[0])] == [d.id for d in got]
+    with pytest.warns(UserWarning, match="longer than this model's max_chunk_tokens"):
+        cut = QRAGRetriever.from_texts([*others, long], model, ids=[*map(str, range(len(others))), "long"], k=4,
+                                       long_chunks="cut")
+    assert "long" not in [d.id for d in cut.invoke(questions[0])]
+    li = QRAGLlamaIndexRetriever.from_defaults(nodes=[TextNode(text=t, id_=str(i)) for i, t in enumerate(others)]
+                                               + [TextNode(text=long, id_="long")], model=model, similarity_top_k=4)
+    nodes = li.retrieve(questions[0])
+    assert [n.node.node_id for n in nodes].count("long") == 1
+    with pytest.raises(ValueError, match="long_chunks must be one of"):
+        QRAGRetriever.from_texts(others, model, long_chunks="split")  # type: ignore[arg-type]
