@@ -5,10 +5,10 @@ Shape legend: B states, N chunks, W windows, D vector dim.
 The chunk tower reads `max_chunk_tokens` tokens (256 for the paragraph model); the vector of a chunk is that of its
 first window. A longer chunk also gets the vectors of its later windows (`QNetwork.embed_windows`, rows from
 `towers.window_rows`: `max_chunk_tokens` tokens, special tokens included, each starting half a window after the
-one before, the last one ending at the text's end), and a state scores the chunk by its best window: Q(s, c) = max over c's windows of ⟨f(s), g(w)⟩.
-The chunk is still one row, one id and one result: only its score sees the whole text. On validation text this
-reads like the cut vector where the answer is near the start and finds what lies past it (docs/RESULTS.md,
-"Long passages").
+one before, the last one ending at the text's end), and a state scores the chunk by its best window:
+Q(s, c) = max over c's windows w of ⟨f(s), g(w)⟩. The chunk is still one row, one id and one result: only its score
+sees the whole text. On validation text this ranks as the cut vector does where the answer is near the start and
+finds what lies past it (docs/RESULTS.md, "Long passages").
 
 `Windows` holds the later windows of an index's chunks: their vectors and the row of the chunk each belongs to.
 """
