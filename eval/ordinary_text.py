@@ -131,7 +131,7 @@ def run_squad(pool: SquadPool, model: QNetwork, base: QNetwork, *, ks: Sequence[
     started = time.perf_counter()
     vectors = _vectors(model, pool.passages, folder)  # (N, D)
     base_vectors = vectors if base.chunk_vectors_key() == model.chunk_vectors_key() else _vectors(base, pool.passages, folder)
-    windows = Windows(*model.embed_windows(list(pool.passages))) if long_chunks == "windows" else None
+    windows = Windows.of(model, pool.passages) if long_chunks == "windows" else None
     index = ChunkIndex(vectors, pool.passages, encoder=model.config.encoder, lexical=LexicalIndex.from_texts(pool.passages),
                        windows=windows, long_chunks=long_chunks)
     index_s = time.perf_counter() - started

@@ -418,7 +418,8 @@ class ChunkIndex:
         show = len(texts) >= PROGRESS_MIN_CHUNKS if show_progress is None else show_progress
         long_chunks = long_chunks if _reads_windows(model) else "cut"
         vectors = _embed(model, texts, batch_size, show, precision, warn=long_chunks == "cut")  # (N, D)
-        windows = _embed_windows(model, texts, batch_size, show, precision) if long_chunks == "windows" else None
+        windows = (Windows.of(model, texts, batch_size=batch_size, show_progress=show, precision=precision)
+                   if long_chunks == "windows" else None)
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
                    chunk_tower=tower() if callable(tower) else None, ordered=ordered,
@@ -493,7 +494,7 @@ class ChunkIndex:
         windows = self.long_chunks == "windows" and _reads_windows(model)
         vectors = _embed(model, texts, batch_size, False, self.precision, warn=not windows)  # (n, D)
         return self._append(vectors, texts, new_ids, metas,
-                            _embed_windows(model, texts, batch_size, False, self.precision) if windows else None)
+                            Windows.of(model, texts, batch_size=batch_size, precision=self.precision) if windows else None)
 
     def add_vectors(
         self, vectors: torch.Tensor, texts: Iterable[str], ids: Iterable[str] | None = None,
@@ -866,14 +867,6 @@ def _check_cache_size(size: Any) -> None:
 def _reads_windows(model: QNetwork) -> bool:
     """Whether long chunks get their later windows with this model: it embeds them, and scores without positions."""
     return callable(getattr(model, "embed_windows", None)) and model.config.position_mode == "none"
-
-
-def _embed_windows(model: QNetwork, texts: list[str], batch_size: int | None, show: bool,
-                   precision: Precision) -> Windows:
-    """The later windows of the texts longer than the chunk tower reads (`QNetwork.embed_windows`)."""
-    with model_lock(model):
-        vectors, owner = model.embed_windows(texts, batch_size=batch_size, show_progress=show, precision=precision)
-    return Windows(vectors, owner.to(vectors.device))
 
 
 def _joined(old: Windows | None, new: Windows | None, offset: int, device: torch.device) -> Windows | None:

@@ -15,9 +15,13 @@ finds what lies past it (docs/RESULTS.md, "Long passages").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from qrag.training.model.config import Precision
+from qrag.training.model.qnet import QNetwork, model_lock
 
 __all__ = ["Windows", "best_window_scores"]
 
@@ -39,6 +43,16 @@ class Windows:
                              f"{tuple(self.owner.shape)}.")
         if self.owner.dtype != torch.long:
             raise ValueError(f"window owners are row numbers (torch.long), got {self.owner.dtype}.")
+
+    @classmethod
+    def of(cls, model: QNetwork, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False,
+           precision: Precision = "fp32") -> Windows:
+        """The later windows of the `texts` longer than `model`'s chunk tower reads (`QNetwork.embed_windows`, under
+        the model's lock: a search may share the model), owners counted over `texts`."""
+        with model_lock(model):
+            vectors, owner = model.embed_windows(list(texts), batch_size=batch_size, show_progress=show_progress,
+                                                 precision=precision)
+        return cls(vectors, owner.to(vectors.device))
 
     @classmethod
     def empty(cls, dim: int, device: torch.device | str = "cpu") -> Windows:

@@ -207,8 +207,9 @@ class Adapt:
             with f.phase(r, "embed"):
                 self._embed()
         self.vectors = self.cache.vectors(self.start, list(self.corpus.texts))  # (N, D), all cached
-        # long passages are searched by their best window, as `ChunkIndex.from_texts` does (few: not cached)
-        windows = Windows(*self.start.embed_windows(list(self.corpus.texts)))
+        # long passages are searched by their best window, as `ChunkIndex.from_texts` does (few: not cached), embedded
+        # in the arithmetic of the corpus's vectors
+        windows = Windows.of(self.start, self.corpus.texts, precision=r.facts.get("embed_precision", "fp32"))
         self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, encoder=self.start.config.encoder,
                                 chunk_tower=self.start.chunk_tower_fingerprint(), windows=windows,
                                 long_chunks="windows").with_lexical()
