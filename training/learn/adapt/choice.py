@@ -45,7 +45,7 @@ START_HOPS = 2
 class Candidate:
     """One candidate and its scores (`start_score` None where the start has no validation data; `held_out_se` the
     standard error of `held_out` over the held-out questions; `per_question` each held-out question's recall, in
-    one order for every candidate)."""
+    one order for every candidate; `stop_threshold` the threshold it was searched with, None in older records)."""
 
     weight: float
     horizon: int
@@ -53,6 +53,7 @@ class Candidate:
     start_score: float | None
     held_out_se: float = 0.0
     per_question: tuple[float, ...] = ()
+    stop_threshold: float | None = None
 
     @property
     def name(self) -> str:

@@ -59,8 +59,10 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
                   f"**The fine-tune's share w = {choice['weight']:g}, {choice['horizon']} hops** (the fine-tune: the "
                   f"run's `{choice['tuned']}/` checkpoint). {choice['why']} The rule: among the candidates within "
                   f"{HARM_TOLERANCE} of the start on its own data, those within one paired standard error of the highest "
-                  "held-out recall; of them the largest weight, at its best horizon (a tie: the shorter). The stop "
-                  "rule is calibrated on the held-out questions."]
+                  "held-out recall; of them the largest weight, at its best horizon (a tie: the shorter). Each "
+                  "candidate's stop rule is calibrated on the held-out questions at its horizon before it is scored "
+                  f"(a blend's Q-values are its own); the choice ships with the threshold it was scored with"
+                  f"{_threshold(f, choice)}."]
     train = f.get("train") or {}
     if train:
         lines += ["", "## Training", "",
@@ -101,3 +103,10 @@ def _table(f: dict[str, Any]) -> list[str]:
         score = next(iter(rows.values()))["start_score"]
         out.append(f"| {name} | {' | '.join(cells)} | {'–' if score is None else f'{score:.3f}'} |")
     return out
+
+
+def _threshold(f: dict[str, Any], choice: dict[str, Any]) -> str:
+    """", stop threshold T" for the chosen candidate, where the record holds it."""
+    found = [c.get("stop_threshold") for c in f.get("candidates") or []
+             if c["weight"] == choice["weight"] and c["horizon"] == choice["horizon"]]
+    return f", {found[0]:.3f}" if found and found[0] is not None else ""

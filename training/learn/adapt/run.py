@@ -4,12 +4,13 @@
    each set split into training and held-out questions; the horizon is the median number of supporting passages.
 2. **embed**: the corpus's chunk vectors, once (the chunk tower is frozen): hard negatives, training and the choice
    all read them; kept in DIR/work/vectors, so a resumed run embeds nothing twice.
-3. **start**: the start scored as the choice scores every candidate (how long that takes sets the time the choice
-   is given).
+3. **start**: the start scored as the choice scores every candidate, its stop rule calibrated first (how long that
+   takes sets the time the choice is given).
 4. **train**: soft Q(λ) from the start (the `corpus-cpu` preset), rehearsing a share of the start's own training
    questions, for the time the budget leaves; resumable (`qrag.training.learn.trainer`).
-5. **choose**: the fine-tune blended with the start at each weight and horizon, scored, one chosen
-   (`qrag.training.learn.adapt.choice`); its stop rule calibrated; written to DIR/model.
+5. **choose**: the fine-tune blended with the start at each weight and horizon, each candidate's stop rule
+   calibrated on the held-out questions at its horizon before it is scored, one chosen
+   (`qrag.training.learn.adapt.choice`) and written to DIR/model with the threshold it was scored with.
 6. **report**: DIR/report.md (`qrag.training.learn.adapt.report`).
 
 Every phase is timed and recorded when it ends (`qrag.training.learn.adapt.folder`); a run stopped anywhere goes on
@@ -26,7 +27,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from qrag.training.learn.adapt.folder import (
 from qrag.training.learn.checkpoint_files import MODEL_DIR
 from qrag.training.learn.config import EnvConfig, TrainConfig, init_model, load_preset, takes_train_layers
 from qrag.training.learn.evaluation import evaluate
+from qrag.training.learn.stop_calibration import calibrate_stop_threshold
 from qrag.training.model.blend import blend_networks
 from qrag.training.model.precision import choose_precision
 from qrag.training.model.qnet import QNetwork
@@ -171,6 +173,7 @@ class Adapt:
             with f.phase(r, "start"):
                 with torch.no_grad():  # the start's validation passages join the cache first: scoring is timed alone
                     self.cache.vectors(self.start, [c for ep in self.start_val for c in ep.chunks])
+                self._held_out_episodes()  # so are the held-out questions' hard negatives, which calibration reads
                 tick = self.clock()
                 print(f"qrag-adapt: scoring the start on {len(self.held_out)} held-out questions"
                       f"{f' and {len(self.start_val)} of its own' if self.start_val else ''}", file=sys.stderr)
@@ -306,15 +309,32 @@ class Adapt:
         return episodes
 
     def _score(self, net: QNetwork, weight: float) -> dict[str, Any]:
-        """A candidate's scores: held-out recall@CHOICE_K at each horizon tried, and on the start's own data."""
-        recalls = held_out_recalls(net, self.index, self.held_out, self.horizons())
+        """A candidate's scores: held-out recall@CHOICE_K at each horizon tried, each searched with the stop threshold
+        calibrated for the candidate at that horizon (what it would ship with), and on the start's own data."""
+        thresholds = self._thresholds(net)
+        recalls = held_out_recalls(net, self.index, self.held_out, self.horizons(), thresholds)
         out: dict[str, Any] = {"weight": weight, "held_out": {str(h): statistics.fmean(v) for h, v in recalls.items()},
                                "held_out_se": {str(h): standard_error(v) for h, v in recalls.items()},
-                               "per_question": {str(h): v for h, v in recalls.items()}}
+                               "per_question": {str(h): v for h, v in recalls.items()},
+                               "stop_threshold": {str(h): t for h, t in thresholds.items()}}
         if self.start_val:
             env = EnvConfig(max_hops=START_HOPS)
             out["start_score"] = evaluate(net, self.start_val, env, 16, 64, self.cache)["fact_recall"]
         return out
+
+    def _thresholds(self, net: QNetwork) -> dict[int, float]:
+        """`net`'s stop threshold calibrated at each horizon tried on the held-out questions' episodes (METHOD.md §4.3):
+        a blend's Q-values are its own, so the start's threshold is not the blend's."""
+        episodes = self._held_out_episodes()
+        with torch.no_grad():
+            return {h: float(calibrate_stop_threshold(net, episodes, max_hops=h, store=self.cache).threshold)
+                    for h in self.horizons()}
+
+    def _held_out_episodes(self) -> list[Episode]:
+        """The held-out questions as episodes with their hard negatives (built once a process)."""
+        if not hasattr(self, "_val_episodes"):
+            self._val_episodes = [ep for ep in self._corpus_episodes("val.jsonl", "val") if ep.supporting]
+        return self._val_episodes
 
     def horizons(self) -> list[int]:
         """The horizons tried: the start's, the one trained (the questions' median), and one hop per result."""
@@ -357,7 +377,7 @@ class Adapt:
         run = self.folder.work / "run"
         config = self.train_config(run)
         train = self.training_episodes()
-        # the choice scores every blend as the start was scored, then calibrates and saves one
+        # the choice scores every blend as the start was scored (its stop rule calibrated first) and saves one
         if "weights" not in facts:  # sized once, by what scoring the start measured on this machine
             facts["weights"] = blend_weights(float(facts["score_seconds"]), 60 * o.minutes)
         reserve = CHOICE_MARGIN * float(facts["score_seconds"]) * len(facts["weights"]) + 30
@@ -419,16 +439,18 @@ class Adapt:
         for w in tqdm(facts.get("weights", WEIGHTS), desc="scoring blends", unit="blend", file=sys.stderr):
             rows.append(self._score(self._blend(tuned, w), w))
         candidates = [Candidate(r["weight"], int(h), float(v), r.get("start_score"),
-                                float(r.get("held_out_se", {}).get(h, 0.0)), tuple(r.get("per_question", {}).get(h, ())))
+                                float(r.get("held_out_se", {}).get(h, 0.0)), tuple(r.get("per_question", {}).get(h, ())),
+                                r.get("stop_threshold", {}).get(h))
                       for r in rows for h, v in r["held_out"].items()]
         best, why = choose(candidates)
         net = self._blend(tuned, best.weight) if best.weight else copy.deepcopy(self.start)  # the start stays as it was
         net.config = dataclasses.replace(net.config, init=self.options.init)
-        net.hop_settings = dataclasses.replace(net.hop_settings, max_hops=best.horizon)
-        from qrag.training.learn.checkpoint_selection import calibrate_stop_rule
-
-        print("qrag-adapt: calibrating the stop rule of the choice on the held-out questions", file=sys.stderr)
-        calibrate_stop_rule(net, self._corpus_episodes("val.jsonl", "val"), self.cache)
+        threshold = best.stop_threshold
+        if threshold is None:  # a run resumed from a version that scored the start with its own threshold
+            threshold = self._thresholds(net)[best.horizon]
+        # shipped with the threshold it was scored with
+        net.hop_settings = dataclasses.replace(net.hop_settings, max_hops=best.horizon, stop_threshold=float(threshold),
+                                               calibrated=True)
         facts["candidates"] = [{k: v for k, v in dataclasses.asdict(c).items() if k != "per_question"}
                                for c in candidates]
         facts["choice"] = {"weight": best.weight, "horizon": best.horizon, "why": why, "tuned": "last"}
@@ -453,9 +475,11 @@ def blend_weights(score_seconds: float, budget_seconds: float) -> tuple[float, .
 
 
 def held_out_recalls(net: QNetwork, index: ChunkIndex, questions: Sequence[tuple[str, list[str]]],
-                     horizons: Sequence[int], k: int = CHOICE_K) -> dict[int, list[float]]:
+                     horizons: Sequence[int], thresholds: Mapping[int, float] | None = None,
+                     k: int = CHOICE_K) -> dict[int, list[float]]:
     """Per horizon, each question's share of its supporting passages among the `k` results of the model's own search
-    (its lexical weight and fill) with that many hops, over the whole corpus.
+    (its lexical weight and fill) with that many hops, over the whole corpus; `thresholds` the stop threshold of each
+    horizon's search (default: the model's own).
 
     A model that fills past its hops from the question's own ranking (`fill` 'question_unguarded') is searched
     twice, not once per horizon: the greedy hops of the longest horizon (each shorter one takes their first h),
@@ -466,7 +490,9 @@ def held_out_recalls(net: QNetwork, index: ChunkIndex, questions: Sequence[tuple
     longest = max(horizons)
     with torch.no_grad():
         if net.hop_settings.fill != "question_unguarded":
-            hits = {h: [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=h)] for h in horizons}
+            limits = {h: {} if thresholds is None else {"stop_threshold": thresholds[h]} for h in horizons}
+            hits = {h: [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=h, **limits[h])]
+                    for h in horizons}
         else:
             chains = [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=longest)]
             ranked = [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=1, k=2 * k)]

@@ -140,6 +140,10 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     choice = json.loads((out / "model" / "adapt.json").read_text())
     assert choice == facts["choice"] and model.hop_settings.max_hops == choice["horizon"]
     assert model.hop_settings.calibrated and model.config.init == str(tiny_start)
+    # every candidate was searched with its own stop threshold, calibrated at its horizon; the choice ships with its own
+    assert all(isinstance(c["stop_threshold"], float) for c in facts["candidates"])
+    chosen = next(c for c in facts["candidates"] if (c["weight"], c["horizon"]) == (choice["weight"], choice["horizon"]))
+    assert model.hop_settings.stop_threshold == chosen["stop_threshold"]
     assert (model.hop_settings.fill, model.hop_settings.lexical_weight) == ("question_unguarded", 0.2)  # kept
     # the corpus's vectors go to the user's retriever with the model: the same search, nothing embedded again
     searcher = MultiHopSearcher.load(out / "searcher")
@@ -154,6 +158,7 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     report = (out / "report.md").read_text()
     assert f"**{facts['train']['updates']} updates**" in report and "searcher" in report
     assert "**Too few updates to matter**" in report
+    assert f"ships with the threshold it was scored with, {chosen['stop_threshold']:.3f}." in report
     for part in (f"Built from the corpus: **{facts['built']}**", "Ten of its training questions", "| the start (w = 0) |", "(chosen)",
                  "## Choice", "| **in all** |", "Lantern"):
         assert part in report, part
@@ -182,6 +187,29 @@ def test_held_out_recall_at_each_horizon_equals_a_search_with_that_horizon(tiny_
         results = searcher.search([q for q, _ in questions], max_hops=h)
         shares = [len({x.chunk.id for x in r.hits} & set(gold)) / 3 for r, (_, gold) in zip(results, questions, strict=True)]
         assert recall == pytest.approx(shares), h  # each question's own share, in order
+
+
+def test_held_out_recall_searches_each_horizon_with_its_own_stop_threshold(tiny_start: Path) -> None:
+    from qrag.training.learn.adapt.run import held_out_recalls
+    from qrag.training.search.settings import SearchConfig
+
+    rows = band_rows()[:30]
+    net = QNetwork.from_pretrained(tiny_start)
+    net.hop_settings = HopSettings(max_hops=3, fill="question", lexical_weight=0.2, stop_threshold=0.0)
+    index = ChunkIndex.from_texts(net, [r["text"] for r in rows], [r["id"] for r in rows], lexical=True)
+    questions = [(f"Which rock musicians play in Lantern{b}?", [f"band-{b}", f"Ada Voss{b}", f"Cleo Marsh{b}"])
+                 for b in range(6)]
+    searcher = MultiHopSearcher(net, index, SearchConfig(k=5))
+    asked = [q for q, _ in questions]
+    # a threshold above every Q-value stops the guard after its first hop; one below all of them takes every hop
+    thresholds = {2: 1e6, 3: -1e6}
+    got = held_out_recalls(net, index, questions, [2, 3], thresholds)
+    for h, t in thresholds.items():
+        results = searcher.search(asked, max_hops=h, stop_threshold=t)
+        shares = [len({x.chunk.id for x in r.hits} & set(gold)) / 3 for r, (_, gold) in zip(results, questions, strict=True)]
+        assert got[h] == pytest.approx(shares), h
+    taken = [[x.hop for x in r.hits if not x.past_stop] for r in searcher.search(asked, max_hops=2, stop_threshold=1e6)]
+    assert all(len(hops) == 1 for hops in taken)  # the high threshold did cut: the thresholds reach the search
 
 
 @pytest.mark.slow
