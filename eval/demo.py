@@ -275,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--train-minutes", type=float, default=None,
                         help="training time (default: what the budget leaves after the estimated evaluation)")
     parser.add_argument("--lengths", default=",".join(LENGTHS), help="held-out lengths (default 1k,4k,32k)")
+    parser.add_argument("--train-layers", type=int, default=None,
+                        help="train only the state tower's top N layers on the frozen layers below them, computed "
+                             "once per state (trainer.train_layers; default: the precision's choice)")
     parser.add_argument("--model", default=None,
                         help="evaluate and serve this trained checkpoint (a shipped name such as "
                              "qrag/babilong-minilm-cpu, or a folder) instead of training one")
@@ -316,7 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.data.num_val = args.num_val
     precision, why = choose_precision(args.precision, torch.device("cpu"))
     config.trainer.mixed_precision = "bf16" if precision == "bf16" else "no"
-    if precision == "fp32" and model is None:
+    if args.train_layers is not None:
+        config.model.train_mode, config.trainer.train_layers = "full", args.train_layers
+    elif precision == "fp32" and model is None:
         config.model.train_mode, config.model.trainable_layers = "top_layers", FP32_TRAINABLE_LAYERS
     print(f"qrag main job: precision {precision} ({why}); budget {args.minutes:g} min on "
           f"{torch.get_num_threads()} threads, output {out} (already spent: {job.spent() / 60:.1f} min)")

@@ -4,6 +4,8 @@
     .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out results/bench_train_levers.json
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:1:loop,full:state:bf16:4:fused \
         --rollouts 4 --repeats 3 --out results/bench_train_groups.json   # the main job's update, before and after
+    .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:no:4:fused:0,full:state:no:4:fused:2 \
+        --rollouts 4 --repeats 3 --out results/bench_train_layers.json     # every layer against the top 2 on a trunk
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --profile \
         --rollouts 4 --repeats 3 --out results/bench_train_profile.json  # where the main job's step time goes
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --flops \
@@ -54,8 +56,9 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(args.threads)
     config = load_preset(args.preset)
     parts = mode.split(":")
-    defaults = ["lora", "both", args.mixed_precision, str(config.trainer.length_groups), "fused"]
-    train_mode, towers, precision, groups, optimizer = parts + defaults[len(parts):]
+    defaults = ["lora", "both", args.mixed_precision, str(config.trainer.length_groups), "fused",
+                str(config.trainer.train_layers)]
+    train_mode, towers, precision, groups, optimizer, top = parts + defaults[len(parts):]
     train_mode, _, layers = train_mode.partition("=")  # top_layers=6: how many top layers train
     if layers:
         config.model.trainable_layers = int(layers)
@@ -63,6 +66,7 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     config.model.train_towers = towers  # type: ignore[assignment]
     config.trainer.length_groups = int(groups)
     config.optim.fused = optimizer == "fused"
+    config.trainer.train_layers = int(top)
     if args.encoder:
         config.model.encoder = args.encoder
     if args.dropout is not None:
@@ -181,11 +185,12 @@ def real_token_share(trainer: Any, batch: dict[str, Any]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="full,top_layers,lora",
-                        help="comma-separated TRAIN_MODE[:TOWERS[:PRECISION[:GROUPS[:OPTIMIZER]]]], e.g. "
+                        help="comma-separated TRAIN_MODE[:TOWERS[:PRECISION[:GROUPS[:OPTIMIZER[:LAYERS]]]]], e.g. "
                              "lora:state:bf16 or top_layers=6:state:bf16 (=N: model.trainable_layers; "
                              "towers both|state, default both; precision no|bf16|fp16, default "
                              "--mixed-precision; GROUPS trainer.length_groups, default the preset's; OPTIMIZER "
-                             "fused|loop, AdamW's kernel, default fused)")
+                             "fused|loop, AdamW's kernel, default fused; LAYERS trainer.train_layers, the top layers "
+                             "trained on a frozen trunk, 0 every layer, default the preset's)")
     parser.add_argument("--rollouts", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -221,10 +226,10 @@ def main() -> int:
     for mode in modes:
         table[mode] = {k: statistics.median(r[k] for r in runs[mode]) for k in runs[mode][0]}
     base = table[modes[0]]["transitions_per_s"]
-    print(f"{'mode':<20}{'transitions/s':>15}{'opt steps/s':>13}{'peak RSS MB':>13}{'peak GPU MB':>13}"
+    print(f"{'mode':<26}{'transitions/s':>15}{'opt steps/s':>13}{'peak RSS MB':>13}{'peak GPU MB':>13}"
           f"{'trainable':>12}{'vs ' + modes[0]:>10}")
     for mode, row in table.items():
-        print(f"{mode:<20}{row['transitions_per_s']:>15.1f}{row['optimizer_steps_per_s']:>13.2f}"
+        print(f"{mode:<26}{row['transitions_per_s']:>15.1f}{row['optimizer_steps_per_s']:>13.2f}"
               f"{row['peak_rss_mb']:>13.0f}{row['peak_gpu_mb']:>13.0f}{int(row['trainable_params']):>12,}"
               f"{row['transitions_per_s'] / base:>9.2f}x")
         for key, share in row.items():
