@@ -249,12 +249,14 @@ class QNetwork(nn.Module):
         self._checked_rows = (tuple(texts), rows)
         over = [n - limit for n in lengths if n > limit]
         if over:
+            fix = ("split them into smaller chunks: this model scores chunks by their position in one document, so it "
+                   "reads each from its first tokens (no windows)") if self.config.position_mode != "none" else (
+                   "split them into smaller chunks, or index them in process with long_chunks='windows' "
+                   "(ChunkIndex.from_texts' and the retrievers' default), which searches each by its best window")
             warnings.warn(
                 f"{len(over)} of {len(lengths)} chunks are longer than this model's max_chunk_tokens={limit} (by up "
                 f"to {max(over)} tokens, {sum(over) / len(over):.0f} on average) and are embedded from their first "
-                f"{limit} tokens only; split them into smaller chunks, or index them in process with "
-                "long_chunks='windows' (ChunkIndex.from_texts' and the retrievers' default), which searches each by "
-                "its best window.",
+                f"{limit} tokens only; {fix}.",
                 ChunkLengthWarning, stacklevel=stacklevel + 1,
             )
         return len(over)

@@ -114,3 +114,17 @@ def test_eval_mode_restores_training_flags_and_leaves_eval_models_alone(tiny_qne
 def test_attention_kernels_leave_the_cpu_to_torch() -> None:
     assert isinstance(attention_kernels(torch.device("cpu")), contextlib.nullcontext)
     assert not isinstance(attention_kernels(torch.device("cuda")), contextlib.nullcontext)  # a choice, not a run
+
+
+@pytest.mark.parametrize(("position_mode", "advice", "not_advised"), [
+    ("none", "long_chunks='windows'", "no windows"),
+    ("relative", "scores chunks by their position in one document", "long_chunks='windows'"),
+])
+def test_the_length_warning_advises_windows_only_where_the_model_can_search_them(
+    tiny_encoder_path: Path, position_mode: str, advice: str, not_advised: str,
+) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), max_chunk_tokens=16, position_mode=position_mode)
+    with pytest.warns(UserWarning) as caught:
+        qnet.check_chunk_lengths(TEXTS)
+    message = str(caught[0].message)
+    assert advice in message and not_advised not in message
