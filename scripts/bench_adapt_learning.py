@@ -51,14 +51,15 @@ def subset(corpus: Path, n: int, out: Path) -> Path:
 
 def learning(args: argparse.Namespace, adapt: Any, train: list[Any], work: Path) -> int:
     """Each SETTING:UPDATES trained from the start for exactly that many updates, then its held-out recall@5 (the
-    run's held-out questions, the whole corpus, the model's own search at the run's horizon); the start's beside."""
+    run's held-out questions, the whole corpus, the model's own search at the run's horizon, its stop threshold
+    calibrated on them); the start's beside."""
     import torch
 
-    from qrag.training.learn.adapt.run import held_out_recalls
+    from qrag.training.learn.adapt.run import held_out_scores
 
     horizon = int(adapt.record.facts["horizon"])
     rows: dict[str, Any] = {}
-    start = held_out_recalls(adapt.start, adapt.index, adapt.held_out, [horizon])[horizon]
+    start = held_out_scores(adapt.start, adapt.index, adapt.held_out, [horizon]).recalls[horizon]
     rows["start"] = {"recall@5": statistics.fmean(start), "per_question": start}
     for spec in args.learn.split(","):
         layers, updates = (int(x) for x in spec.split(":"))
@@ -69,7 +70,7 @@ def learning(args: argparse.Namespace, adapt: Any, train: list[Any], work: Path)
         seconds = time.perf_counter() - t0
         net = trainer.online.eval()
         with torch.no_grad():
-            found = held_out_recalls(net, adapt.index, adapt.held_out, [horizon])[horizon]
+            found = held_out_scores(net, adapt.index, adapt.held_out, [horizon]).recalls[horizon]
         diff = [a - b for a, b in zip(found, start, strict=True)]
         se = statistics.stdev(diff) / len(diff) ** 0.5
         rows[spec] = {"updates": trainer.updates, "transitions": trainer.transitions, "train_seconds": seconds,

@@ -27,7 +27,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ from qrag.training.learn.adapt.folder import (
 from qrag.training.learn.checkpoint_files import MODEL_DIR
 from qrag.training.learn.config import EnvConfig, TrainConfig, init_model, load_preset, takes_train_layers
 from qrag.training.learn.evaluation import evaluate
-from qrag.training.learn.stop_calibration import calibrate_stop_threshold
+from qrag.training.learn.stop_calibration import choose_threshold
 from qrag.training.model.blend import blend_networks
 from qrag.training.model.precision import choose_precision
 from qrag.training.model.qnet import QNetwork
@@ -65,6 +65,7 @@ from qrag.training.model.towers import precision_autocast
 from qrag.training.model.trunk import check_splittable
 from qrag.training.overlay import ConfigError
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
+from qrag.training.search.hops import stop_point
 from qrag.training.search.index import ChunkIndex
 from qrag.training.search.neighbours import pool_neighbours
 from qrag.training.search.searcher import MultiHopSearcher
@@ -98,10 +99,11 @@ NEGATIVES = 100
 """Negatives per training episode (the `corpus-cpu` preset's), three quarters of them hard."""
 REHEARSE_SHARE = 0.25
 """Share of the training episodes that are the start's own training questions (rehearsal)."""
-CHOICE_MARGIN = 2.2
-"""The time the choice is given: this many times the start's scoring, per blend. On 2 AVX2 cores the fine-tune's
-scoring took 2.1 times the start's (226 s against 107 s, the same questions and search settings), so 1.3 overran a
-30-minute budget by 1.7 minutes."""
+CHOICE_MARGIN = 1.3
+"""The time the choice is given: this many times the start's scoring, per blend. Each candidate is searched once
+without a stop rule at the longest horizon and its threshold calibrated on those hops (`held_out_scores`), so its
+scoring costs about what the start's did whatever its Q-values (searched with the start's threshold, a fine-tune took
+more hops: 2.1 times the start's time on 2 AVX2 cores)."""
 CHOICE_SHARE = 0.12
 """Most of the budget the blends' scoring may take: as many blends are scored as the start's measured scoring time
 says fit (at least the fine-tune itself), so a slow CPU spends its minutes training, not choosing."""
@@ -173,7 +175,6 @@ class Adapt:
             with f.phase(r, "start"):
                 with torch.no_grad():  # the start's validation passages join the cache first: scoring is timed alone
                     self.cache.vectors(self.start, [c for ep in self.start_val for c in ep.chunks])
-                self._held_out_episodes()  # so are the held-out questions' hard negatives, which calibration reads
                 tick = self.clock()
                 print(f"qrag-adapt: scoring the start on {len(self.held_out)} held-out questions"
                       f"{f' and {len(self.start_val)} of its own' if self.start_val else ''}", file=sys.stderr)
@@ -309,32 +310,19 @@ class Adapt:
         return episodes
 
     def _score(self, net: QNetwork, weight: float) -> dict[str, Any]:
-        """A candidate's scores: held-out recall@CHOICE_K at each horizon tried, each searched with the stop threshold
-        calibrated for the candidate at that horizon (what it would ship with), and on the start's own data."""
-        thresholds = self._thresholds(net)
-        recalls = held_out_recalls(net, self.index, self.held_out, self.horizons(), thresholds)
-        out: dict[str, Any] = {"weight": weight, "held_out": {str(h): statistics.fmean(v) for h, v in recalls.items()},
-                               "held_out_se": {str(h): standard_error(v) for h, v in recalls.items()},
-                               "per_question": {str(h): v for h, v in recalls.items()},
-                               "stop_threshold": {str(h): t for h, t in thresholds.items()}}
+        """A candidate's scores: held-out recall@CHOICE_K at each horizon tried, searched with the stop threshold
+        calibrated for the candidate at that horizon (what it would ship with; `held_out_scores`), and on the start's
+        own data."""
+        held = held_out_scores(net, self.index, self.held_out, self.horizons())
+        out: dict[str, Any] = {"weight": weight,
+                               "held_out": {str(h): statistics.fmean(v) for h, v in held.recalls.items()},
+                               "held_out_se": {str(h): standard_error(v) for h, v in held.recalls.items()},
+                               "per_question": {str(h): v for h, v in held.recalls.items()},
+                               "stop_threshold": {str(h): t for h, t in held.thresholds.items()}}
         if self.start_val:
             env = EnvConfig(max_hops=START_HOPS)
             out["start_score"] = evaluate(net, self.start_val, env, 16, 64, self.cache)["fact_recall"]
         return out
-
-    def _thresholds(self, net: QNetwork) -> dict[int, float]:
-        """`net`'s stop threshold calibrated at each horizon tried on the held-out questions' episodes (METHOD.md §4.3):
-        a blend's Q-values are its own, so the start's threshold is not the blend's."""
-        episodes = self._held_out_episodes()
-        with torch.no_grad():
-            return {h: float(calibrate_stop_threshold(net, episodes, max_hops=h, store=self.cache).threshold)
-                    for h in self.horizons()}
-
-    def _held_out_episodes(self) -> list[Episode]:
-        """The held-out questions as episodes with their hard negatives (built once a process)."""
-        if not hasattr(self, "_val_episodes"):
-            self._val_episodes = [ep for ep in self._corpus_episodes("val.jsonl", "val") if ep.supporting]
-        return self._val_episodes
 
     def horizons(self) -> list[int]:
         """The horizons tried: the start's, the one trained (the questions' median), and one hop per result."""
@@ -447,7 +435,7 @@ class Adapt:
         net.config = dataclasses.replace(net.config, init=self.options.init)
         threshold = best.stop_threshold
         if threshold is None:  # a run resumed from a version that scored the start with its own threshold
-            threshold = self._thresholds(net)[best.horizon]
+            threshold = held_out_scores(net, self.index, self.held_out, [best.horizon]).thresholds[best.horizon]
         # shipped with the threshold it was scored with
         net.hop_settings = dataclasses.replace(net.hop_settings, max_hops=best.horizon, stop_threshold=float(threshold),
                                                calibrated=True)
@@ -474,32 +462,49 @@ def blend_weights(score_seconds: float, budget_seconds: float) -> tuple[float, .
     return tuple(sorted(PREFERRED_WEIGHTS[: max(1, min(len(PREFERRED_WEIGHTS), fit))]))
 
 
-def held_out_recalls(net: QNetwork, index: ChunkIndex, questions: Sequence[tuple[str, list[str]]],
-                     horizons: Sequence[int], thresholds: Mapping[int, float] | None = None,
-                     k: int = CHOICE_K) -> dict[int, list[float]]:
-    """Per horizon, each question's share of its supporting passages among the `k` results of the model's own search
-    (its lexical weight and fill) with that many hops, over the whole corpus; `thresholds` the stop threshold of each
-    horizon's search (default: the model's own).
+@dataclasses.dataclass(frozen=True)
+class HeldOutScores:
+    """The held-out questions searched as a user searches: per horizon, the stop threshold calibrated on them and
+    each question's recall with it."""
 
-    A model that fills past its hops from the question's own ranking (`fill` 'question_unguarded') is searched
-    twice, not once per horizon: the greedy hops of the longest horizon (each shorter one takes their first h),
-    and one hop with 2k results (the fill's ranking, the same for every horizon) - the results each horizon's own
-    search returns."""
+    recalls: dict[int, list[float]]
+    thresholds: dict[int, float]
+
+
+def held_out_scores(net: QNetwork, index: ChunkIndex, questions: Sequence[tuple[str, list[str]]],
+                    horizons: Sequence[int], k: int = CHOICE_K) -> HeldOutScores:
+    """Per horizon h, the stop threshold of `net` calibrated at h on these questions over the whole corpus (METHOD.md
+    §4.3: its hops' Q-values and passages, `choose_threshold`), and each question's share of its supporting passages
+    among the `k` results of the model's own search (its lexical weight and fill) with h hops and that threshold.
+
+    The hops of the longest horizon are searched once without a stop rule: the greedy hops of every shorter horizon
+    and threshold are their first ones (under the guard, fill 'question', its own cut included). A model that fills
+    past its hops from the question's own ranking ('question', 'question_unguarded') is searched once more for that
+    ranking (one hop, `k` results): each horizon's results are its hops, then that ranking without them, what its own
+    search returns. A model that fills from the state after its last hop ('state') is searched once per horizon.
+    """
     searcher = MultiHopSearcher(net, index, SearchConfig(k=k))
-    asked = [q for q, _ in questions]
-    longest = max(horizons)
+    asked, gold = [q for q, _ in questions], [list(g) for _, g in questions]
+    fill = net.hop_settings.fill
     with torch.no_grad():
-        if net.hop_settings.fill != "question_unguarded":
-            limits = {h: {} if thresholds is None else {"stop_threshold": thresholds[h]} for h in horizons}
-            hits = {h: [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=h, **limits[h])]
-                    for h in horizons}
+        chains = [sorted((x for x in r.hits if not x.past_stop), key=lambda x: x.hop)
+                  for r in searcher.search(asked, max_hops=max(horizons), stop_threshold=None)]
+        hops = [[x.chunk.id for x in c] for c in chains]
+        q_values = [[float(x.q_value) for x in c] for c in chains]
+        rows = {name: i for i, name in enumerate(dict.fromkeys([i for c in hops for i in c] + [i for g in gold for i in g]))}
+        thresholds = {h: float(choose_threshold([q[:h] for q in q_values], [[rows[i] for i in c[:h]] for c in hops],
+                                                [[rows[i] for i in g] for g in gold])[0]) for h in horizons}
+        if fill == "state":
+            found = {h: [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=h)] for h in horizons}
         else:
-            chains = [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=longest)]
-            ranked = [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=1, k=2 * k)]
-            hits = {h: [c[:h] + [i for i in r[1:] if i not in c[:h]][: k - h] for c, r in zip(chains, ranked, strict=True)]
-                    for h in horizons}
-    return {h: [len(set(found) & set(gold)) / len(gold) for found, (_, gold) in zip(hits[h], questions, strict=True)]
-            for h in horizons}
+            ranked = [[x.chunk.id for x in r.hits] for r in searcher.search(asked, max_hops=1, k=k)]
+            found = {}
+            for h in horizons:
+                kept = [c[: stop_point(q[:h], thresholds[h], 1)] if fill == "question" else c[:h]
+                        for c, q in zip(hops, q_values, strict=True)]
+                found[h] = [c + [i for i in r if i not in c][: k - len(c)] for c, r in zip(kept, ranked, strict=True)]
+    recalls = {h: [len(set(f) & set(g)) / len(g) for f, g in zip(found[h], gold, strict=True)] for h in horizons}
+    return HeldOutScores(recalls, thresholds)
 
 
 def _same_checkpoint(a: str, b: str) -> bool:

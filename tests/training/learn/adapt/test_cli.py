@@ -7,6 +7,7 @@ import json
 import re
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -170,46 +171,57 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     assert "already done" in capsys.readouterr().out and (out / "model").stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize("fill", ["question_unguarded", pytest.param("state", marks=pytest.mark.slow)])
-def test_held_out_recall_at_each_horizon_equals_a_search_with_that_horizon(tiny_start: Path, fill: str) -> None:
-    from qrag.training.learn.adapt.run import held_out_recalls
-    from qrag.training.search.settings import SearchConfig
-
+def _held_out_setup(tiny_start: Path, fill: str) -> tuple[QNetwork, ChunkIndex, list[tuple[str, list[str]]]]:
     rows = band_rows()[:30]
     net = QNetwork.from_pretrained(tiny_start)
     net.hop_settings = HopSettings(max_hops=2, fill=fill, lexical_weight=0.2)  # type: ignore[arg-type]
     index = ChunkIndex.from_texts(net, [r["text"] for r in rows], [r["id"] for r in rows], lexical=True)
     questions = [(f"Which rock musicians play in Lantern{b}?", [f"band-{b}", f"Ada Voss{b}", f"Cleo Marsh{b}"])
                  for b in range(6)]
-    got = held_out_recalls(net, index, questions, [1, 2, 3, 5])
-    searcher = MultiHopSearcher(net, index, SearchConfig(k=5))
-    for h, recall in got.items():
-        results = searcher.search([q for q, _ in questions], max_hops=h)
-        shares = [len({x.chunk.id for x in r.hits} & set(gold)) / 3 for r, (_, gold) in zip(results, questions, strict=True)]
-        assert recall == pytest.approx(shares), h  # each question's own share, in order
+    return net, index, questions
 
 
-def test_held_out_recall_searches_each_horizon_with_its_own_stop_threshold(tiny_start: Path) -> None:
-    from qrag.training.learn.adapt.run import held_out_recalls
+def _recalls(searcher: MultiHopSearcher, questions: list[tuple[str, list[str]]], **overrides: Any) -> list[float]:
+    results = searcher.search([q for q, _ in questions], **overrides)
+    return [len({x.chunk.id for x in r.hits} & set(gold)) / len(gold) for r, (_, gold) in zip(results, questions, strict=True)]
+
+
+@pytest.mark.parametrize("fill", ["question", "question_unguarded", pytest.param("state", marks=pytest.mark.slow)])
+def test_held_out_scores_equal_a_search_with_each_horizon_and_its_calibrated_threshold(tiny_start: Path, fill: str) -> None:
+    from qrag.training.learn.adapt.run import held_out_scores
+    from qrag.training.learn.stop_calibration import choose_threshold
     from qrag.training.search.settings import SearchConfig
 
-    rows = band_rows()[:30]
-    net = QNetwork.from_pretrained(tiny_start)
-    net.hop_settings = HopSettings(max_hops=3, fill="question", lexical_weight=0.2, stop_threshold=0.0)
-    index = ChunkIndex.from_texts(net, [r["text"] for r in rows], [r["id"] for r in rows], lexical=True)
-    questions = [(f"Which rock musicians play in Lantern{b}?", [f"band-{b}", f"Ada Voss{b}", f"Cleo Marsh{b}"])
-                 for b in range(6)]
+    net, index, questions = _held_out_setup(tiny_start, fill)
+    got = held_out_scores(net, index, questions, [1, 2, 3, 5])
     searcher = MultiHopSearcher(net, index, SearchConfig(k=5))
-    asked = [q for q, _ in questions]
-    # a threshold above every Q-value stops the guard after its first hop; one below all of them takes every hop
-    thresholds = {2: 1e6, 3: -1e6}
-    got = held_out_recalls(net, index, questions, [2, 3], thresholds)
-    for h, t in thresholds.items():
-        results = searcher.search(asked, max_hops=h, stop_threshold=t)
-        shares = [len({x.chunk.id for x in r.hits} & set(gold)) / 3 for r, (_, gold) in zip(results, questions, strict=True)]
-        assert got[h] == pytest.approx(shares), h
-    taken = [[x.hop for x in r.hits if not x.past_stop] for r in searcher.search(asked, max_hops=2, stop_threshold=1e6)]
-    assert all(len(hops) == 1 for hops in taken)  # the high threshold did cut: the thresholds reach the search
+    ids = {r["id"]: i for i, r in enumerate(band_rows()[:30])}
+    for h in (1, 2, 3, 5):
+        # each question's own share, in order, from its own search with that horizon and threshold
+        assert got.recalls[h] == pytest.approx(_recalls(searcher, questions, max_hops=h, stop_threshold=got.thresholds[h])), h
+        # the threshold: the stop rule's calibration on that horizon's own hops over the corpus
+        hops = [sorted((x for x in r.hits if not x.past_stop), key=lambda x: x.hop)
+                for r in searcher.search([q for q, _ in questions], max_hops=h, stop_threshold=None)]
+        want, _ = choose_threshold([[x.q_value for x in c] for c in hops], [[ids[x.chunk.id] for x in c] for c in hops],
+                                   [[ids[g] for g in gold] for _, gold in questions])
+        assert got.thresholds[h] == pytest.approx(want), h
+
+
+@pytest.mark.parametrize("fill", ["question", "question_unguarded"])
+def test_held_out_scores_cut_where_the_threshold_stops_the_guard(tiny_start: Path, fill: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from qrag.training.search.settings import SearchConfig
+
+    net, index, questions = _held_out_setup(tiny_start, fill)
+    monkeypatch.setattr(adapt_module, "choose_threshold", lambda *a, **k: (1e6, {}))  # above every Q-value: stop after hop 1
+    got = adapt_module.held_out_scores(net, index, questions, [2, 3])
+    searcher = MultiHopSearcher(net, index, SearchConfig(k=5))
+    for h in (2, 3):
+        assert got.thresholds[h] == 1e6
+        assert got.recalls[h] == pytest.approx(_recalls(searcher, questions, max_hops=h, stop_threshold=1e6)), h
+    if fill == "question":  # the threshold did cut the guard's hops (the unguarded fill takes every hop)
+        results = searcher.search([q for q, _ in questions], max_hops=3, stop_threshold=1e6)
+        assert all(sum(not x.past_stop for x in r.hits) == 1 for r in results)
 
 
 @pytest.mark.slow
