@@ -289,6 +289,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--minutes must be > 0 and --samples >= 1, got {args.minutes:g} and {args.samples}.")
     if args.train_minutes is not None and args.train_minutes <= 0:
         parser.error(f"--train-minutes must be > 0, got {args.train_minutes}.")
+    if args.train_layers is not None:
+        if args.model:
+            parser.error(f"--train-layers {args.train_layers} trains the state tower and --model {args.model} "
+                         "evaluates a trained checkpoint without training: pass one of them.")
+        layers = _encoder_layers(load_preset(PRESET).model.encoder)
+        if not 1 <= args.train_layers < layers:
+            parser.error(f"--train-layers must be between 1 and {layers - 1} (the state tower has {layers} layers; "
+                         f"leave it out to train every layer), got {args.train_layers}.")
     args.lengths = tuple(x.strip().lower() for x in args.lengths.split(",") if x.strip())
     bad = [x for x in args.lengths if x not in BABILONG_SENTENCES]
     if bad or not args.lengths:
@@ -332,6 +340,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: everything finished so far is kept in {out}; run the same command to resume.")
         return 130
+
+
+def _encoder_layers(encoder: str) -> int:
+    """How many transformer layers the encoder `encoder` (a name or folder) has, read from its config alone."""
+    from transformers import AutoConfig
+
+    from qrag.training.model.encoders import resolve_encoder
+
+    return int(AutoConfig.from_pretrained(resolve_encoder(encoder)).num_hidden_layers)
 
 
 def _main(args: argparse.Namespace, out: Path, job: Job, config: TrainConfig, precision: str,

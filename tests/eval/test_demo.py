@@ -50,7 +50,8 @@ def test_main_job_runs_every_phase_and_resumes_after_an_interrupt(tmp_path: Path
 
 
 def test_main_job_rejects_bad_flags(tmp_path: Path) -> None:
-    for bad in (["--lengths", "3q"], ["--samples", "0"], ["--train-minutes", "-1"], ["--model", "qrag/nope"]):
+    for bad in (["--lengths", "3q"], ["--samples", "0"], ["--train-minutes", "-1"], ["--model", "qrag/nope"],
+                ["--train-layers", "6"], ["--train-layers", "0"], ["--train-layers", "1", "--model", "qrag/babilong-minilm-cpu"]):
         with pytest.raises(SystemExit) as e:
             demo.main([*bad, "--output-dir", str(tmp_path)])
         assert e.value.code == 2
@@ -130,3 +131,17 @@ def test_in_fp32_the_state_tower_trains_its_blocks_not_its_embeddings(tmp_path: 
     for precision in ("fp32", "bf16"):  # the tests treat this CPU as having native bf16 (tests/conftest.py)
         assert demo.main([*ARGS, "--precision", precision, "--output-dir", str(tmp_path / precision)]) == 130
     assert seen == [("top_layers", demo.FP32_TRAINABLE_LAYERS, "no"), ("full", 2, "bf16")]
+
+
+@pytest.mark.slow
+def test_train_layers_trains_the_top_layers_on_a_frozen_trunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def record(config: Any, *a: Any, **k: Any) -> Any:
+        seen.append((config.model.train_mode, config.trainer.train_layers))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "Trainer", record)
+    assert demo.main([*ARGS, "--precision", "fp32", "--train-layers", "2", "--output-dir", str(tmp_path)]) == 130
+    assert seen == [("full", 2)]  # in fp32 too: the trunk's split replaces the frozen embeddings'
+
