@@ -67,7 +67,8 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
     if train:
         lines += ["", "## Training", "",
                   f"**{train.get('updates', 0)} updates** ({train.get('transitions', 0)} transitions) in "
-                  f"{record.seconds.get('train', 0.0) / 60:.1f} minutes, the top {f.get('train_layers', 0) or 'every'} "
+                  f"{record.seconds.get('train', 0.0) / 60:.1f} minutes ({record.seconds.get('train', 0.0) / (0.6 * options.minutes):.0f} % "
+                  f"of the {options.minutes:g}-minute budget), the top {f.get('train_layers', 0) or 'every'} "
                   "layer(s) of the state tower trained."]
         if int(train.get("updates", 0)) < FEW_UPDATES:
             lines += ["", f"**Too few updates to matter** (fewer than {FEW_UPDATES}): the fine-tune is close to the "

@@ -159,6 +159,8 @@ def test_a_run_writes_a_model_and_its_report_and_goes_on_where_it_stopped(tmp_pa
     report = (out / "report.md").read_text()
     assert f"**{facts['train']['updates']} updates**" in report and "searcher" in report
     assert "**Too few updates to matter**" in report
+    share = round(record["seconds"]["train"] / 6)  # the training phase's share of the 10-minute budget, in %
+    assert f"minutes ({share} % of the 10-minute budget)" in report
     assert f"ships with the threshold it was scored with, {chosen['stop_threshold']:.3f}." in report
     for part in (f"Built from the corpus: **{facts['built']}**", "Ten of its training questions", "| the start (w = 0) |", "(chosen)",
                  "## Choice", "| **in all** |", "Lantern"):
