@@ -60,15 +60,16 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
                   f"run's `{choice['tuned']}/` checkpoint). {choice['why']} The rule: among the candidates within "
                   f"{HARM_TOLERANCE} of the start on its own data, those within one paired standard error of the highest "
                   "held-out recall; of them the largest weight, at its best horizon (a tie: the shorter). Each "
-                  "candidate's stop rule is calibrated on the held-out questions at its horizon before it is scored "
-                  f"(a blend's Q-values are its own); the choice ships with the threshold it was scored with"
-                  f"{_threshold(f, choice)}."]
+                  "candidate is searched with its own stop threshold, calibrated on its hops over the held-out "
+                  "questions at each horizon (a blend's Q-values are its own); the choice ships with the threshold "
+                  f"it was scored with{_threshold(f, choice)}."]
     train = f.get("train") or {}
     if train:
+        seconds = record.seconds.get("train", 0.0)
         lines += ["", "## Training", "",
                   f"**{train.get('updates', 0)} updates** ({train.get('transitions', 0)} transitions) in "
-                  f"{record.seconds.get('train', 0.0) / 60:.1f} minutes ({record.seconds.get('train', 0.0) / (0.6 * options.minutes):.0f} % "
-                  f"of the {options.minutes:g}-minute budget), the top {f.get('train_layers', 0) or 'every'} "
+                  f"{seconds / 60:.1f} minutes ({100 * seconds / (60 * options.minutes):.0f} % of the "
+                  f"{options.minutes:g}-minute budget), the top {f.get('train_layers', 0) or 'every'} "
                   "layer(s) of the state tower trained."]
         if int(train.get("updates", 0)) < FEW_UPDATES:
             lines += ["", f"**Too few updates to matter** (fewer than {FEW_UPDATES}): the fine-tune is close to the "
@@ -107,7 +108,7 @@ def _table(f: dict[str, Any]) -> list[str]:
 
 
 def _threshold(f: dict[str, Any], choice: dict[str, Any]) -> str:
-    """", stop threshold T" for the chosen candidate, where the record holds it."""
+    """", T": the chosen candidate's stop threshold, where the record holds it (empty in older records)."""
     found = [c.get("stop_threshold") for c in f.get("candidates") or []
              if c["weight"] == choice["weight"] and c["horizon"] == choice["horizon"]]
     return f", {found[0]:.3f}" if found and found[0] is not None else ""
