@@ -4,8 +4,9 @@
     .venv/bin/python scripts/bench_train.py --modes lora,lora:state,lora:state:bf16 --out results/bench_train_levers.json
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:1:loop,full:state:bf16:4:fused \
         --rollouts 4 --repeats 3 --out results/bench_train_groups.json   # the main job's update, before and after
-    .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:no:4:fused:0,full:state:no:4:fused:2 \
-        --rollouts 4 --repeats 3 --out results/bench_train_layers.json     # every layer against the top 2 on a trunk
+    .venv/bin/python scripts/bench_train.py --preset babilong-cpu \
+        --modes full:state:no:4:fused:0,full:state:no:4:fused:1,full:state:no:4:fused:2,full:state:no:4:fused:3 \
+        --rollouts 4 --repeats 1 --out results/main_job_any_cpu/bench_train_layers_avx2.json  # the top 1-3 on a trunk
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --profile \
         --rollouts 4 --repeats 3 --out results/bench_train_profile.json  # where the main job's step time goes
     .venv/bin/python scripts/bench_train.py --preset babilong-cpu --modes full:state:bf16:4:fused --flops \
