@@ -17,7 +17,6 @@ Validation files only (new_wiki, amazon_reviews); the evaluation-only ones are r
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -26,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lexical_fit import EVALUATION_ONLY, first_hop_scores  # experiments/lexical_fit.py
+from lexical_fit import first_hop_scores  # experiments/lexical_fit.py
+from squad_probe import parse_validation_args, squad_probe_parser  # experiments/squad_probe.py
 
 from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text import machine
@@ -53,17 +53,7 @@ def standardised(x: torch.Tensor, top: int = TOP) -> torch.Tensor:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--squad", action="append", required=True, help="a validation SQuAD-format file (repeat)")
-    p.add_argument("--model", default="qrag/hotpotqa-minilm")
-    p.add_argument("--num-questions", type=int, default=500)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk-vectors", type=Path, default=None)
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    for f in args.squad:
-        if any(name in Path(f).name.lower() for name in EVALUATION_ONLY):
-            p.error(f"{f} is an evaluation-only file: this probe chooses, so it reads validation files only")
+    args = parse_validation_args(squad_probe_parser(__doc__), argv)
     model = load_model(args.model)
     folder = ChunkVectorFolder(args.chunk_vectors) if args.chunk_vectors else None
     result: dict[str, Any] = {"command": " ".join(["python", "experiments/hop1_fusion.py", *(argv or sys.argv[1:])]),

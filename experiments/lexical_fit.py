@@ -19,7 +19,6 @@ where words carry the answer (news, reviews) may want more lexical weight, text 
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from squad_probe import parse_validation_args, squad_probe_parser  # experiments/squad_probe.py
 
 from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text import machine
@@ -38,7 +38,6 @@ from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.lexical import LexicalIndex, lexical_evidence
 from qrag.training.search.searcher import load_model
 
-EVALUATION_ONLY = ("nyt", "reddit", "squaddev")
 GRID = tuple(round(0.1 * i, 1) for i in range(0, 16))
 
 
@@ -84,18 +83,9 @@ def means(rows: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--squad", action="append", required=True, help="a validation SQuAD-format file (repeat)")
-    p.add_argument("--model", default="qrag/hotpotqa-minilm")
-    p.add_argument("--num-questions", type=int, default=500)
+    p = squad_probe_parser(__doc__)
     p.add_argument("--pseudo", type=int, default=300, help="pseudo-questions per corpus")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk-vectors", type=Path, default=None)
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    for f in args.squad:
-        if any(name in Path(f).name.lower() for name in EVALUATION_ONLY):
-            p.error(f"{f} is an evaluation-only file: this probe chooses, so it reads validation files only")
+    args = parse_validation_args(p, argv)
     model = load_model(args.model)
     fixed = float(model.hop_settings.lexical_weight)
     folder = ChunkVectorFolder(args.chunk_vectors) if args.chunk_vectors else None

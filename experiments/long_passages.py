@@ -24,7 +24,6 @@ margins to `cut`. (The first-hop probe's windows start every `--stride` 128 toke
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from squad_probe import parse_validation_args, squad_probe_parser  # experiments/squad_probe.py
 
 from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text import KS, machine, run_squad, squad_scores
@@ -44,7 +44,6 @@ from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.lexical import LexicalIndex, lexical_evidence
 from qrag.training.search.searcher import load_model
 
-EVALUATION_ONLY = ("nyt", "reddit", "squaddev")
 CUT, READ512, MEAN, MAX = "cut", "read512", "windows_mean", "windows_max"
 
 
@@ -136,21 +135,12 @@ def _summary(per_mode: dict[str, list[dict[str, float]]], keep: Sequence[bool]) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--squad", action="append", required=True, help="a validation SQuAD-format file (repeat)")
-    p.add_argument("--model", default="qrag/hotpotqa-minilm")
-    p.add_argument("--num-questions", type=int, default=500)
-    p.add_argument("--seed", type=int, default=0)
+    p = squad_probe_parser(__doc__)
     p.add_argument("--stride", type=int, default=128, help="window stride in tokens (windows of max_chunk_tokens)")
     p.add_argument("--parts", default="first_hop,search",
                    help="first_hop (four modes, the first hop's ranking) and/or search (cut against windows, the whole "
                         "search as `qrag-eval ordinary-text` runs it)")
-    p.add_argument("--chunk-vectors", type=Path, default=None, help="folder that keeps chunk vectors between runs")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    for f in args.squad:
-        if any(name in Path(f).name.lower() for name in EVALUATION_ONLY):
-            p.error(f"{f} is an evaluation-only file: this probe chooses, so it reads validation files only")
+    args = parse_validation_args(p, argv)
     torch.manual_seed(0)
     model = load_model(args.model)
     parts = set(args.parts.split(","))
