@@ -39,7 +39,7 @@ from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text_data import MultiRCQuestion, SquadPool, load_multirc, load_squad, paragraphs
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
-from qrag.training.search.index import ChunkIndex, LongChunks
+from qrag.training.search.index import ChunkIndex, LongChunks, weighs_pairs
 from qrag.training.search.lexical import LexicalIndex, reciprocal_rank_fusion
 from qrag.training.search.searcher import MultiHopSearcher, SearchConfig, load_model
 from qrag.training.search.windows import Windows
@@ -132,7 +132,8 @@ def run_squad(pool: SquadPool, model: QNetwork, base: QNetwork, *, ks: Sequence[
     vectors = _vectors(model, pool.passages, folder)  # (N, D)
     base_vectors = vectors if base.chunk_vectors_key() == model.chunk_vectors_key() else _vectors(base, pool.passages, folder)
     windows = Windows.of(model, pool.passages) if long_chunks == "windows" else None
-    index = ChunkIndex(vectors, pool.passages, encoder=model.config.encoder, lexical=LexicalIndex.from_texts(pool.passages),
+    index = ChunkIndex(vectors, pool.passages, encoder=model.config.encoder,
+                       lexical=LexicalIndex.from_texts(pool.passages, pairs=weighs_pairs(model)),
                        windows=windows, long_chunks=long_chunks)
     index_s = time.perf_counter() - started
     cos = _cosine(base, pool.questions, base_vectors)  # (B, N)

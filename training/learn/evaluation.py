@@ -40,7 +40,8 @@ def evaluate(
     for start in range(0, len(episodes), num_envs):
         group = list(episodes[start : start + num_envs])
         vectors = [episode_vectors(qnet, ep, batch_size, store) for ep in group]
-        lexical = [corpus_lexical(tuple(ep.chunks)) for ep in group] if weight > 0 else None
+        lexical = ([corpus_lexical(tuple(ep.chunks), pairs=qnet.hop_settings.pair_weight > 0) for ep in group]
+                   if weight > 0 else None)
         corpora = hops.Corpora.padded(vectors, [ep.chunks for ep in group], qnet.device, lexical)
 
         def complete(b: int, taken: list[int], group: list[Episode] = group) -> bool:

@@ -132,6 +132,10 @@ class HopSettings:
     """Weight ω of lexical evidence at every hop (METHOD.md §4.5): chunks are ranked by Q + ω · BM25 of the
     state's text, scaled to [0, 1] by the best available chunk; the stop rule still reads Q alone. 0: Q alone
     (no lexical index is needed)."""
+    pair_weight: float = 0.0
+    """Weight ρ of the word pairs within the lexical evidence (METHOD.md §4.5): the evidence is the state text's
+    BM25 over words plus ρ × the question's BM25 over adjacent word pairs, each scaled to [0, 1] by the best
+    available chunk, so chunks are ranked by Q + ω · (words + ρ · pairs). 0: words alone (models saved before)."""
 
     def validate(self) -> HopSettings:
         if isinstance(self.max_hops, bool) or not isinstance(self.max_hops, int) or self.max_hops < 1:
@@ -145,6 +149,8 @@ class HopSettings:
             raise ConfigError(f"hops.fill must be one of {list(FILLS)}, got {self.fill!r}.")
         if not lexical_weight_ok(self.lexical_weight):
             raise ConfigError(f"hops.lexical_weight must be a finite number >= 0, got {self.lexical_weight!r}.")
+        if not lexical_weight_ok(self.pair_weight):
+            raise ConfigError(f"hops.pair_weight must be a finite number >= 0, got {self.pair_weight!r}.")
         return self
 
 

@@ -480,22 +480,39 @@ def hop_scores(model: QNetwork, questions: Sequence[str], corpora: Corpora, rows
     if lexical_weight == 0:
         return q, q
     texts = [state_text(questions[b], [corpora.texts[b][i] for i in t]) for b, t in zip(rows, taken, strict=True)]
-    return q, q + lexical_weight * _lexical_evidence(corpora, rows, texts, torch.isfinite(q)).to(q.device)
+    evidence = _lexical_evidence(corpora, rows, texts, names, torch.isfinite(q), model.hop_settings.pair_weight)
+    return q, q + lexical_weight * evidence.to(q.device)
 
 
-def _lexical_evidence(corpora: Corpora, rows: Sequence[int], texts: Sequence[str], available: torch.Tensor) -> torch.Tensor:
-    """(R, N) lexical evidence of each state's text over question `rows[r]`'s corpus (0 on padding)."""
+def _lexical_evidence(corpora: Corpora, rows: Sequence[int], texts: Sequence[str], questions: Sequence[str],
+                      available: torch.Tensor, pair_weight: float = 0.0) -> torch.Tensor:
+    """(R, N) lexical evidence of each state's text over question `rows[r]`'s corpus (0 on padding): its words'
+    BM25 scaled to [0, 1], plus `pair_weight` × the word pairs' BM25 of the question `questions[r]` alone (not of
+    the passages taken: their phrases would pull in their own neighbours), scaled the same way (§4.5)."""
     indexes = corpora.lexical
     if indexes is None or any(indexes[b] is None for b in rows):
         raise SearchError("this search weighs lexical evidence (lexical_weight > 0) but the corpus has no lexical "
                           "index: build the index with lexical=True (the retrievers do when the model needs it), or "
                           "search with lexical_weight=0.")
-    bm25 = torch.zeros(available.shape, dtype=torch.float32)  # (R, N)
-    for index in {id(indexes[b]): indexes[b] for b in rows}.values():  # one BM25 pass per distinct corpus
-        mine = [r for r, b in enumerate(rows) if indexes[b] is index]
-        assert index is not None
-        bm25[mine, : len(index)] = index.scores([texts[r] for r in mine])  # (R', N_b)
-    return lexical_evidence(bm25, available.cpu())  # (R, N)
+    held = {id(indexes[b]): indexes[b] for b in rows}.values()  # one BM25 pass per distinct corpus
+    if pair_weight > 0 and any(index is not None and index.pairs is None for index in held):
+        raise SearchError("this model weighs word pairs in its lexical evidence (hop_settings.pair_weight > 0) but "
+                          "the corpus's lexical index holds none: build it with pairs (ChunkIndex.with_lexical("
+                          "pairs=True); the searchers and retrievers do), or set the model's pair_weight to 0.")
+    out = torch.zeros(available.shape, dtype=torch.float32)  # (R, N)
+    for part, weight in (("words", 1.0), ("pairs", pair_weight)):
+        if weight == 0:
+            continue
+        bm25 = torch.zeros(available.shape, dtype=torch.float32)  # (R, N)
+        for index in held:
+            mine = [r for r, b in enumerate(rows) if indexes[b] is index]
+            assert index is not None
+            if part == "words":
+                bm25[mine, : len(index)] = index.scores([texts[r] for r in mine])
+            else:
+                bm25[mine, : len(index)] = index.pair_scores([questions[r] for r in mine])
+        out += weight * lexical_evidence(bm25, available.cpu())  # (R, N)
+    return out
 
 
 def stops(threshold: float | None, min_hops: int, hop: int, best_q: float) -> bool:

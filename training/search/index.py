@@ -69,6 +69,13 @@ MASK_CACHE_SIZE = 64
 64 × N bytes (6.4 MB at 100 000 chunks)."""
 
 
+def weighs_pairs(model: object) -> bool:
+    """Whether `model`'s lexical evidence weighs word pairs (`HopSettings.pair_weight` > 0, METHOD.md §4.5), so its
+    lexical index must hold them."""
+    settings = getattr(model, "hop_settings", None)
+    return settings is not None and settings.lexical_weight > 0 and settings.pair_weight > 0
+
+
 class IndexLoadError(ValueError):
     """A saved index folder is missing, incomplete or corrupt; the message names the file and the fix."""
 
@@ -355,14 +362,18 @@ class ChunkIndex:
         """The later windows of the chunks longer than the chunk tower reads (None: none was embedded)."""
         return self._version.windows
 
-    def with_lexical(self) -> ChunkIndex:
-        """Build the BM25 index of the texts if the index has none yet (in place; returns the index). Indexes of the
-        same texts share one (`lexical.corpus_lexical`)."""
-        if self._version.lexical is None:
+    def with_lexical(self, *, pairs: bool = False) -> ChunkIndex:
+        """Build the BM25 index of the texts if the index has none yet, or (`pairs`) one without word pairs (in
+        place; returns the index). Indexes of the same texts share one (`lexical.corpus_lexical`)."""
+
+        def lacking(lexical: LexicalIndex | None) -> bool:
+            return lexical is None or (pairs and lexical.pairs is None)
+
+        if lacking(self._version.lexical):
             with self._writer:
                 v = self._version
-                if v.lexical is None:
-                    self._version = replace(v, lexical=corpus_lexical(tuple(v.texts)), lexical_shared=True)
+                if lacking(v.lexical):
+                    self._version = replace(v, lexical=corpus_lexical(tuple(v.texts), pairs=pairs), lexical_shared=True)
         return self
 
     # ------------------------------------------------------------------ construction
@@ -396,7 +407,8 @@ class ChunkIndex:
             ordered: Declare the texts one document in reading order (position-aware models need it).
             precision: The encoder's arithmetic: 'fp32' (exact, the default), 'bf16' (about 3x faster on a CPU
                 with AVX512-BF16, and on GPUs; vectors within about 0.5% of fp32's) or 'fp16' (GPU only).
-            lexical: Also build the BM25 index of the texts (models that weigh lexical evidence need it).
+            lexical: Also build the BM25 index of the texts (models that weigh lexical evidence need it), with
+                their word pairs where the model weighs them (`HopSettings.pair_weight`).
             mask_cache_size: Filter masks kept per version (`MaskCache`).
             long_chunks: Chunks longer than the chunk tower reads (`max_chunk_tokens`): 'windows' (the default)
                 also embeds their later windows, and a search scores each by its best window (the chunk is still
@@ -423,7 +435,8 @@ class ChunkIndex:
         tower = getattr(model, "chunk_tower_fingerprint", None)  # duck-typed models may not have one
         return cls(vectors, texts, ids_, metas, backend=backend, encoder=model.config.encoder,
                    chunk_tower=tower() if callable(tower) else None, ordered=ordered,
-                   lexical=LexicalIndex.from_texts(texts) if lexical else None, precision=precision,
+                   lexical=LexicalIndex.from_texts(texts, pairs=weighs_pairs(model)) if lexical else None,
+                   precision=precision,
                    mask_cache_size=mask_cache_size, windows=windows, long_chunks=long_chunks)
 
     # ------------------------------------------------------------------ properties

@@ -16,7 +16,11 @@ the `bm25` and `hybrid` baselines of `qrag-eval` rank by:
     idf(w) = ln(1 + (N − df(w) + 0.5) / (df(w) + 0.5)),
 
 a word repeated in the query counting once per repetition, |c| the chunk's words, avgdl their mean over the N
-chunks (chunks without a word count in N and avgdl, and score 0). `reciprocal_rank_fusion` is the fusion
+chunks (chunks without a word count in N and avgdl, and score 0). An index built with `pairs` holds a second one
+over adjacent word pairs (`_pairs`: stop words and one-letter words kept; `pair_scores`), which a model with a
+`HopSettings.pair_weight` ρ adds to its evidence, ρ × the question's pairs' BM25 scaled the same way (METHOD.md
+§4.5).
+`reciprocal_rank_fusion` is the fusion
 LangChain's `EnsembleRetriever` and LlamaIndex's `QueryFusionRetriever` apply to BM25 and a vector store:
 Σ_i w_i / (c + rank_i), c = 60.
 
@@ -59,6 +63,8 @@ FORMAT = "qrag-lexical-index"
 VERSION = 2  # 1: bm25s's own files (precomputed scores), read back only by rebuilding from the texts
 STOPWORDS = "en"
 WORD = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) token pattern
+PAIR_WORD = re.compile(r"(?u)\b\w+\b")  # the words word pairs are made of: every run, one letter included
+PAIRS_DIR = "pairs"  # a saved index's word-pair index, when it holds one
 SCRATCH = 1 << 22  # query rows × chunks scored at once, bounding the float64 scratch to 32 MB
 CACHE_CORPORA = 1024
 """`corpus_lexical` holds the indexes of at most this many corpora..."""
@@ -84,6 +90,17 @@ def _words(text: str) -> list[str]:
     """The words BM25 reads in `text`, in order, as `bm25s.tokenize(..., stopwords='en')` gives them."""
     stop = _stopwords()
     return [w for w in WORD.findall(text.lower()) if w not in stop]
+
+
+def _pairs(text: str) -> list[str]:
+    """The word pairs BM25 reads in `text`: each two adjacent lower-cased runs of word characters, stop words and
+    one-letter words kept ("the bank of england" -> "the bank", "bank of", "of england")."""
+    words = PAIR_WORD.findall(text.lower())
+    return [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+
+
+TERMS = {"words": _words, "pairs": _pairs}
+"""What an index's terms are, by name: its header records it."""
 
 
 def _checked_texts(texts: Iterable[str], what: str) -> list[str]:
@@ -229,16 +246,22 @@ class LexicalIndex:
         [0.047, 0.476, 0.057]
     """
 
-    def __init__(self, segments: Sequence[_Segment], vocabulary: _Vocabulary) -> None:
+    def __init__(self, segments: Sequence[_Segment], vocabulary: _Vocabulary, *, terms: str = "words",
+                 pairs: LexicalIndex | None = None) -> None:
         self._segments = tuple(segments)
         self._vocabulary = vocabulary
+        self.terms = terms
+        self._terms_of = TERMS[terms]
+        self.pairs = pairs
+        """BM25 over the same chunks' word pairs (`_pairs`), kept in step with this index; None: not built."""
         self._offsets = np.cumsum([0, *(s.size for s in self._segments)])  # (S + 1,) first row of each segment
         self.count = int(self._offsets[-1])
         self._total_words = sum(s.words for s in self._segments)
 
     @classmethod
-    def from_texts(cls, texts: Sequence[str]) -> LexicalIndex:
-        """Index `texts` (one document per chunk, in the corpus's order; a text without a word scores 0).
+    def from_texts(cls, texts: Sequence[str], *, pairs: bool = False) -> LexicalIndex:
+        """Index `texts` (one document per chunk, in the corpus's order; a text without a word scores 0); with
+        `pairs`, their word pairs too (`pair_scores`: the evidence of models with a pair weight, METHOD.md §4.5).
 
         Raises:
             ValueError: no text, or one that is not a string (named by its index).
@@ -246,8 +269,13 @@ class LexicalIndex:
         texts = _checked_texts(texts, "texts")
         if not texts:
             raise ValueError("a lexical index needs at least one text.")
+        return cls._built(texts, "words", cls._built(texts, "pairs", None) if pairs else None)
+
+    @classmethod
+    def _built(cls, texts: Sequence[str], terms: str, pairs: LexicalIndex | None) -> LexicalIndex:
         vocabulary = _Vocabulary()
-        return cls(_tiered([_Segment.of_ids(vocabulary.add([_words(t) for t in texts]))]), vocabulary)
+        segment = _Segment.of_ids(vocabulary.add([TERMS[terms](t) for t in texts]))
+        return cls(_tiered([segment]), vocabulary, terms=terms, pairs=pairs)
 
     def __len__(self) -> int:
         return self.count
@@ -268,8 +296,9 @@ class LexicalIndex:
         texts = _checked_texts(texts, "texts")
         if not texts:
             return self
-        new = _Segment.of_ids(self._vocabulary.add([_words(t) for t in texts]))
-        return LexicalIndex(_tiered([*self._segments, new]), self._vocabulary)
+        new = _Segment.of_ids(self._vocabulary.add([self._terms_of(t) for t in texts]))
+        return LexicalIndex(_tiered([*self._segments, new]), self._vocabulary, terms=self.terms,
+                            pairs=None if self.pairs is None else self.pairs.added(texts))
 
     def deleted(self, rows: Iterable[int]) -> LexicalIndex:
         """A new index without chunk rows `rows` (rows of this version); the others keep their order and this
@@ -290,7 +319,8 @@ class LexicalIndex:
         cut = np.searchsorted(drop, self._offsets)  # (S + 1,) the rows to drop of each segment
         kept = [s if cut[i] == cut[i + 1] else s.without(drop[cut[i]:cut[i + 1]] - self._offsets[i])
                 for i, s in enumerate(self._segments)]
-        return LexicalIndex(_tiered(kept), self._vocabulary)
+        return LexicalIndex(_tiered(kept), self._vocabulary, terms=self.terms,
+                            pairs=None if self.pairs is None else self.pairs.deleted(drop.tolist()))
 
     # ------------------------------------------------------------------ scoring
     def scores(self, queries: Sequence[str]) -> torch.Tensor:
@@ -303,6 +333,17 @@ class LexicalIndex:
         for r in range(0, len(queries), step):
             out[r:r + step] = self._scores(queries[r:r + step])
         return torch.from_numpy(out)
+
+    def pair_scores(self, queries: Sequence[str]) -> torch.Tensor:
+        """(R, N) BM25 score of every chunk for each query's word pairs (`_pairs`; the same BM25, k1 and b).
+
+        Raises:
+            ValueError: the index was built without word pairs.
+        """
+        if self.pairs is None:
+            raise ValueError("this lexical index holds no word pairs: build it with LexicalIndex.from_texts(texts, "
+                             "pairs=True) (ChunkIndex.with_lexical(pairs=True) does).")
+        return self.pairs.scores(queries)
 
     def top(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(R, K) best BM25 scores and their chunk rows per query, best first, K = min(k, N); equal scores come
@@ -328,10 +369,10 @@ class LexicalIndex:
         if self._total_words == 0 or n_q == 0:
             return out  # no chunk holds a word
         ids = self._vocabulary.ids
-        pairs = [(r, i) for r, q in enumerate(queries) for i in map(ids.get, _words(q)) if i is not None]
-        if not pairs:
+        known = [(r, i) for r, q in enumerate(queries) for i in map(ids.get, self._terms_of(q)) if i is not None]
+        if not known:
             return out
-        q_row, q_term = np.asarray(pairs, dtype=np.int64).T  # (Q,) each: one per known word of a query
+        q_row, q_term = np.asarray(known, dtype=np.int64).T  # (Q,) each: one per known word of a query
         terms, term_of = np.unique(q_term, return_inverse=True)  # (U,) and (Q,)
         pair, times = np.unique(q_row * len(terms) + term_of, return_counts=True)  # a repeated word counts again
         p_row, p_term = pair // len(terms), pair % len(terms)  # (Qd,) each
@@ -360,23 +401,32 @@ class LexicalIndex:
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
         """Write the index into `folder` (atomic: built beside it, then renamed in): its segments' arrays (.npy)
-        with their words renumbered 0 … V−1 in `words.json`, and a header."""
+        with their terms renumbered 0 … V−1 in `words.json`, a header, and the word-pair index's own in `pairs/`."""
         target = Path(folder)
+        with atomic_dir(target, replace=lambda d: (d / HEADER_FILE).is_file() or not any(d.iterdir())) as tmp:
+            self._write(tmp)
+        return target
+
+    def _write(self, tmp: Path) -> None:
         used = np.unique(np.concatenate([s.terms for s in self._segments] or [np.zeros(0, np.int64)]))  # (V,)
         words = [self._vocabulary.words[i] for i in used.tolist()]
         arrays = {"terms": [np.searchsorted(used, s.terms) for s in self._segments],  # ascending stays ascending
                   "starts": [s.starts for s in self._segments], "rows": [s.rows for s in self._segments],
                   "tf": [s.tf for s in self._segments], "lengths": [s.lengths for s in self._segments]}
-        head = {"format": FORMAT, "version": VERSION, "count": self.count, "k1": K1, "b": B, "stopwords": STOPWORDS,
+        head = {"format": FORMAT, "version": VERSION, "count": self.count, "k1": K1, "b": B,
+                "stopwords": self._stopwords_name(), "terms": self.terms, "pairs": self.pairs is not None,
                 "words": len(words), "segments": [[s.size, len(s.terms), len(s.rows)] for s in self._segments]}
-        with atomic_dir(target, replace=lambda d: (d / HEADER_FILE).is_file() or not any(d.iterdir())) as tmp:
-            for name, parts in arrays.items():
-                dtype = np.int32 if name in ("rows", "tf", "lengths") else np.int64
-                np.save(tmp / f"{name}.npy", np.concatenate([*parts, np.zeros(0, dtype)]).astype(dtype),
-                        allow_pickle=False)
-            (tmp / WORDS_FILE).write_text(json.dumps(words, ensure_ascii=False), encoding="utf-8")
-            (tmp / HEADER_FILE).write_text(json.dumps(head), encoding="utf-8")
-        return target
+        for name, parts in arrays.items():
+            dtype = np.int32 if name in ("rows", "tf", "lengths") else np.int64
+            np.save(tmp / f"{name}.npy", np.concatenate([*parts, np.zeros(0, dtype)]).astype(dtype), allow_pickle=False)
+        (tmp / WORDS_FILE).write_text(json.dumps(words, ensure_ascii=False), encoding="utf-8")
+        if self.pairs is not None:
+            (tmp / PAIRS_DIR).mkdir()
+            self.pairs._write(tmp / PAIRS_DIR)
+        (tmp / HEADER_FILE).write_text(json.dumps(head), encoding="utf-8")
+
+    def _stopwords_name(self) -> str | None:
+        return STOPWORDS if self.terms == "words" else None  # word pairs keep stop words
 
     @classmethod
     def load(cls, folder: str | Path, count: int | None = None, texts: Sequence[str] | None = None) -> LexicalIndex:
@@ -418,10 +468,19 @@ class LexicalIndex:
 
     @classmethod
     def _read(cls, d: Path, head: dict[str, object]) -> LexicalIndex:
-        """The index of a version-2 folder, every array checked against the header (ValueError where one is off)."""
-        if head.get("version") != VERSION or head.get("k1") != K1 or head.get("b") != B \
-                or head.get("stopwords") != STOPWORDS:
-            raise ValueError(f"unknown version or BM25 settings {head!r:.200}")
+        """The index of a version-2 folder, every array checked against the header (ValueError where one is off);
+        a folder saved before word pairs has no `terms` (words) and no `pairs`."""
+        terms = head.get("terms", "words")
+        if head.get("version") != VERSION or head.get("k1") != K1 or head.get("b") != B or terms not in TERMS \
+                or head.get("stopwords") != (STOPWORDS if terms == "words" else None):
+            raise ValueError(f"unknown version, terms or BM25 settings {head!r:.200}")
+        pairs = None
+        if head.get("pairs", False):
+            sub = json.loads((d / PAIRS_DIR / HEADER_FILE).read_text(encoding="utf-8"))
+            if not isinstance(sub, dict) or sub.get("terms") != "pairs" or sub.get("count") != head["count"] \
+                    or sub.get("pairs", False):
+                raise ValueError(f"{PAIRS_DIR}/{HEADER_FILE} is not a word-pair index of the same chunks")
+            pairs = cls._read(d / PAIRS_DIR, sub)
         words = json.loads((d / WORDS_FILE).read_text(encoding="utf-8"))
         if not isinstance(words, list) or len(words) != head.get("words") or len(set(words)) != len(words):
             raise ValueError(f"{WORDS_FILE} does not hold the header's {head.get('words')} distinct words")
@@ -435,16 +494,16 @@ class LexicalIndex:
         segments = []
         at = np.zeros(4, dtype=np.int64)  # offsets into terms, starts, rows and tf, lengths
         for n, u, p in sizes.tolist():
-            terms, starts = a["terms"][at[0]:at[0] + u], a["starts"][at[1]:at[1] + u + 1]
+            ids, starts = a["terms"][at[0]:at[0] + u], a["starts"][at[1]:at[1] + u + 1]
             rows, tf, lengths = a["rows"][at[2]:at[2] + p], a["tf"][at[2]:at[2] + p], a["lengths"][at[3]:at[3] + n]
             at += (u, u + 1, p, n)
-            if (np.any(np.diff(terms) <= 0) or (u and not 0 <= terms[0] <= terms[-1] < len(words))
+            if (np.any(np.diff(ids) <= 0) or (u and not 0 <= ids[0] <= ids[-1] < len(words))
                     or starts[0] != 0 or starts[-1] != p or np.any(np.diff(starts) <= 0)
                     or np.any((rows < 0) | (rows >= n)) or np.any(tf < 1) or np.any(lengths < 0)):
                 raise ValueError("a segment's arrays are out of range")
-            segments.append(_Segment(terms.astype(np.int64), starts.astype(np.int64), rows.astype(np.int32),
+            segments.append(_Segment(ids.astype(np.int64), starts.astype(np.int64), rows.astype(np.int32),
                                      tf.astype(np.int32), lengths.astype(np.int32)))
-        return cls(segments, _Vocabulary(words))
+        return cls(segments, _Vocabulary(words), terms=str(terms), pairs=pairs)
 
 
 def _best_rows(s: np.ndarray, k: int) -> np.ndarray:
@@ -471,22 +530,27 @@ class _CorpusCache:
         self._chunks_held = 0
         self._lock = threading.Lock()
 
-    def get(self, texts: tuple[str, ...]) -> LexicalIndex:
+    def get(self, texts: tuple[str, ...], pairs: bool = False) -> LexicalIndex:
+        def enough(index: LexicalIndex | None) -> bool:
+            return index is not None and (not pairs or index.pairs is not None)
+
         with self._lock:
             index = self._held.get(texts)
-            if index is not None:
+            if enough(index):
                 self._held.move_to_end(texts)
-                return index
-        index = LexicalIndex.from_texts(texts)
+                return index  # type: ignore[return-value]
+        index = LexicalIndex.from_texts(texts, pairs=pairs)
         if len(texts) > self.chunks:
             return index  # larger than the whole bound: its owner holds it
         with self._lock:
             held = self._held.get(texts)
-            if held is not None:  # another thread built it meanwhile: one index per corpus
+            if enough(held):  # another thread built it meanwhile: one index per corpus
                 self._held.move_to_end(texts)
-                return held
-            self._held[texts] = index
-            self._chunks_held += len(texts)
+                return held  # type: ignore[return-value]
+            if held is None:
+                self._chunks_held += len(texts)
+            self._held[texts] = index  # a held index without word pairs is replaced by this one, which has them
+            self._held.move_to_end(texts)
             while len(self._held) > self.corpora or self._chunks_held > self.chunks:
                 _, dropped = self._held.popitem(last=False)
                 self._chunks_held -= len(dropped)
@@ -512,12 +576,12 @@ class _CorpusCache:
 _CACHE = _CorpusCache(CACHE_CORPORA, CACHE_CHUNKS)
 
 
-def corpus_lexical(texts: Sequence[str]) -> LexicalIndex:
-    """The BM25 index of a corpus given by its texts, built once per process for the corpora seen last (validation
-    episodes are searched at every evaluation of a training run). The cache holds at most `CACHE_CORPORA` corpora
-    and `CACHE_CHUNKS` chunks in all, the least recently used dropped first; a corpus above `CACHE_CHUNKS` chunks
-    is built and not held. Thread-safe."""
-    return _CACHE.get(tuple(texts))
+def corpus_lexical(texts: Sequence[str], *, pairs: bool = False) -> LexicalIndex:
+    """The BM25 index of a corpus given by its texts (with `pairs`, one that holds the word pairs too), built once
+    per process for the corpora seen last (validation episodes are searched at every evaluation of a training run).
+    The cache holds at most `CACHE_CORPORA` corpora and `CACHE_CHUNKS` chunks in all, the least recently used dropped
+    first; a corpus above `CACHE_CHUNKS` chunks is built and not held. Thread-safe."""
+    return _CACHE.get(tuple(texts), pairs)
 
 
 corpus_lexical.cache_clear = _CACHE.clear  # type: ignore[attr-defined]  # empties the cache, as lru_cache's did

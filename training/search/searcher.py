@@ -183,7 +183,7 @@ class MultiHopSearcher:
         if weight == 0:
             return 0.0
         if isinstance(self.store, ChunkIndex):
-            self.store.with_lexical()
+            self.store.with_lexical(pairs=self.model.hop_settings.pair_weight > 0)
             return weight
         if not self._warned_lexical:
             self._warned_lexical = True
@@ -319,7 +319,7 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
         if ix.dim != model.dim:
             raise SearchError(f"the model's vectors have dim {model.dim} but an index holds dim {ix.dim}.")
         if cfg.weight > 0:
-            ix.with_lexical()
+            ix.with_lexical(pairs=model.hop_settings.pair_weight > 0)
     model.eval()
     views = [ix.snapshot() for ix in indexes]  # each question reads one version of its index throughout
     out: list[SearchResult] = []

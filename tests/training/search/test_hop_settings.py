@@ -22,9 +22,11 @@ TEXTS = ["Mary went to the kitchen.", "Mary took the milk there.", "John went to
 
 
 def test_hops_round_trip_through_a_checkpoint(tiny_qnet: QNetwork, tmp_path: Path) -> None:
-    tiny_qnet.hop_settings = HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)
+    tiny_qnet.hop_settings = HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True, lexical_weight=0.3,
+                                         pair_weight=0.5)
     loaded = QNetwork.from_pretrained(tiny_qnet.save_pretrained(tmp_path / "m"))
-    assert loaded.hop_settings == HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True)
+    assert loaded.hop_settings == HopSettings(max_hops=3, stop_threshold=0.125, calibrated=True, lexical_weight=0.3,
+                                              pair_weight=0.5)
 
 
 def test_the_old_attribute_name_still_reads_and_writes_the_hop_settings(tiny_qnet: QNetwork) -> None:

@@ -66,7 +66,7 @@ from qrag.training.model.trunk import check_splittable
 from qrag.training.overlay import ConfigError
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.hops import stop_point
-from qrag.training.search.index import ChunkIndex
+from qrag.training.search.index import ChunkIndex, weighs_pairs
 from qrag.training.search.neighbours import pool_neighbours
 from qrag.training.search.searcher import MultiHopSearcher
 from qrag.training.search.settings import SearchConfig
@@ -216,7 +216,7 @@ class Adapt:
         windows = Windows.of(self.start, self.corpus.texts, precision=r.facts.get("embed_precision", "fp32"))
         self.index = ChunkIndex(self.vectors, self.corpus.texts, self.corpus.ids, encoder=self.start.config.encoder,
                                 chunk_tower=self.start.chunk_tower_fingerprint(), windows=windows,
-                                long_chunks="windows").with_lexical()
+                                long_chunks="windows").with_lexical(pairs=weighs_pairs(self.start))
         self.held_out = self._held_out_questions()
         self.start_val = self._start_validation()
 
