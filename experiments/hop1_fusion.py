@@ -7,7 +7,9 @@ recall@5 with paired 95% intervals against BM25 alone:
 
 - Q alone, and Q + ω · evidence for ω in `WEIGHTS` (the shipped rule and heavier lexical weights);
 - z-score fusion, z(Q) + λ · z(BM25), each standardised over the question's `TOP` best passages of that signal
-  (a common score normalisation for fusing rankers, scale-free in both).
+  (a common score normalisation for fusing rankers, scale-free in both);
+- the question's word pairs beside its words (METHOD.md §4.5): Q + 0.3 · (evidence + ρ · pair evidence), the pair
+  evidence BM25 over adjacent word pairs (`LexicalIndex.pair_scores`) scaled the same way, for ρ in `PAIR_WEIGHTS`.
 
 Validation files only (new_wiki, amazon_reviews); the evaluation-only ones are refused.
 
@@ -32,11 +34,12 @@ from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text import machine
 from qrag.eval.ordinary_text_data import load_squad
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
-from qrag.training.search.lexical import LexicalIndex
+from qrag.training.search.lexical import LexicalIndex, lexical_evidence
 from qrag.training.search.searcher import load_model
 
 WEIGHTS = (0.3, 0.5, 0.7)
 LAMBDAS = (0.3, 0.5, 0.7, 1.0)
+PAIR_WEIGHTS = (0.33, 0.5, 0.67)
 TOP = 100
 
 
@@ -63,23 +66,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         texts = list(pool.passages)
         vectors = (folder.get(model.chunk_vectors_key()).vectors(model, texts) if folder
                    else model.embed_chunks(texts))  # (N, D)
-        bm25 = LexicalIndex.from_texts(texts).scores(list(pool.questions))  # (B, N)
+        lexical = LexicalIndex.from_texts(texts, pairs=True)
+        bm25 = lexical.scores(list(pool.questions))  # (B, N)
+        pairs = lexical_evidence(lexical.pair_scores(list(pool.questions)), torch.ones_like(bm25, dtype=torch.bool))
         with torch.no_grad():
             q, evidence = first_hop_scores(model, pool.questions, vectors, bm25)
         rules = {"bm25": bm25, "Q": q, **{f"Q + {w} evidence": q + w * evidence for w in WEIGHTS},
-                 **{f"z(Q) + {lam} z(BM25)": standardised(q) + lam * standardised(bm25) for lam in LAMBDAS}}
-        lexical = ranks(bm25, pool.gold)
+                 **{f"z(Q) + {lam} z(BM25)": standardised(q) + lam * standardised(bm25) for lam in LAMBDAS},
+                 **{f"Q + 0.3 (evidence + {r} pairs)": q + 0.3 * (evidence + r * pairs) for r in PAIR_WEIGHTS}}
+        lexical_ranks = ranks(bm25, pool.gold)
         entry: dict[str, Any] = {"passages": len(texts), "questions": len(pool.gold), "rules": {}}
         print(Path(f).name, file=sys.stderr)
         for name, score in rules.items():
             r = ranks(score, pool.gold)
             row: dict[str, Any] = {}
             for metric, k in (("hit@1", 1), ("recall@5", 5)):
-                got, ref = (r <= k).float().tolist(), (lexical <= k).float().tolist()
+                got, ref = (r <= k).float().tolist(), (lexical_ranks <= k).float().tolist()
                 row[metric] = statistics.fmean(got)
                 row[f"{metric} vs bm25"] = list(paired_margin(got, ref))
             entry["rules"][name] = row
-            print(f"  {name:<22} hit@1 {row['hit@1']:.3f} ({row['hit@1 vs bm25'][0]:+.3f} ± "
+            print(f"  {name:<32} hit@1 {row['hit@1']:.3f} ({row['hit@1 vs bm25'][0]:+.3f} ± "
                   f"{row['hit@1 vs bm25'][1]:.3f})  recall@5 {row['recall@5']:.3f} ({row['recall@5 vs bm25'][0]:+.3f} ± "
                   f"{row['recall@5 vs bm25'][1]:.3f})", file=sys.stderr)
         result["files"][Path(f).name] = entry

@@ -68,7 +68,7 @@ def test_the_paragraph_model_beats_the_hybrid_and_the_retriever_returns_what_qra
                  for ep in episodes]
     qnet = load_model(HOTPOT_NAME)
     settings = qnet.hop_settings
-    assert (settings.fill, settings.lexical_weight, settings.max_hops) == ("question", 0.3, 2)
+    assert (settings.fill, settings.lexical_weight, settings.pair_weight, settings.max_hops) == ("question", 0.3, 0.67, 2)
     retriever = QRAGRetriever.from_texts(pool, model=qnet, k=4)
     qrag, hybrid = make_retrievers(["qrag", "hybrid"], checkpoint=qnet, budget=4)
     served = [[pool.index(d.page_content) for d in docs] for docs in retriever.batch([ep.question for ep in over_pool])]
