@@ -108,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop rule of qrag+stop and of the guard (default: the --model checkpoint's saved threshold)")
         p.add_argument("--fill", choices=FILL_CHOICES, default=FROM_MODEL,
                        help="what ranks qrag's results past its hops: 'state' (the last state), 'question' (the "
-                            "off-domain guard: hops stop where the stop rule says, the rest is the question's cosine "
-                            "ranking), 'question_unguarded' (every hop, then the question's ranking), 'model' "
+                            "off-domain guard: hops stop where the stop rule says, or where the question's own next "
+                            "passage outscores the hop, and the rest is the question's ranking as the first hop ranks "
+                            "it), 'question_unguarded' (every hop, then the question's ranking), 'model' "
                             "(default: what the checkpoint saved)")
         p.add_argument("--lexical-weight", type=_weight, default=FROM_MODEL,
                        help="weight of BM25 evidence beside qrag's Q-value at every hop (0: Q alone; default 'model': "
