@@ -60,7 +60,7 @@ def test_bm25_indexes_a_shared_pool_once(fixture_file: None, monkeypatch: pytest
     bm25 = BM25Retriever(budget=3)
     built = []
     real = LexicalIndex.from_texts
-    monkeypatch.setattr(LexicalIndex, "from_texts", lambda texts: built.append(1) or real(texts))
+    monkeypatch.setattr(LexicalIndex, "from_texts", lambda texts, pairs=False: built.append(1) or real(texts, pairs=pairs))
     corpus_lexical.cache_clear()
     got = bm25.retrieve(eps)
     assert len(built) == 1 and all(len(r.indices) == 3 for r in got)
