@@ -76,8 +76,8 @@ def test_the_paragraph_model_beats_the_hybrid_and_the_retriever_returns_what_qra
     both_qrag = sum(set(hits[:2]) == set(ep.supporting) for hits, ep in zip(served, over_pool, strict=True))
     both_hybrid = sum(set(r.indices[:2]) == set(ep.supporting)
                       for r, ep in zip(hybrid.retrieve(over_pool), over_pool, strict=True))
-    assert both_qrag >= both_hybrid + 5, (both_qrag, both_hybrid)  # 51 against 44 on the 2-core EPYC, fp32
-    # Past the hops: the question's own state ranked as the first hop ranks it (Q + 0.3 · the question's BM25
+    assert both_qrag >= both_hybrid + 5, (both_qrag, both_hybrid)  # 51 against 44 before word pairs (2-core EPYC, fp32)
+    # Past the hops: the question's own state ranked as the first hop ranks it (Q + 0.3 · the question's lexical
     # evidence), on the hops' scale (METHOD.md §4.4).
     index = retriever.searcher.index
     assert index is not None and index.lexical is not None
