@@ -3,12 +3,15 @@ against bm25s's own index (`qrag.training.search.lexical`).
 
     python scripts/bench_lexical_updates.py --out results/lexical_updates/lexical_updates.json
     python scripts/bench_lexical_updates.py --sizes 5000,20000 --adds 1 --skip-bm25s   # the add cost only
+    python scripts/bench_lexical_updates.py --pairs --sizes 10000,100000 --out results/lexical_updates/pairs.json
 
 Corpora of N passages cycle HotpotQA's test pool (13 789 passages), each with its row number appended so that they
 stay distinct. For each N: `from_texts` over N (the base) and over N + m (a rebuild), `added` of m new passages to
 the base (median of --repeats), a run of single adds one after the other (amortised merges: mean, median, max), a
 one-row `deleted`, and the time of `scores()` for one question against bm25s's `get_scores` over the same N.
-Prints a Markdown table and writes JSON with the machine (CPU flags, threads).
+Prints a Markdown table and writes JSON with the machine (CPU flags, threads). With --pairs, only what the word-pair
+index (METHOD.md §4.5) adds, side by side in one run: `from_texts` with and without pairs (median of --repeats), the
+arrays' bytes per chunk and the terms of each part, and five questions' `scores` against their `pair_scores`.
 """
 
 from __future__ import annotations
@@ -98,6 +101,23 @@ def bench_size(pool: tuple[str, ...], n: int, adds: list[int], repeats: int, cha
     return row
 
 
+def bench_pairs(pool: tuple[str, ...], n: int, repeats: int) -> dict[str, Any]:
+    texts = corpus(pool, 0, n)
+    words_s, words = timed(lambda: LexicalIndex.from_texts(texts), repeats)
+    both_s, both = timed(lambda: LexicalIndex.from_texts(texts, pairs=True), repeats)
+    assert both.pairs is not None
+    row = {"n": n, "words_from_texts_s": words_s, "words_and_pairs_from_texts_s": both_s, "build_ratio": both_s / words_s,
+           "words_bytes_per_chunk": index_bytes(words) / n, "pairs_bytes_per_chunk": index_bytes(both.pairs) / n,
+           "word_terms": len(words._vocabulary.words), "pair_terms": len(both.pairs._vocabulary.words)}
+    row["scores_five_queries_s"], _ = timed(lambda: both.scores(QUESTIONS), repeats * 3)
+    row["pair_scores_five_queries_s"], _ = timed(lambda: both.pair_scores(QUESTIONS), repeats * 3)
+    print(f"  N={n}: from_texts {words_s:.2f} s, with pairs {both_s:.2f} s ({both_s / words_s:.2f}x); bytes/chunk "
+          f"{row['words_bytes_per_chunk']:.0f} + {row['pairs_bytes_per_chunk']:.0f}; 5 queries "
+          f"{row['scores_five_queries_s'] * 1e3:.1f} ms, their pairs {row['pair_scores_five_queries_s'] * 1e3:.1f} ms",
+          flush=True)
+    return row
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| N | m | added (ms) | from_texts N+m (s) | speed-up | 200 single adds: mean / max (ms) | "
              "deleted 1 (ms) | scores 1 query (ms) | bm25s get_scores (ms) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -118,15 +138,20 @@ def main() -> int:
     ap.add_argument("--rebuild-repeats", type=int, default=1, help="repeats of each from_texts rebuild")
     ap.add_argument("--chain", type=int, default=200, help="single adds one after the other")
     ap.add_argument("--skip-bm25s", action="store_true", help="no bm25s build to time queries against")
+    ap.add_argument("--pairs", action="store_true", help="only the word-pair index's costs beside the words'")
     ap.add_argument("--out", type=Path, default=None, help="JSON file to write")
     args = ap.parse_args()
     pool = hotpot_pool.load_pool().pools["test"]
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         print(f"N = {n:,}", flush=True)
+        if args.pairs:
+            rows.append(bench_pairs(pool, n, args.repeats))
+            continue
         rows.append(bench_size(pool, n, [int(m) for m in args.adds.split(",")], args.repeats, args.chain,
                                not args.skip_bm25s, args.rebuild_repeats))
-    print(table(rows))
+    if not args.pairs:
+        print(table(rows))
     result = {"machine": {"processor": platform.processor() or platform.machine(), "cpu_flags": speed_flags(),
                           "threads": torch.get_num_threads(), "python": platform.python_version(),
                           "numpy": np.__version__},
