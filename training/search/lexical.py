@@ -70,7 +70,8 @@ CACHE_CORPORA = 1024
 """`corpus_lexical` holds the indexes of at most this many corpora..."""
 CACHE_CHUNKS = 500_000
 """...and of at most this many chunks in all (about 100 MB: some 200 bytes of arrays a paragraph-sized chunk, plus
-the words); a larger corpus is not held."""
+the words; about 350 MB where the indexes hold word pairs, some 500 bytes more a chunk); a larger corpus is not
+held."""
 
 
 class LexicalLoadError(ValueError):
