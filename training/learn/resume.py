@@ -107,6 +107,12 @@ class Resumable:
         if saved_model != current:
             diff = {k: (saved_model.get(k), v) for k, v in current.items() if saved_model.get(k) != v}
             raise ResumeError(f"cannot resume {str(folder)!r}: model settings differ (saved, now): {diff}.")
+        # Which layers train decides the optimizer's parameters: a run resumes with the layers it trained.
+        saved_layers = {**TrainConfig().to_dict()["trainer"], **state["config"].get("trainer", {})}["train_layers"]
+        if saved_layers != self.config.trainer.train_layers:
+            raise ResumeError(f"cannot resume {str(folder)!r}: it trained with trainer.train_layers {saved_layers}, "
+                              f"this run asks for {self.config.trainer.train_layers}; resume with train_layers "
+                              f"{saved_layers} (the checkpoint is kept as it is), or choose another trainer.output_dir.")
         online_tensors = read_weights(folder / MODEL_DIR / WEIGHTS_FILE)  # NaN/inf weights refused
         self.online.load_state_dict(online_tensors, strict=False)
         self.target.load_state_dict({k[len("target."):]: v for k, v in tensors.items() if k.startswith("target.")},

@@ -14,6 +14,7 @@ import torch
 
 from qrag.training.learn import td
 from qrag.training.learn.acting import score_step
+from qrag.training.learn.checkpoint_files import ResumeError
 from qrag.training.learn.config import TrainConfig
 from qrag.training.learn.trainer import Trainer
 from qrag.training.model.qnet import QNetwork
@@ -141,6 +142,23 @@ def test_a_run_saves_a_whole_state_tower_and_resumes(three_layer_encoder: Path, 
     assert resumed.transitions == trainer.transitions and resumed.updates == trainer.updates
     for (name, a), b in zip(trainer.online.state_dict().items(), resumed.online.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"online {name} differs after resume")
+
+
+def test_resuming_with_other_top_layers_is_refused_by_name_and_the_checkpoint_kept(three_layer_encoder: Path,
+                                                                                   tmp_path: Path) -> None:
+    first = Trainer(config(three_layer_encoder, tmp_path, layers=1), make_two_hop_episodes(30, 0))
+    first._prepare_output_dir()
+    first.update(first.collect_rollout())
+    first.save_checkpoint()
+    saved = sorted(p.name for p in (tmp_path / "last").rglob("*"))
+    del first
+    with pytest.raises(ResumeError, match="trained with trainer.train_layers 1, this run asks for 2; resume with "
+                                          "train_layers 1"):
+        Trainer(config(three_layer_encoder, tmp_path, layers=2, resume=True), make_two_hop_episodes(30, 0)).train()
+    assert sorted(p.name for p in (tmp_path / "last").rglob("*")) == saved
+    resumed = Trainer(config(three_layer_encoder, tmp_path, layers=1, resume=True), make_two_hop_episodes(30, 0))
+    resumed.train()
+    assert resumed.updates > 1
 
 
 @pytest.mark.parametrize("change,message", [
