@@ -68,15 +68,14 @@ def squad_part(model: QNetwork, base: QNetwork, files: Sequence[str], args: Any,
     return out
 
 
-def hotpot_part(model: QNetwork, work: Path, weight: float, folder: Path | None) -> dict[str, list[float]]:
+def hotpot_part(model: QNetwork, work: Path, weight: float, folder: ChunkVectorFolder | None) -> dict[str, list[float]]:
     """Per HotpotQA validation question, qrag's fact EM@2 and recall@2/5/10 (the sweep's records)."""
     cfg = RunConfig(benchmark="hotpotqa_pool", out=work / f"hotpot_{weight:g}", methods=("qrag",), tasks=("val",),
-                    num_samples=1000, model="qrag/hotpotqa-minilm", budget=10, chunk_vectors=folder, progress=False)
-    keep = ChunkVectorFolder(folder) if folder is not None else None
-    retrievers = make_retrievers(("qrag",), checkpoint=model, budget=10, chunk_vectors=keep)
-    run(cfg, retrievers=retrievers)
-    if keep is not None:
-        keep.save()
+                    num_samples=1000, model="qrag/hotpotqa-minilm", budget=10,
+                    chunk_vectors=None if folder is None else folder.folder, progress=False)
+    run(cfg, retrievers=make_retrievers(("qrag",), checkpoint=model, budget=10, chunk_vectors=folder))
+    if folder is not None:
+        folder.save()
     records = sorted(read_results(cfg.out / "results.jsonl"), key=lambda r: r["id"])
     return {m: [float(r[m]) for r in records] for m in HOTPOT}
 
@@ -97,9 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.perf_counter()
         with torch.no_grad():
             squad = squad_part(model, base, args.squad, args, folder)
-        if folder is not None:
-            folder.save()
-        hotpot = hotpot_part(model, args.work, w, args.chunk_vectors)
+        hotpot = hotpot_part(model, args.work, w, folder)
         per[w] = {"squad": squad, "hotpot": hotpot, "seconds": time.perf_counter() - started}
         print(f"ρ {w:g}: " + "  ".join(f"{name} " + " ".join(f"{statistics.fmean(v['qrag'][m]):.3f}" for m in METRICS)
                                         for name, v in squad.items())

@@ -19,6 +19,7 @@ from qrag.training.model.config import StateOrder
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import hops
 from qrag.training.search.chunk_vectors import ChunkVectorCache
+from qrag.training.search.index import weighs_pairs
 from qrag.training.search.lexical import corpus_lexical
 
 
@@ -40,8 +41,7 @@ def evaluate(
     for start in range(0, len(episodes), num_envs):
         group = list(episodes[start : start + num_envs])
         vectors = [episode_vectors(qnet, ep, batch_size, store) for ep in group]
-        lexical = ([corpus_lexical(tuple(ep.chunks), pairs=qnet.hop_settings.pair_weight > 0) for ep in group]
-                   if weight > 0 else None)
+        lexical = [corpus_lexical(tuple(ep.chunks), pairs=weighs_pairs(qnet)) for ep in group] if weight > 0 else None
         corpora = hops.Corpora.padded(vectors, [ep.chunks for ep in group], qnet.device, lexical)
 
         def complete(b: int, taken: list[int], group: list[Episode] = group) -> bool:

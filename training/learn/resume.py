@@ -108,7 +108,7 @@ class Resumable:
             diff = {k: (saved_model.get(k), v) for k, v in current.items() if saved_model.get(k) != v}
             raise ResumeError(f"cannot resume {str(folder)!r}: model settings differ (saved, now): {diff}.")
         # Which layers train decides the optimizer's parameters: a run resumes with the layers it trained.
-        saved_layers = {**TrainConfig().to_dict()["trainer"], **state["config"].get("trainer", {})}["train_layers"]
+        saved_layers = state["config"].get("trainer", {}).get("train_layers", TrainConfig().trainer.train_layers)
         if saved_layers != self.config.trainer.train_layers:
             raise ResumeError(f"cannot resume {str(folder)!r}: it trained with trainer.train_layers {saved_layers}, "
                               f"this run asks for {self.config.trainer.train_layers}; resume with train_layers "

@@ -499,20 +499,16 @@ def _lexical_evidence(corpora: Corpora, rows: Sequence[int], texts: Sequence[str
         raise SearchError("this model weighs word pairs in its lexical evidence (hop_settings.pair_weight > 0) but "
                           "the corpus's lexical index holds none: build it with pairs (ChunkIndex.with_lexical("
                           "pairs=True); the searchers and retrievers do), or set the model's pair_weight to 0.")
-    out = torch.zeros(available.shape, dtype=torch.float32)  # (R, N)
-    for part, weight in (("words", 1.0), ("pairs", pair_weight)):
-        if weight == 0:
-            continue
-        bm25 = torch.zeros(available.shape, dtype=torch.float32)  # (R, N)
-        for index in held:
-            mine = [r for r, b in enumerate(rows) if indexes[b] is index]
-            assert index is not None
-            if part == "words":
-                bm25[mine, : len(index)] = index.scores([texts[r] for r in mine])
-            else:
-                bm25[mine, : len(index)] = index.pair_scores([questions[r] for r in mine])
-        out += weight * lexical_evidence(bm25, available.cpu())  # (R, N)
-    return out
+    words = torch.zeros(available.shape, dtype=torch.float32)  # (R, N)
+    pairs = torch.zeros(available.shape, dtype=torch.float32) if pair_weight > 0 else None  # (R, N)
+    for index in held:
+        mine = [r for r, b in enumerate(rows) if indexes[b] is index]
+        assert index is not None
+        words[mine, : len(index)] = index.scores([texts[r] for r in mine])  # (R', N_b)
+        if pairs is not None:
+            pairs[mine, : len(index)] = index.pair_scores([questions[r] for r in mine])
+    evidence = lexical_evidence(words, available.cpu())  # (R, N)
+    return evidence if pairs is None else evidence + pair_weight * lexical_evidence(pairs, available.cpu())
 
 
 def stops(threshold: float | None, min_hops: int, hop: int, best_q: float) -> bool:

@@ -70,10 +70,10 @@ MASK_CACHE_SIZE = 64
 
 
 def weighs_pairs(model: object) -> bool:
-    """Whether `model`'s lexical evidence weighs word pairs (`HopSettings.pair_weight` > 0, METHOD.md §4.5), so its
-    lexical index must hold them."""
+    """Whether `model`'s lexical evidence weighs word pairs (`HopSettings.pair_weight` > 0, METHOD.md §4.5), so the
+    lexical index it searches must hold them."""
     settings = getattr(model, "hop_settings", None)
-    return settings is not None and settings.lexical_weight > 0 and settings.pair_weight > 0
+    return settings is not None and settings.pair_weight > 0
 
 
 class IndexLoadError(ValueError):

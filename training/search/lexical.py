@@ -104,6 +104,11 @@ TERMS = {"words": _words, "pairs": _pairs}
 """What an index's terms are, by name: its header records it."""
 
 
+def _stopwords_of(terms: object) -> str | None:
+    """The stop words an index of these terms drops, as its header names them (word pairs keep stop words)."""
+    return STOPWORDS if terms == "words" else None
+
+
 def _checked_texts(texts: Iterable[str], what: str) -> list[str]:
     if isinstance(texts, str):
         raise ValueError(f"{what} must be a sequence of texts, got one string {texts[:40]!r}; wrap it in a list.")
@@ -415,7 +420,7 @@ class LexicalIndex:
                   "starts": [s.starts for s in self._segments], "rows": [s.rows for s in self._segments],
                   "tf": [s.tf for s in self._segments], "lengths": [s.lengths for s in self._segments]}
         head = {"format": FORMAT, "version": VERSION, "count": self.count, "k1": K1, "b": B,
-                "stopwords": self._stopwords_name(), "terms": self.terms, "pairs": self.pairs is not None,
+                "stopwords": _stopwords_of(self.terms), "terms": self.terms, "pairs": self.pairs is not None,
                 "words": len(words), "segments": [[s.size, len(s.terms), len(s.rows)] for s in self._segments]}
         for name, parts in arrays.items():
             dtype = np.int32 if name in ("rows", "tf", "lengths") else np.int64
@@ -426,8 +431,6 @@ class LexicalIndex:
             self.pairs._write(tmp / PAIRS_DIR)
         (tmp / HEADER_FILE).write_text(json.dumps(head), encoding="utf-8")
 
-    def _stopwords_name(self) -> str | None:
-        return STOPWORDS if self.terms == "words" else None  # word pairs keep stop words
 
     @classmethod
     def load(cls, folder: str | Path, count: int | None = None, texts: Sequence[str] | None = None) -> LexicalIndex:
@@ -473,7 +476,7 @@ class LexicalIndex:
         a folder saved before word pairs has no `terms` (words) and no `pairs`."""
         terms = head.get("terms", "words")
         if head.get("version") != VERSION or head.get("k1") != K1 or head.get("b") != B or terms not in TERMS \
-                or head.get("stopwords") != (STOPWORDS if terms == "words" else None):
+                or head.get("stopwords") != _stopwords_of(terms):
             raise ValueError(f"unknown version, terms or BM25 settings {head!r:.200}")
         pairs = None
         if head.get("pairs", False):

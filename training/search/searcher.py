@@ -74,7 +74,7 @@ from qrag.training.search.hops import (
     store_expand,
     top_up,
 )
-from qrag.training.search.index import Chunk, ChunkIndex, ChunkStore
+from qrag.training.search.index import Chunk, ChunkIndex, ChunkStore, weighs_pairs
 from qrag.training.search.searcher_folder import read_searcher, write_searcher
 from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
 from qrag.training.search.windows import Windows
@@ -183,7 +183,7 @@ class MultiHopSearcher:
         if weight == 0:
             return 0.0
         if isinstance(self.store, ChunkIndex):
-            self.store.with_lexical(pairs=self.model.hop_settings.pair_weight > 0)
+            self.store.with_lexical(pairs=weighs_pairs(self.model))
             return weight
         if not self._warned_lexical:
             self._warned_lexical = True
@@ -319,7 +319,7 @@ def search_many(model: QNetwork, questions: Sequence[str], indexes: Sequence[Chu
         if ix.dim != model.dim:
             raise SearchError(f"the model's vectors have dim {model.dim} but an index holds dim {ix.dim}.")
         if cfg.weight > 0:
-            ix.with_lexical(pairs=model.hop_settings.pair_weight > 0)
+            ix.with_lexical(pairs=weighs_pairs(model))
     model.eval()
     views = [ix.snapshot() for ix in indexes]  # each question reads one version of its index throughout
     out: list[SearchResult] = []
