@@ -45,7 +45,7 @@ sentence says it is, "the capital and largest city of Jamaica", so the first hop
 the other passages, in the plural (`plural`), as a person asking for them would: the nouns their definitions end
 on ("Bill Murray is an American actor, comedian and writer" → "actor"), the most shared first, with the word before
 the noun when all share it ("Which island countries are connected to Martinique?"); passages that define nothing
-are asked for by the content words their first sentences share. A question is a search target, not prose: its
+are asked for by the nouns their first sentences share. A question is a search target, not prose: its
 words are what a person asking about that group would type.
 
 The questions held out to choose a model on share no passage with the training ones (`split_held_out`): held-out
@@ -141,6 +141,10 @@ _HEAD_END = re.compile(r"\s*[,;:(]|\s(?:and|or|but|of|in|on|at|from|for|by|to|wi
                        rf"within|near|under|about|than|used|made|based|{_CLAUSE})\b")
 _DESCRIPTION_END = re.compile(rf"\s*[,;:(]|\s(?:{_CLAUSE})\b")
 _LOWER_WORD = re.compile(r"[a-z][a-z-]*[a-z]")
+_COORDINATORS = {"and", "or", ","}
+"""What joins two parts of a definition's head ("an island country and territory", "southernmost and largest")."""
+_ADJECTIVE_ENDINGS = ("ic", "al")
+"""Endings of adjectives among the words the noun lexicon does not know ("ethnolinguistic"; "music" it knows)."""
 _NOT_NOUN = ("ed", "ing", "ous", "ful", "less", "able", "ible", "ly")
 """Endings of the words a definition ends on that are no noun ("written by", "religious", "belonging to")."""
 _PLURAL_FIXES = (
@@ -429,14 +433,20 @@ class _Vocabulary:
         m = _DEFINES.search(first)
         if m is None:
             return None
-        phrase = _HEAD_END.split(_ARTICLE.sub("", m.group("rest").strip()), maxsplit=1)[0]
-        words = [w.strip(_EDGE) for w in phrase.split()]
-        words = [w for w in words if w][:MAX_SUBJECT_WORDS]
+        rest = _ARTICLE.sub("", m.group("rest").strip())
+        start = 0
+        for end in _HEAD_END.finditer(rest):
+            words = _phrase_words(rest[start : end.start()])
+            if not (words and end.group().strip() in _COORDINATORS and noun_lemmas(words[-1]) == ()):
+                break  # the head, or no head; an adjective before "and" ("southernmost and least-populated
+            start = end.end()  # continent") coordinates with the words after it, where the noun is
+        else:
+            words = _phrase_words(rest[start:])
         if not words or not _LOWER_WORD.fullmatch(words[-1]) or not self.common(words[-1]) or words[-1].endswith(
-                _NOT_NOUN):
+                _NOT_NOUN) or noun_lemmas(words[-1]) == ():
             return None
         before = words[-2] if len(words) > 1 and _WORD.fullmatch(words[-2]) and self.common(words[-2].lower()) else None
-        return words[-1], before
+        return singular(words[-1]), before
 
     def description(self, first: str) -> str | None:
         """What a first sentence says its subject is, up to its first clause ("the capital and largest city of
@@ -453,15 +463,16 @@ class _Vocabulary:
         """What kind of passages `firsts` (their first sentences; `heads`, their `head`s) are, in the plural, as a
         person would ask for them ("island countries", "cities and empires"): the nouns their definitions end on, the
         most shared first (two at most), with the word before the noun when every passage has the same one; else up to
-        `KIND_WORDS` content words they share (all of them, for one), most used first."""
+        `KIND_WORDS` nouns they share (all of them, for one; no word the lexicon reads as an adjective), most used
+        first."""
         found = [h for h in heads if h is not None and h[0] not in avoid]
         if found:
             said = [noun for noun, _ in found]
             count = Counter(said)
             nouns = sorted(count, key=lambda n: (-count[n], said.index(n)))[:2]
             befores = {before.lower() if before else None for _, before in found}
-            shared = befores.pop() if count[nouns[0]] == len(firsts) and len(befores) == 1 else None
-            prefix = f"{shared} " if shared is not None and shared not in avoid else ""
+            shared = found[0][1] if count[nouns[0]] == len(firsts) and len(befores) == 1 else None  # as written
+            prefix = f"{shared} " if shared is not None and shared.lower() not in avoid else ""
             return prefix + " and ".join(plural(n) for n in nouns)
         counts: Counter[str] = Counter()
         order: dict[str, int] = {}
@@ -472,15 +483,60 @@ class _Vocabulary:
             for w in part:
                 order.setdefault(w, len(order))
         need = 1 if len(firsts) == 1 else 2
-        words = [w for w, c in counts.items() if c >= need and self.common(w)]
+        words = [w for w, c in counts.items() if c >= need and self.common(w) and noun_lemmas(w) and not _adjective(w)]
         chosen = sorted(words, key=lambda w: (-counts[w], -self.df[w], w))[:KIND_WORDS]
         return " ".join(sorted(chosen, key=order.__getitem__)) or None  # as the passages write them
 
 
 def plural(noun: str) -> str:
     """An English noun's plural ("city" → "cities", "statesman" → "statesmen", "analysis" → "analyses"), by the
-    `inflect` library with the fixes of `_PLURAL_FIXES` ("monarchs", "germans")."""
-    return _inflect().plural_noun(noun)
+    `inflect` library with the fixes of `_PLURAL_FIXES` ("monarchs", "germans"); a plural stays as it is
+    ("traditions", not "traditionss")."""
+    lemmas = noun_lemmas(noun.lower()) or ()
+    written_plural = any(noun.lower() in _noun_plurals(lemma) for lemma in lemmas if lemma != noun.lower())
+    return noun if written_plural or singular(noun) != noun else _inflect().plural_noun(noun)
+
+
+def noun_lemmas(word: str) -> tuple[str, ...] | None:
+    """The singulars of a lower-case word read as a noun, by the `lemminflect` lexicon ("traditions" → ("tradition",),
+    "physics" → ("physics",)): () for a word it knows as no noun ("southernmost", "political", "united"). A word it
+    does not know is read by its last hyphenated part ("sub-regions" → ("sub-region",), "third-largest" → ()), else
+    by its ending: () for an adjective's ("ethnolinguistic", "intercontinental"), None otherwise ("eukaryote")."""
+    from lemminflect import getAllLemmas
+
+    found = getAllLemmas(word)
+    if found:
+        return tuple(found.get("NOUN", ()))
+    head, dash, last = word.rpartition("-")
+    if dash and head and last:
+        inner = noun_lemmas(last)
+        return None if inner is None else tuple(f"{head}-{w}" for w in inner)
+    return () if word.endswith(_ADJECTIVE_ENDINGS) else None
+
+
+def _noun_plurals(lemma: str) -> tuple[str, ...]:
+    """The plurals the lexicon knows of a noun ("medium" → ("media", "mediums"))."""
+    from lemminflect import getAllInflections
+
+    return tuple(getAllInflections(lemma, "NOUN").get("NNS", ()))
+
+
+def _adjective(word: str) -> bool:
+    """Whether the lexicon reads a lower-case word as an adjective ("old", "quiet"; "farm" it does not)."""
+    from lemminflect import getAllLemmas
+
+    return "ADJ" in getAllLemmas(word)
+
+
+def singular(noun: str) -> str:
+    """A plural noun's singular ("organisms" → "organism"); any other word as it is ("physics", "media", "city")."""
+    lemmas = noun_lemmas(noun.lower())
+    return lemmas[0] if lemmas and noun.lower() not in lemmas and noun.islower() else noun
+
+
+def _phrase_words(phrase: str) -> list[str]:
+    """A definition's words up to `MAX_SUBJECT_WORDS`, their edge punctuation stripped."""
+    return [w for w in (w.strip(_EDGE) for w in phrase.split()) if w][:MAX_SUBJECT_WORDS]
 
 
 @cache

@@ -18,7 +18,9 @@ from qrag.training.data.synthetic import (
     find_names,
     links,
     make_questions,
+    noun_lemmas,
     plural,
+    singular,
     split_held_out,
     subject_of,
     subjects,
@@ -173,6 +175,49 @@ def test_plurals_are_inflects_with_its_known_mistakes_fixed() -> None:
         "monarchs", "cities", "analyses", "statesmen", "species", "people", "churches", "Germans", "germans", "shamans",
         "towns", "days", "boxes", "buses", "women", "leaves", "thieves", "noblemen", "patriarchs", "epochs", "physics",
         "arches", "searches", "humans", "singer-songwriters", "phyla", "subphyla"]
+
+
+def test_a_plural_stays_plural_and_the_lexicon_says_which_words_are_nouns() -> None:
+    assert [plural(n) for n in ["traditions", "organisms", "goddesses", "physics", "media"]] == [
+        "traditions", "organisms", "goddesses", "physics", "media"]
+    assert [singular(n) for n in ["organisms", "traditions", "physics", "media", "city", "Germans"]] == [
+        "organism", "tradition", "physics", "media", "city", "Germans"]
+    # known as no noun; an unknown word by its last hyphenated part, else by an adjective's ending; else unknown
+    assert noun_lemmas("southernmost") == () and noun_lemmas("political") == () and noun_lemmas("united") == ()
+    assert noun_lemmas("traditions") == ("tradition",) and noun_lemmas("country") == ("country",)
+    assert noun_lemmas("third-largest") == () and noun_lemmas("sub-regions") == ("sub-region",)
+    assert noun_lemmas("ethnolinguistic") == () and noun_lemmas("eukaryote") is None
+
+
+def _hub_corpus(centre: str, spokes: dict[str, str]) -> Corpus:
+    """A passage `centre` that names every spoke, the spokes (name → the rest of its first sentence) and 20 fillers."""
+    rows = [(centre, f"{centre} is a story that tells of {' and '.join(spokes)}.", centre)]
+    rows += [(name, f"{name} {rest}", name) for name, rest in spokes.items()]
+    rows += [(f"filler-{i}", f"Filler passage number {i} is about the weather.", None) for i in range(20)]
+    return _corpus(rows)
+
+
+def test_a_kind_is_the_noun_after_the_adjectives_a_definition_coordinates() -> None:
+    # "southernmost" is the last word before "and", but no noun: the head is the noun the adjectives qualify
+    corpus = _hub_corpus("Rail Saga", {"Antarctica Prime": "is Earth's southernmost and least-populated continent.",
+                                       "Boreal Mass": "is Earth's coldest and least-visited continent."})
+    (question,) = [q.question for q in make_questions(corpus, seed=0) if q.kind == "fan-out"]
+    assert "continents" in question and "southernmost" not in question and "coldest" not in question
+
+
+def test_a_kind_defined_in_the_plural_is_asked_for_in_the_plural_once() -> None:
+    corpus = _hub_corpus("Old Saga", {"Vaishnava Way": "is one of the major Hindu traditions of India.",
+                                      "Shaiva Way": "is one of the oldest Hindu traditions of India."})
+    (question,) = [q.question for q in make_questions(corpus, seed=0) if q.kind == "fan-out"]
+    assert "Hindu traditions" in question and "traditionss" not in question
+
+
+def test_passages_that_define_nothing_are_asked_for_by_the_nouns_they_share() -> None:
+    corpus = _hub_corpus("Farm Saga", {"Tiber Vale": ", near the coast, has many old farms and quiet villages.",
+                                       "Ostia Moss": ", near the coast, keeps many old farms and quiet villages."})
+    (question,) = [q.question for q in make_questions(corpus, seed=0) if q.kind == "fan-out"]
+    # the nouns both first sentences hold, in their order; not the adjectives ("old", "quiet": nouns too, rarely)
+    assert "coast farms villages" in question
 
 
 def test_questions_are_the_same_for_a_seed_and_limited_on_request() -> None:
