@@ -431,7 +431,6 @@ class LexicalIndex:
             self.pairs._write(tmp / PAIRS_DIR)
         (tmp / HEADER_FILE).write_text(json.dumps(head), encoding="utf-8")
 
-
     @classmethod
     def load(cls, folder: str | Path, count: int | None = None, texts: Sequence[str] | None = None) -> LexicalIndex:
         """Read a folder written by `save`; `count` is the number of chunks the index must cover. A folder saved
