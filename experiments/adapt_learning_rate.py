@@ -1,12 +1,14 @@
-"""Which learning rate does `qrag-adapt`'s short fine-tune learn fastest at? Its training phase re-run at one rate.
+"""Which learning rate (and which layers trained) makes `qrag-adapt`'s fine-tune learn fastest? Its training phase re-run.
 
 A finished `qrag-adapt` folder holds everything its training phase reads (the question files, the corpus's vectors,
-the record of the phases before); this copies those into OUT and runs that phase again at `--lr`, for
-`--transitions` transitions, so two rates are read on the same held-out built questions at the same number of
-transitions (the trainer's `eval/fact_recall` in OUT/work/run/metrics.jsonl, at 0 and at the last transition).
-Validation data only: the questions are the run's own.
+the record of the phases before); this copies those into OUT and runs that phase again at `--lr` (and
+`--train-layers`: the top layers trained on a frozen trunk, 0 for every layer), for `--transitions` transitions, so two
+settings are read on the same held-out built questions at the same number of transitions (the trainer's
+`eval/fact_recall` in OUT/work/run/metrics.jsonl, at 0 and at the last transition; `adapt_checkpoints.py` scores OUT's
+`work/run/last` over the whole corpus as the choice would). Validation data only: the questions are the run's own.
 
     python experiments/adapt_learning_rate.py runs/adapt runs/lr-3e-4 --lr 3e-4 --transitions 1024
+    python experiments/adapt_learning_rate.py runs/adapt_long runs/every-layer --train-layers 0 --transitions 4096
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", type=Path, help="a finished qrag-adapt --out folder")
     p.add_argument("out", type=Path, help="a new folder for the re-run")
-    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--lr", type=float, default=adapt.LEARNING_RATE)
+    p.add_argument("--train-layers", type=int, default=None, help="trainer.train_layers (default: the preset's)")
     p.add_argument("--transitions", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
@@ -46,6 +49,8 @@ def main() -> None:
     def preset(name: str):  # type: ignore[no-untyped-def]
         config = load_preset(name)
         config.trainer.total_transitions = a.transitions
+        if a.train_layers is not None:
+            config.trainer.train_layers = a.train_layers
         return config
 
     adapt.load_preset = preset  # type: ignore[assignment]
@@ -59,7 +64,7 @@ def main() -> None:
     readings = [json.loads(line) for line in (a.out / "work" / "run" / "metrics.jsonl").read_text().splitlines()]
     for r in readings:
         if "eval/fact_recall" in r:
-            print(f"lr {a.lr:g}: {r['transitions']} transitions, held-out fact recall {r['eval/fact_recall']:.3f}")
+            print(f"lr {a.lr:g}, train_layers {a.train_layers}: {r['transitions']} transitions, held-out fact recall {r['eval/fact_recall']:.3f}")
 
 
 if __name__ == "__main__":
