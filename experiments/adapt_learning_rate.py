@@ -3,9 +3,10 @@
 A finished `qrag-adapt` folder holds everything its training phase reads (the question files, the corpus's vectors,
 the record of the phases before); this copies those into OUT and runs that phase again at `--lr` (and
 `--train-layers`: the top layers trained on a frozen trunk, 0 for every layer), for `--transitions` transitions, so two
-settings are read on the same held-out built questions at the same number of transitions (the trainer's
-`eval/fact_recall` in OUT/work/run/metrics.jsonl, at 0 and at the last transition; `adapt_checkpoints.py` scores OUT's
-`work/run/last` over the whole corpus as the choice would). Validation data only: the questions are the run's own.
+settings are read on the same held-out built questions at the same number of transitions. The phase trains without validation episodes, as `qrag-adapt`'s does (its choice scores afterwards):
+`adapt_checkpoints.py` scores OUT's `work/run/last/model` over the whole corpus as the choice would; this prints the
+training episodes' fact recall as the trainer logged it. (The readings of 2026-11-27 in results/HISTORY.md came from
+the trainer's own validation, which the phase ran then.) Validation data only: the questions are the run's own.
 
     python experiments/adapt_learning_rate.py runs/adapt runs/lr-3e-4 --lr 3e-4 --transitions 1024
     python experiments/adapt_learning_rate.py runs/adapt_long runs/every-layer --train-layers 0 --transitions 4096
@@ -63,9 +64,10 @@ def main() -> None:
     run._train()
     readings = [json.loads(line) for line in (a.out / "work" / "run" / "metrics.jsonl").read_text().splitlines()]
     for r in readings:
-        if "eval/fact_recall" in r:
-            print(f"lr {a.lr:g}, train_layers {a.train_layers}: {r['transitions']} transitions, held-out fact recall {r['eval/fact_recall']:.3f}")
-
+        if "charts/fact_recall" in r:
+            print(f"lr {a.lr:g}, train_layers {a.train_layers}: {r['transitions']} transitions, {r['charts/updates']} "
+                  f"updates, training episodes' fact recall {r['charts/fact_recall']:.3f}")
+    print(f"score it: python experiments/adapt_checkpoints.py {a.run} {a.out}/work/run/last/model --work WORK --out OUT.json")
 
 if __name__ == "__main__":
     main()
