@@ -2,11 +2,12 @@
 
 A finished `qrag-adapt` folder holds everything its training phase reads (the question files, the corpus's vectors,
 the record of the phases before); this copies those into OUT and runs that phase again at `--lr` (and
-`--train-layers`: the top layers trained on a frozen trunk, 0 for every layer), for `--transitions` transitions, so two
-settings are read on the same held-out built questions at the same number of transitions. The phase trains without validation episodes, as `qrag-adapt`'s does (its choice scores afterwards):
-`adapt_checkpoints.py` scores OUT's `work/run/last/model` over the whole corpus as the choice would; this prints the
-training episodes' fact recall as the trainer logged it. (The readings of 2026-11-27 in results/HISTORY.md came from
-the trainer's own validation, which the phase ran then.) Validation data only: the questions are the run's own.
+`--train-layers`: the top layers trained on a frozen trunk, 0 for every layer), for `--transitions` transitions, so
+two settings are read on the same held-out built questions at the same number of transitions. The phase trains without
+validation episodes, as `qrag-adapt`'s does (its choice scores afterwards): `adapt_checkpoints.py` scores OUT's
+`work/run/last/model` over the whole corpus as the choice would; this prints the training episodes' fact recall as the
+trainer logged it. (The readings of 2026-11-27 in results/HISTORY.md came from the trainer's own validation, which the
+phase ran then.) Validation data only: the questions are the run's own.
 
     python experiments/adapt_learning_rate.py runs/adapt runs/lr-3e-4 --lr 3e-4 --transitions 1024
     python experiments/adapt_learning_rate.py runs/adapt_long runs/every-layer --train-layers 0 --transitions 4096
