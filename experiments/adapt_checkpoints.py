@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from adapt_learning_rate import reopen  # this folder's twin: a finished run copied and loaded
 
 from qrag.eval.metrics import paired_margin
-from qrag.training.learn.adapt import run as adapt
-from qrag.training.learn.adapt.folder import AdaptOptions
 from qrag.training.model.qnet import QNetwork
-
-KEPT = ("train.jsonl", "val.jsonl", "vectors", "adapt.json")
-"""What loading a finished run reads of its work folder."""
 
 
 def main() -> None:
@@ -39,20 +34,10 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
-    if a.work.exists():
-        raise SystemExit(f"{a.work} exists: give a new folder.")
     for model in a.models:
         if not model.is_dir():
             raise SystemExit(f"{model} is no model folder.")
-    (a.work / "work").mkdir(parents=True)
-    for name in KEPT:
-        src, dst = a.run / "work" / name, a.work / "work" / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
-    req = json.loads((a.run / "work" / "adapt.json").read_text(encoding="utf-8"))["request"]
-    run = adapt.Adapt(AdaptOptions(corpus=req["corpus"], out=str(a.work), init=req["init"], seed=req["seed"],
-                                   threads=a.threads, minutes=600, max_questions=req["max_questions"]))
-    run.prepare()
-    run.load()  # the phases before training are done: this reads what they wrote
+    run = reopen(a.run, a.work, a.threads)
     scores: dict[str, Any] = {}
     for name, net in [("start", run.start), *((str(m), QNetwork.from_pretrained(str(m)).eval()) for m in a.models)]:
         tick = time.perf_counter()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from qrag.training.learn.adapt import run as adapt
@@ -25,7 +26,28 @@ from qrag.training.learn.adapt.folder import AdaptOptions
 from qrag.training.learn.config import load_preset
 
 KEPT = ("train.jsonl", "val.jsonl", "vectors")
-"""What the training phase reads of a finished run's work folder (besides its record)."""
+"""What the phases after the set-up read of a finished run's work folder (besides its record)."""
+
+
+def reopen(run: Path, out: Path, threads: int, redo: Sequence[str] = ()) -> adapt.Adapt:
+    """A finished `qrag-adapt` run (folder `run`, not written) copied into the new folder `out` and loaded: its work files
+    and its record, with the phases `redo` taken out of the record so they can run again."""
+    if out.exists():
+        raise SystemExit(f"{out} exists: give a new folder.")
+    record = json.loads((run / "work" / "adapt.json").read_text(encoding="utf-8"))
+    for phase in redo:
+        record["seconds"].pop(phase, None)
+    (out / "work").mkdir(parents=True)
+    for name in KEPT:
+        src, dst = run / "work" / name, out / "work" / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    (out / "work" / "adapt.json").write_text(json.dumps(record), encoding="utf-8")
+    req = record["request"]
+    opened = adapt.Adapt(AdaptOptions(corpus=req["corpus"], out=str(out), init=req["init"], seed=req["seed"],
+                                      threads=threads, minutes=600, max_questions=req["max_questions"]))
+    opened.prepare()
+    opened.load()  # every phase before `redo` is done: this reads what they wrote
+    return opened
 
 
 def main() -> None:
@@ -37,16 +59,7 @@ def main() -> None:
     p.add_argument("--transitions", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
-    if a.out.exists():
-        raise SystemExit(f"{a.out} exists: give a new folder.")
-    record = json.loads((a.run / "work" / "adapt.json").read_text(encoding="utf-8"))
-    for phase in ("train", "choose", "report"):
-        record["seconds"].pop(phase, None)
-    (a.out / "work").mkdir(parents=True)
-    for name in KEPT:
-        src, dst = a.run / "work" / name, a.out / "work" / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
-    (a.out / "work" / "adapt.json").write_text(json.dumps(record), encoding="utf-8")
+    run = reopen(a.run, a.out, a.threads, redo=("train", "choose", "report"))
 
     def preset(name: str):  # type: ignore[no-untyped-def]
         config = load_preset(name)
@@ -57,11 +70,6 @@ def main() -> None:
 
     adapt.load_preset = preset  # type: ignore[assignment]
     adapt.LEARNING_RATE = a.lr  # the phase sets the preset's rate to it
-    req = record["request"]
-    run = adapt.Adapt(AdaptOptions(corpus=req["corpus"], out=str(a.out), init=req["init"], seed=req["seed"],
-                                   threads=a.threads, minutes=600, max_questions=req["max_questions"]))
-    run.prepare()
-    run.load()  # every phase before training is done: this reads what they wrote
     run._train()
     readings = [json.loads(line) for line in (a.out / "work" / "run" / "metrics.jsonl").read_text().splitlines()]
     for r in readings:
