@@ -78,5 +78,6 @@ def main() -> None:
                   f"updates, training episodes' fact recall {r['charts/fact_recall']:.3f}")
     print(f"score it: python experiments/adapt_checkpoints.py {a.run} {a.out}/work/run/last/model --work WORK --out OUT.json")
 
+
 if __name__ == "__main__":
     main()
