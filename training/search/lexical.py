@@ -17,7 +17,8 @@ the `bm25` and `hybrid` baselines of `qrag-eval` rank by:
 
 a word repeated in the query counting once per repetition, |c| the chunk's words, avgdl their mean over the N
 chunks (chunks without a word count in N and avgdl, and score 0). An index built with `pairs` holds a second one
-over adjacent word pairs (`_pairs`: stop words and one-letter words kept; `pair_scores`), which a model with a
+over adjacent word pairs (`_pairs`: stop words and one-letter words kept; `pair_scores`, where a query's pairs
+made of two such words count nothing: `_query_pairs`), which a model with a
 `HopSettings.pair_weight` ρ adds to its evidence, ρ × the question's pairs' BM25 scaled the same way (METHOD.md
 §4.5).
 `reciprocal_rank_fusion` is the fusion
@@ -100,8 +101,21 @@ def _pairs(text: str) -> list[str]:
     return [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
 
 
+def _query_pairs(text: str) -> list[str]:
+    """The word pairs of a query that count: `_pairs`, less those neither of whose words the word index reads (a
+    stop word or a one-letter word: "of the", "i was"). Such a pair says nothing of the question, and the scaling by
+    the best chunk would otherwise hand the chunks richest in "of the" the whole pair evidence whenever no pair
+    that names something occurs (METHOD.md §4.5). Chunks keep every pair: the saved format is unchanged."""
+    words = PAIR_WORD.findall(text.lower())
+    stop = _stopwords()
+    read = [len(w) > 1 and w not in stop for w in words]  # the words `_words` keeps
+    return [f"{a} {b}" for a, b, ra, rb in zip(words, words[1:], read, read[1:], strict=False) if ra or rb]
+
+
 TERMS = {"words": _words, "pairs": _pairs}
 """What an index's terms are, by name: its header records it."""
+QUERY_TERMS = {"words": _words, "pairs": _query_pairs}
+"""The terms a query of an index of these terms is read as."""
 
 
 def _stopwords_of(terms: object) -> str | None:
@@ -258,6 +272,7 @@ class LexicalIndex:
         self._vocabulary = vocabulary
         self.terms = terms
         self._terms_of = TERMS[terms]
+        self._query_terms_of = QUERY_TERMS[terms]
         self.pairs = pairs
         """BM25 over the same chunks' word pairs (`_pairs`), kept in step with this index; None: not built."""
         self._offsets = np.cumsum([0, *(s.size for s in self._segments)])  # (S + 1,) first row of each segment
@@ -375,7 +390,7 @@ class LexicalIndex:
         if self._total_words == 0 or n_q == 0:
             return out  # no chunk holds a word
         ids = self._vocabulary.ids
-        known = [(r, i) for r, q in enumerate(queries) for i in map(ids.get, self._terms_of(q)) if i is not None]
+        known = [(r, i) for r, q in enumerate(queries) for i in map(ids.get, self._query_terms_of(q)) if i is not None]
         if not known:
             return out
         q_row, q_term = np.asarray(known, dtype=np.int64).T  # (Q,) each: one per known word of a query

@@ -160,3 +160,21 @@ def test_a_corpus_without_pairs_and_a_bad_pair_weight_are_named() -> None:
     for bad in (-0.5, float("nan"), True, "0.5"):
         with pytest.raises(ConfigError, match="hops.pair_weight must be a finite number >= 0"):
             HopSettings(pair_weight=bad).validate()  # type: ignore[arg-type]
+
+
+def test_a_pair_of_stop_words_earns_nothing() -> None:
+    # No chunk holds a content pair of the question ('capital city', 'city of', 'of france' are absent); the only pair
+    # present anywhere is 'of the', richest in the first chunk. Before, the scaling by the best chunk gave that chunk
+    # the full pair evidence; a pair neither of whose words the word index reads ("of the", "s a", "i was") is not a
+    # query term, so the pair evidence is 0 everywhere.
+    texts = ["some of the parts of the rest of the whole", "a part of the land", "nothing here"]
+    index = LexicalIndex.from_texts(texts, pairs=True)
+    question = "What is the capital city of the France?"
+    available = torch.ones(1, 3, dtype=torch.bool)
+    assert torch.equal(index.pair_scores([question]), torch.zeros(1, 3))
+    assert torch.equal(lexical_evidence(index.pair_scores([question]), available), torch.zeros(1, 3))
+    assert torch.equal(index.pair_scores(["of the", "it's a", "I was in"]), torch.zeros(3, 3))
+    # A pair with one word the word index reads still counts, stop word and all: 'part of' is the second chunk's.
+    assert index.pair_scores(["the part of it"])[0, 1] > 0 and index.pair_scores(["the part of it"])[0, 0] == 0
+    # The pairs are still indexed (the saved format is unchanged): a fresh build over the same texts agrees.
+    assert index.pairs is not None and "of the" in index.pairs._vocabulary.ids
