@@ -1,7 +1,7 @@
 """The living BM25 index: `added` and `deleted` versions score exactly as a fresh build over their texts (hand-computed,
-and against bm25s itself on HotpotQA passages after random adds and deletes), leave the version they came from
-unchanged for its readers, save and load (an index saved in bm25s's format rebuilt from its texts), and the
-per-corpus cache stays within its bounds and forgets a replaced corpus."""
+and against bm25s itself, words and word pairs, on the project's own pages after random adds and deletes), leave the
+version they came from unchanged for its readers, save and load (an index saved in bm25s's format rebuilt from its
+texts), and the per-corpus cache stays within its bounds and forgets a replaced corpus."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gc
 import json
 import math
 import random
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -50,16 +51,44 @@ def fresh_bm25s(texts: Sequence[str], queries: Sequence[str]) -> torch.Tensor:
     return out
 
 
-@pytest.fixture(scope="module")
-def hotpot() -> tuple[list[str], list[str]]:
-    """HotpotQA passages (the test pool of `hotpotqa_pool`) and questions, from the installed asset package."""
-    from qrag.training.data import hotpot_pool as hp
+def fresh_bm25s_pairs(texts: Sequence[str], queries: Sequence[str]) -> torch.Tensor:
+    """(R, N) scores of a fresh bm25s build over `texts`' adjacent word pairs (runs of word characters, lower-cased,
+    nothing dropped), each query read as its pairs that hold a word of two or more characters other than a stop word
+    (written out here, apart from the module's own reading)."""
+    import bm25s
+    from bm25s.stopwords import STOPWORDS_EN
 
-    try:
-        pool = hp.load_pool()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    return list(pool.pools["test"]), [r.question for r in pool.rows[:40]]
+    def pairs(text: str, query: bool) -> list[str]:
+        words = re.findall(r"\w+", text.lower())
+        return [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)
+                if not query or any(len(w) > 1 and w not in STOPWORDS_EN for w in (a, b))]
+
+    index = bm25s.BM25()
+    index.index([pairs(t, False) for t in texts], show_progress=False)
+    out = torch.zeros(len(queries), len(texts))
+    for r, q in enumerate(queries):
+        known = [p for p in pairs(q, True) if p in index.vocab_dict and p]
+        if known:
+            out[r] = torch.from_numpy(index.get_scores(known))
+    return out
+
+
+@pytest.fixture(scope="module")
+def prose() -> tuple[list[str], list[str]]:
+    """Real prose that every checkout holds, so that the bm25s oracle never skips: the project's own pages
+    (README and docs/), cut into passages of at most 60 words (some 1 000; tables, code and numbers included),
+    and 40 queries made of passages' openings and a few words of their own."""
+    root = Path(__file__).parents[3]
+    passages = []
+    for page in sorted([root / "README.md", *(root / "docs").glob("*.md")]):
+        for para in re.split(r"\n\s*\n", page.read_text(encoding="utf-8")):
+            words = para.split()
+            passages += [" ".join(words[i:i + 60]) for i in range(0, len(words), 60)]
+    passages = list(dict.fromkeys(p for p in passages if p))
+    assert len(passages) >= 600, len(passages)
+    passages = passages * (3000 // len(passages) + 1)  # the random walk below may ask for more than there are
+    queries = [" ".join(p.split()[:12]) for p in passages[5:405:10]]
+    return passages, queries
 
 
 def test_scores_are_lucenes_bm25_hand_computed() -> None:
@@ -84,20 +113,20 @@ def test_scores_are_lucenes_bm25_hand_computed() -> None:
                                          math.log(1.2) * _tf(1, 1, norm)], [0.0, 0.0]]), atol=1e-6)
 
 
-def test_words_are_bm25s_words(hotpot: tuple[list[str], list[str]]) -> None:
+def test_words_are_bm25s_words(prose: tuple[list[str], list[str]]) -> None:
     import bm25s
 
-    texts = hotpot[0][:2000] + ["Don't stop: the U.S.A.'s café, naïve Straße 42 x_y __init__ ÉCOLE"]
+    texts = prose[0][:2000] + ["Don't stop: the U.S.A.'s café, naïve Straße 42 x_y __init__ ÉCOLE"]
     want = bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
     assert [lexical._words(t) for t in texts] == [list(w) for w in want]
 
 
-def test_random_adds_and_deletes_score_as_a_fresh_bm25s_build(hotpot: tuple[list[str], list[str]]) -> None:
-    passages, questions = hotpot
+def test_random_adds_and_deletes_score_as_a_fresh_bm25s_build(prose: tuple[list[str], list[str]]) -> None:
+    passages, questions = prose
     rng = random.Random(0)
     supply = iter(passages[:3000])
     texts = [next(supply) for _ in range(60)]
-    index = LexicalIndex.from_texts(texts)
+    index = LexicalIndex.from_texts(texts, pairs=True)
     for step in range(40):
         if rng.random() < 0.6:
             new = [next(supply) for _ in range(rng.choice([1, 1, 3, 17, 40]))]
@@ -117,10 +146,15 @@ def test_random_adds_and_deletes_score_as_a_fresh_bm25s_build(hotpot: tuple[list
     scores, rows = index.top(queries, 7)
     assert torch.allclose(scores, got.gather(1, rows)) and torch.equal(scores, scores.sort(descending=True).values)
     assert torch.allclose(scores, want.topk(7).values, rtol=1e-5, atol=1e-5)
+    # The word pairs, kept in step through the same adds and deletes, against bm25s over the pairs of the texts.
+    queries += ["of the", "the number of the chunks", "in the index of"]
+    got, want = index.pair_scores(queries), fresh_bm25s_pairs(texts, queries)
+    assert index.pairs is not None and len(index.pairs) == len(texts)
+    assert want.abs().sum() > 0 and torch.allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_the_version_added_or_deleted_from_is_unchanged_for_its_readers(hotpot: tuple[list[str], list[str]]) -> None:
-    passages, questions = hotpot
+def test_the_version_added_or_deleted_from_is_unchanged_for_its_readers(prose: tuple[list[str], list[str]]) -> None:
+    passages, questions = prose
     base = LexicalIndex.from_texts(passages[:200]).added(passages[200:230])
     before = base.scores(questions)
     arrays = [(a.copy(), a) for s in base._segments for a in (s.terms, s.starts, s.rows, s.tf, s.lengths)]
@@ -183,8 +217,8 @@ def test_bad_input_is_named() -> None:
     assert len(index.deleted([0, 1, 2])) == 0 and index.deleted([0, 1, 2]).scores(["apple"]).shape == (1, 0)
 
 
-def test_save_and_load_give_the_same_index(tmp_path: Path, hotpot: tuple[list[str], list[str]]) -> None:
-    passages, questions = hotpot
+def test_save_and_load_give_the_same_index(tmp_path: Path, prose: tuple[list[str], list[str]]) -> None:
+    passages, questions = prose
     index = LexicalIndex.from_texts(passages[:100]).added(passages[100:130]).deleted([3, 50, 120]).added(passages[130:131])
     index.save(tmp_path / "lex")
     loaded = LexicalIndex.load(tmp_path / "lex", count=len(index))
