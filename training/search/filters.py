@@ -20,8 +20,13 @@ language cannot hold):
   kinds that is none of them (an empty `nin`: every chunk holding a string, number or boolean under the key).
 - `in []` matches nothing; a filter without conditions (`{}`) matches everything, as no filter does.
 - `>`, `>=`, `<`, `<=` order numbers with numbers and strings with strings (a boolean value is refused); a chunk whose
-  value cannot be ordered against the condition's raises `FilterError` naming the key and the values (a store,
-  which cannot raise, leaves such a chunk out).
+  value cannot be ordered against the condition's (a string under a number's order) matches no order, as a store
+  leaves it out: one chunk's odd value never fails another's search. A malformed filter is refused when it is built.
+- A list value (`{"tags": ["a", "b"]}`) is read by its items, as Mongo and Qdrant read an array: `==`, `in` and the
+  orders match when one of its items does; `!=` and `nin` when it holds a value of the condition's kind and none
+  that the condition names. A dict (or an item that is not a string, number or boolean) is no value: it matches no
+  condition.
+- A key is the whole name of one metadata key: `"a.b"` is the key `"a.b"`, never a path into a nested dict.
 - A function that raises on a chunk's metadata raises `FilterError` naming the function, chained to its error.
 """
 
@@ -52,7 +57,8 @@ FilterSpec = Union["Filter", Mapping[str, Any], Callable[[Mapping[str, Any]], bo
 
 
 class FilterError(ValueError):
-    """A malformed filter, or metadata a condition cannot compare; the message names the key and the value."""
+    """A malformed filter, a filter a store cannot hold, or a filter function that failed; the message names the key
+    and the value."""
 
 
 def value_kind(value: Any) -> Kind | None:
@@ -109,29 +115,42 @@ class Condition:
             and {True, False} <= set(self.value))
 
     def matches(self, metadata: Mapping[str, Any]) -> bool:
+        """Whether a chunk with this metadata holds a value the condition takes (the module's rules; a list value
+        by its items)."""
         if self.key not in metadata:
             return False
         have = metadata[self.key]
+        if isinstance(have, (list, tuple)):
+            return self._matches_items(have)
+        kind = value_kind(have)
         if self.op == "in":
-            kind = value_kind(have)
             return kind is not None and (kind, have) in self._members
         if self.op == "nin":
-            kind = value_kind(have)
             if not self.value:
                 return kind is not None  # every chunk holding a value under the key (None is no value)
             return kind in self._kinds and (kind, have) not in self._members
-        # a value of another kind (True against 1, "2000" against 2000) is not compared
-        other_kind = type(have) is not type(self.value) and value_kind(have) != value_kind(self.value)
-        if self.op == "==":
-            return not other_kind and bool(have == self.value)
+        # a value of another kind (True against 1, "2000" against 2000, a dict) is not compared: no match
+        if kind != value_kind(self.value):
+            return False
         if self.op == "!=":
-            return not other_kind and bool(have != self.value)
-        if other_kind:
-            raise FilterError(f"filter {self.key!r} {self.op} {self.value!r}: a chunk's {self.key!r} is {have!r}, which "
-                              "cannot be ordered against it; compare numbers with numbers and strings with "
-                              "strings.")
-        return {">": have > self.value, ">=": have >= self.value, "<": have < self.value,
-                "<=": have <= self.value}[self.op]
+            return bool(have != self.value)
+        return _compare(self.op, have, self.value)
+
+    def _matches_items(self, items: list[Any] | tuple[Any, ...]) -> bool:
+        """A list value: `==`, `in` and the orders take it when one of its items matches; `!=` and `nin` when it holds
+        a value of the condition's kinds and none of the values (an empty `nin`: any value)."""
+        kinds = [value_kind(v) for v in items]
+        if self.op not in ("!=", "nin"):
+            if self.op == "in":
+                return any(k is not None and (k, v) in self._members for k, v in zip(kinds, items, strict=True))
+            want = value_kind(self.value)
+            return any(k == want and _compare(self.op, v, self.value) for k, v in zip(kinds, items, strict=True))
+        if self.op == "nin" and not self.value:
+            return any(k is not None for k in kinds)
+        members = self._members if self.op == "nin" else frozenset({(value_kind(self.value), self.value)})
+        wanted = {k for k, _ in members}
+        return any(k in wanted for k in kinds) and not any(
+            k is not None and (k, v) in members for k, v in zip(kinds, items, strict=True))
 
     def _tree(self) -> list[Any]:
         """[key, op, value], `in` / `nin` values deduplicated and sorted (one value: `==` / `!=`)."""
@@ -164,8 +183,8 @@ class Filter:
         """Whether a chunk with this metadata may be taken.
 
         Raises:
-            FilterError: a value that cannot be ordered against a condition's, or a predicate that raised (chained
-                to its error) or answered something other than True or False.
+            FilterError: a predicate that raised (chained to its error) or answered something other than True or
+                False.
         """
         if self.predicate is not None:
             try:
@@ -285,6 +304,13 @@ class Filter:
             return cls(predicate=spec)
         raise FilterError(f"a filter is a dict {{key: value}} or a function of the metadata, got {type(spec).__name__}: "
                           f"{spec!r:.80}.")
+
+
+def _compare(op: str, have: Any, value: Any) -> bool:
+    """`have op value` for two values of one kind (`==` or an order)."""
+    if op == "==":
+        return bool(have == value)
+    return bool({">": have > value, ">=": have >= value, "<": have < value, "<=": have <= value}[op])
 
 
 def _scalar(value: Any) -> bool:
