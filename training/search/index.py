@@ -369,12 +369,25 @@ class ChunkIndex:
         def lacking(lexical: LexicalIndex | None) -> bool:
             return lexical is None or (pairs and lexical.pairs is None)
 
-        if lacking(self._version.lexical):
+        if not lacking(self._version.lexical):
+            return self
+        # Built outside the writer lock from the version of now (the build takes a while: 90 s at 400 000 chunks),
+        # so adds, deletes and other searches go on meanwhile; what they changed is applied before publishing.
+        v = self._version
+        built, shared = corpus_lexical(tuple(v.texts), pairs=pairs), True
+        while True:
+            now = self._version
+            if now is not v and lacking(now.lexical):
+                built = built.caught_up(v.texts, v.ids, now.texts, now.ids)
+                if shared:
+                    forget_corpus(v.texts)  # the cache must not keep the replaced corpus's BM25 alive
+                v, shared = now, False
             with self._writer:
-                v = self._version
-                if lacking(v.lexical):
-                    self._version = replace(v, lexical=corpus_lexical(tuple(v.texts), pairs=pairs), lexical_shared=True)
-        return self
+                if not lacking(self._version.lexical):
+                    return self  # another thread published one meanwhile
+                if self._version is v:
+                    self._version = replace(v, lexical=built, lexical_shared=shared)
+                    return self
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -343,6 +343,27 @@ class LexicalIndex:
         return LexicalIndex(_tiered(kept), self._vocabulary, terms=self.terms,
                             pairs=None if self.pairs is None else self.pairs.deleted(drop.tolist()))
 
+    def caught_up(self, texts_then: Sequence[str], ids_then: Sequence[str], texts_now: Sequence[str],
+                  ids_now: Sequence[str]) -> LexicalIndex:
+        """This index, built over the chunks `ids_then` / `texts_then`, brought to the chunks `ids_now` /
+        `texts_now`, a later version of the same corpus: its surviving chunks in their order, then the chunks added
+        since (what deletes and adds leave). The chunks gone are deleted and the new ones added: the scores of a
+        fresh build over `texts_now`, at the cost of the change (O(N) where chunks were deleted)."""
+        then, now = list(ids_then), list(ids_now)
+        then_texts, now_texts = list(texts_then), list(texts_now)
+        n = len(then)
+        if now[:n] == then and now_texts[:n] == then_texts:
+            return self.added(now_texts[n:])  # adds only
+        where = {cid: r for r, cid in enumerate(then)}
+        kept: list[int] = []
+        for cid, text in zip(now, now_texts, strict=True):
+            r = where.get(cid)
+            if r is None or (kept and r <= kept[-1]) or then_texts[r] != text:
+                break  # the first chunk added since: every later one was added too
+            kept.append(r)
+        gone = np.setdiff1d(np.arange(n), np.asarray(kept, dtype=np.int64))
+        return self.deleted(gone.tolist()).added(now_texts[len(kept):])
+
     # ------------------------------------------------------------------ scoring
     def scores(self, queries: Sequence[str]) -> torch.Tensor:
         """(R, N) BM25 score of every chunk for each query (0 where a query shares no word with a chunk)."""
