@@ -7,7 +7,10 @@ g_φ(c) depends only on the chunk text, so chunk vectors are computed once (by t
 
 - `ChunkIndex` with `backend="torch"` (default): exact inner-product search, CPU or GPU; the only store
   that serves position modes 'relative' and 'absolute' (they need every unrotated vector each hop).
-- `ChunkIndex` with `backend="faiss"`: a FAISS `IndexFlatIP` over the same vectors (position mode 'none').
+- `ChunkIndex` with `backend="faiss"`: a FAISS `IndexFlatIP` over the same vectors answers `search` and `topk` when
+  no filter, window or position is involved (the same results as torch's; adds extend it, a delete rebuilds it on
+  the next search). `MultiHopSearcher` scores every chunk with the model at each hop (the lexical evidence, windows
+  and positions need every score), so it reads the vectors, not FAISS.
 - Any object implementing `ChunkStore` (e.g. `qrag.integrations.LangChainChunkStore` over a vector
   database with a dot-product metric), for corpora beyond one machine (position mode 'none').
 
@@ -23,6 +26,8 @@ its last, so one that started before a change returns the old version's answer a
 sees a deleted chunk. What an add costs is what it adds: the vectors grow in a buffer with spare rows (amortised
 O(added), never read past a version's own rows), the BM25 index takes a segment (`LexicalIndex.added`), and the id
 lookup is shared and only appended to; a delete copies the surviving rows (no re-embedding, no re-tokenising).
+Filter masks carry to the next version (an add evaluates the filter on its rows alone; a delete keeps the survivors'
+bits), windows grow in a buffer as the vectors do, and metadata goes in and comes out as the caller's own copy.
 """
 
 from __future__ import annotations
@@ -133,12 +138,14 @@ def search_rows(
 
 class Rows(Sequence[T]):
     """The first `count` items of a list that later versions of the index only append to: what a version's `texts`,
-    `ids` and `metadatas` are (a read-only sequence; `list(...)` copies it). Comparing with a list compares items."""
+    `ids` and `metadatas` are (a read-only sequence; `list(...)` copies it). Comparing with a list compares items.
+    `copy` makes what is handed out the caller's own (the metadata dicts: `own_json`), so no caller can change a
+    stored item."""
 
-    __slots__ = ("_count", "_items")
+    __slots__ = ("_copy", "_count", "_items")
 
-    def __init__(self, items: list[T], count: int) -> None:
-        self._items, self._count = items, count
+    def __init__(self, items: list[T], count: int, copy: Callable[[T], T] | None = None) -> None:
+        self._items, self._count, self._copy = items, count, copy
 
     def __len__(self) -> int:
         return self._count
@@ -149,34 +156,65 @@ class Rows(Sequence[T]):
     def __getitem__(self, i: slice) -> list[T]: ...
     def __getitem__(self, i: int | slice) -> T | list[T]:
         if isinstance(i, slice):
-            return self._items[slice(*i.indices(self._count))]
+            items = self._items[slice(*i.indices(self._count))]
+            return items if self._copy is None else [self._copy(x) for x in items]
         j = i + self._count if i < 0 else i
         if not 0 <= j < self._count:
             raise IndexError(f"row {i} is outside this version's {self._count} chunks.")
-        return self._items[j]
+        return self._items[j] if self._copy is None else self._copy(self._items[j])
 
     def __iter__(self) -> Iterator[T]:
-        return itertools.islice(self._items, self._count)
+        items = itertools.islice(self._items, self._count)
+        return items if self._copy is None else map(self._copy, items)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
             return NotImplemented
-        return len(other) == self._count and all(a == b for a, b in zip(self, other, strict=False))
+        mine = itertools.islice(self._items, self._count)
+        return len(other) == self._count and all(a == b for a, b in zip(mine, other, strict=False))
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"Rows({list(self)!r:.200})"
+        return f"Rows({self._items[: min(self._count, 20)]!r:.200})"
+
+
+def own_json(value: Any) -> Any:
+    """A copy of JSON-like metadata whose lists and dicts are new all the way down: what the index keeps of what a
+    caller passed, and what it hands out, so neither side's later edits reach the other."""
+    if isinstance(value, dict):
+        return {k: own_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(own_json(v) for v in value)
+    return value
+
+
+def _own_metadatas(metadatas: Iterable[Mapping[str, Any]] | None, n: int) -> list[dict[str, Any]]:
+    return [own_json(m) for m in check_metadatas(metadatas, n)]
 
 
 class MaskCache:
-    """The filter masks of one index version: an LRU of at most `size` (N,) bool masks, keyed by the filter's
-    canonical text (`Filter.key`); thread-safe. A predicate has no key and is evaluated at every search."""
+    """The filter masks of one index version: an LRU of at most `size` bool masks, keyed by the filter's canonical
+    text (`Filter.key`); thread-safe. A predicate has no key and is evaluated at every search.
 
-    def __init__(self, size: int = MASK_CACHE_SIZE) -> None:
+    A mask covers the version's first rows, all of them once `ChunkIndex.mask` has read it: the next version starts
+    with this one's masks (`carried`), so after an add the filter is evaluated on the added rows only, and after a
+    delete the survivors keep their bits."""
+
+    def __init__(self, size: int = MASK_CACHE_SIZE, masks: Iterable[tuple[str, torch.Tensor]] = ()) -> None:
         self.size = size
-        self._masks: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._masks: OrderedDict[str, torch.Tensor] = OrderedDict(masks)
         self._lock = threading.Lock()
+
+    def carried(self, keep: torch.Tensor | None = None) -> MaskCache:
+        """The masks for the next version, least recently used first: after an add (`keep` None) these ones (they
+        cover its first rows; the new rows are evaluated when a search asks), after a delete (`keep`: (N,) bool over
+        this version's rows) the kept rows' bits of each."""
+        with self._lock:
+            masks = list(self._masks.items())
+        if keep is not None:
+            masks = [(key, mask[keep[: len(mask)].to(mask.device)]) for key, mask in masks]
+        return MaskCache(self.size, masks)
 
     def __len__(self) -> int:
         return len(self._masks)
@@ -210,7 +248,7 @@ class _Version:
     lexical: LexicalIndex | None
     masks: MaskCache
     lexical_shared: bool = False  # the BM25 index came from `corpus_lexical` (forgotten there when replaced)
-    faiss: list[Any] = field(default_factory=list)  # the FAISS index of these vectors, built on first use
+    faiss: _FaissRows = field(default_factory=lambda: _FaissRows())  # shared with the versions it only added to
     windows: Windows | None = None  # the later windows of chunks longer than the chunk tower reads (windows.py)
 
     @property
@@ -227,6 +265,12 @@ class _Version:
 
     @property
     def metadatas(self) -> Rows[dict[str, Any]]:
+        """The metadata dicts, each handed out as the caller's own copy."""
+        return Rows(self.all_metadatas, self.count, own_json)
+
+    @property
+    def stored_metadatas(self) -> Rows[dict[str, Any]]:
+        """The metadata dicts as stored: for the index's own reads (masks, saves), never handed to a caller."""
         return Rows(self.all_metadatas, self.count)
 
     def row(self, cid: str) -> int | None:
@@ -310,7 +354,7 @@ class ChunkIndex:
         ids_ = check_ids(ids, n)
         self._writer = threading.Lock()  # one change at a time; readers never wait
         self._frozen = False
-        self._version = _Version(_with_room(vectors.float(), n), n, texts, ids_, check_metadatas(metadatas, n),
+        self._version = _Version(_with_room(vectors.float(), n), n, texts, ids_, _own_metadatas(metadatas, n),
                                  {cid: i for i, cid in enumerate(ids_)}, lexical, MaskCache(mask_cache_size),
                                  windows=None if windows is None else windows.to(vectors.device))
 
@@ -351,6 +395,8 @@ class ChunkIndex:
 
     @property
     def metadatas(self) -> Rows[dict[str, Any]]:
+        """The chunks' metadata of the current version, in row order; each dict is a copy (editing it changes
+        nothing stored: replace metadata with `with_metadatas`)."""
         return self._version.metadatas
 
     @property
@@ -470,11 +516,11 @@ class ChunkIndex:
             v = self._version
             if v.storage.device != torch.device(device):
                 self._version = replace(v, storage=v.vectors.to(device), masks=MaskCache(self.mask_cache_size),
-                                        faiss=[], windows=None if v.windows is None else v.windows.to(device))
+                                        faiss=_FaissRows(), windows=None if v.windows is None else v.windows.to(device))
         return self
 
     def chunk(self, row: int) -> Chunk:
-        """The chunk stored at `row` (its document position)."""
+        """The chunk stored at `row` (its document position); its metadata is a copy, the caller's to change."""
         v = self._version
         return Chunk(v.ids[row], v.texts[row], v.metadatas[row], row)
 
@@ -544,7 +590,7 @@ class ChunkIndex:
         self._check_writable()
         texts = check_texts(texts)
         new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
-        return texts, new_ids, check_metadatas(metadatas, len(texts))
+        return texts, new_ids, _own_metadatas(metadatas, len(texts))
 
     def _append(self, vectors: torch.Tensor, texts: list[str], new_ids: list[str],
                 metas: list[dict[str, Any]], windows: Windows | None = None) -> list[str]:
@@ -567,7 +613,7 @@ class ChunkIndex:
             v.all_metadatas.extend(metas)
             v.rows.update((cid, n + i) for i, cid in enumerate(new_ids))
             self._publish(_Version(storage, n + m, v.all_texts, v.all_ids, v.all_metadatas, v.rows,
-                                   lexical, MaskCache(self.mask_cache_size),
+                                   lexical, v.masks.carried(), faiss=v.faiss,  # a moved buffer holds the same rows
                                    windows=_joined(v.windows, windows, n, storage.device)))
         return new_ids
 
@@ -590,6 +636,8 @@ class ChunkIndex:
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
             raise ValueError(f"ids must be a list of chunk ids, got {ids!r:.80}; for one id pass [id].")
         gone = set(map(str, ids))
+        if not gone:
+            return  # nothing to delete: the version stays, with its masks and FAISS index
         with self._writer:
             v = self._version
             missing = sorted(i for i in gone if v.row(i) is None)
@@ -605,24 +653,25 @@ class ChunkIndex:
             flags = keep.tolist()
             texts = [t for t, k in zip(v.texts, flags, strict=True) if k]
             new_ids = [t for t, k in zip(v.ids, flags, strict=True) if k]
-            metas = [t for t, k in zip(v.metadatas, flags, strict=True) if k]
+            metas = [t for t, k in zip(v.stored_metadatas, flags, strict=True) if k]
             lexical = v.lexical.deleted(dropped) if v.lexical is not None else None
             windows = None if v.windows is None else v.windows.kept(keep)
             self._publish(_Version(storage, len(texts), texts, new_ids, metas, {c: i for i, c in enumerate(new_ids)},
-                                   lexical, MaskCache(self.mask_cache_size), windows=windows))
+                                   lexical, v.masks.carried(keep), windows=windows))
 
     def with_metadatas(self, metadatas: Sequence[Mapping[str, Any]]) -> ChunkIndex:
         """Replace every chunk's metadata (in row order; in place; returns the index): what filters read."""
         self._check_writable()
         with self._writer:
             v = self._version
-            self._version = replace(v, all_metadatas=check_metadatas(metadatas, v.count),
+            self._version = replace(v, all_metadatas=_own_metadatas(metadatas, v.count),
                                     masks=MaskCache(self.mask_cache_size))
         return self
 
     def mask(self, filter_: Filter) -> torch.Tensor:
         """(N,) bool: the rows `filter_` lets a search take, on the vectors' device; cached per filter and index
-        version (`MaskCache`, at most `mask_cache_size` masks; a predicate is evaluated each time).
+        version (`MaskCache`, at most `mask_cache_size` masks; a predicate is evaluated each time). A mask the
+        version before held is carried: after an add the filter reads the added rows' metadata only.
 
         Raises:
             FilterError: metadata a condition cannot compare (the message names the key and the values).
@@ -630,11 +679,15 @@ class ChunkIndex:
         v = self._version
         key = filter_.key
         cached = v.masks.get(key) if key is not None else None
-        if cached is None:
-            cached = torch.tensor([filter_.matches(m) for m in v.metadatas], dtype=torch.bool, device=v.storage.device)
-            if key is not None and v.masks.size:
-                v.masks.put(key, cached)
-        return cached
+        if cached is not None and len(cached) == v.count:
+            return cached
+        start = 0 if cached is None else len(cached)
+        rows = itertools.islice(v.all_metadatas, start, v.count)  # the stored dicts: the filter only reads them
+        new = torch.tensor([filter_.matches(m) for m in rows], dtype=torch.bool, device=v.storage.device)
+        mask = new if cached is None else torch.cat([cached, new])
+        if key is not None and v.masks.size:
+            v.masks.put(key, mask)
+        return mask
 
     # ------------------------------------------------------------------ search
     def topk(
@@ -682,13 +735,9 @@ class ChunkIndex:
         self, v: _Version, queries: torch.Tensor, k: int, exclude: Sequence[Collection[int]] | None, width: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # FAISS cannot mask, so over-fetch by the largest exclusion set and drop taken rows afterwards.
-        if not v.faiss:
-            with _FAISS_BUILD:
-                if not v.faiss:  # built once per version, on the first search that needs it
-                    v.faiss.append(_build_faiss(v.vectors))
         fetch = min(v.count, k + width)
         q = np.ascontiguousarray(queries.detach().float().cpu().numpy())  # (B, D)
-        dist, idx = v.faiss[0].search(q, fetch)  # (B, k + width) each
+        dist, idx = v.faiss.search(v.vectors, q, fetch)  # (B, k + width) each
         top = torch.full((q.shape[0], k), -math.inf)  # (B, K)
         rows = torch.full((q.shape[0], k), -1, dtype=torch.long)  # (B, K)
         for b in range(q.shape[0]):
@@ -739,12 +788,12 @@ class ChunkIndex:
             "windows": None if v.windows is None else len(v.windows),
             "ids": list(v.ids),
             "texts": list(v.texts),
-            "metadatas": list(v.metadatas),
+            "metadatas": list(v._version.stored_metadatas),
         }
         try:
             blob = json.dumps(header, ensure_ascii=False)
         except (TypeError, ValueError) as e:
-            bad = next((i for i, m in enumerate(v.metadatas) if not json_ok(m)), None)
+            bad = next((i for i, m in enumerate(v._version.stored_metadatas) if not json_ok(m)), None)
             raise ValueError(
                 f"cannot save the index: metadata of chunk {bad} ({v.ids[bad] if bad is not None else '?'!r}) is "
                 f"not JSON-serialisable ({e}); keep metadata to strings, numbers, lists and dicts."
@@ -835,9 +884,6 @@ def _replaceable(folder: Path) -> bool:
     return (folder / INDEX_FILE).is_file() or not any(folder.iterdir())
 
 
-_FAISS_BUILD = threading.Lock()
-
-
 def _faiss_module() -> Any:
     try:
         import faiss  # lazy: an optional dependency
@@ -846,10 +892,28 @@ def _faiss_module() -> Any:
     return faiss
 
 
-def _build_faiss(vectors: torch.Tensor) -> Any:
-    index = _faiss_module().IndexFlatIP(int(vectors.shape[1]))
-    index.add(np.ascontiguousarray(vectors.detach().float().cpu().numpy()))  # (N, D)
-    return index
+class _FaissRows:
+    """A FAISS `IndexFlatIP` over the first rows of a vector buffer, shared by the versions that only added to one
+    another (their rows below each one's count are the same): the first search that needs it builds it, a later
+    version's first search adds the rows added since (O(added), no rebuild), and a version searches its own rows only
+    (an id range). A delete or a move starts a new one. FAISS may move its storage while adding, so adding and
+    searching take turns."""
+
+    def __init__(self) -> None:
+        self.index: Any = None
+        self._lock = threading.Lock()
+
+    def search(self, vectors: torch.Tensor, queries: Any, fetch: int) -> tuple[Any, Any]:
+        """FAISS's (scores, rows) of `queries` (B, D) among `vectors` (N, D), the searching version's rows."""
+        faiss, count = _faiss_module(), len(vectors)
+        with self._lock:
+            if self.index is None:
+                self.index = faiss.IndexFlatIP(int(vectors.shape[1]))
+            have = int(self.index.ntotal)
+            if have < count:
+                self.index.add(np.ascontiguousarray(vectors[have:].detach().float().cpu().numpy()))  # (count - have, D)
+            params = faiss.SearchParameters(sel=faiss.IDSelectorRange(0, count)) if have > count else None
+            return self.index.search(queries, fetch, params=params)
 
 
 def _check_vectors(vectors: Any, n: int, dim: int | None = None) -> None:

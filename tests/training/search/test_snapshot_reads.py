@@ -73,13 +73,13 @@ def test_a_faiss_index_is_built_by_the_search_that_needs_it_not_by_every_change(
     for i in range(8, 12):
         index.add(tiny_qnet, [TEXTS[i]], [IDS[i]])
     index.delete(["d3"])
-    assert index._version.faiss == []  # no change built one
+    assert index._version.faiss.index is None  # no change built one
     states = tiny_qnet.embed_states(["Where is the milk?"], [[]])
     exact = ChunkIndex.from_texts(tiny_qnet, [t for t, i in zip(TEXTS[:12], IDS, strict=False) if i != "d3"],
                                   [i for i in IDS[:12] if i != "d3"])
     assert [[c.id for c, _ in r] for r in index.search(states, k=4)] == [[c.id for c, _ in r]
                                                                           for r in exact.search(states, k=4)]
-    assert len(index._version.faiss) == 1
+    assert index._version.faiss.index is not None and index._version.faiss.index.ntotal == 11
 
 
 def test_the_mask_cache_is_bounded_and_keyed_canonically(tiny_qnet: QNetwork) -> None:
@@ -91,7 +91,7 @@ def test_the_mask_cache_is_bounded_and_keyed_canonically(tiny_qnet: QNetwork) ->
     b = index.mask(Filter.coerce({"n": 1, "tenant": "Mary"}))  # type: ignore[arg-type]
     assert a is b  # one entry for one filter, whatever the dict's order
     index.add(tiny_qnet, ["Bill took the cup."], ["new"], [{"tenant": "Mary", "n": 1}])
-    assert len(index._version.masks) == 0  # a new version starts with no masks: the old ones go with the old version
+    assert len(index._version.masks) == 8  # a new version starts with the masks of the one before (carried)
     assert index.mask(Filter.coerce({"n": 1, "tenant": "Mary"})).tolist() == [i in (1, 16) for i in range(17)]  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mask_cache_size"):
         ChunkIndex.from_texts(tiny_qnet, TEXTS[:2], mask_cache_size=-1)
