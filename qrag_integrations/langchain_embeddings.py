@@ -6,17 +6,28 @@ Together they are the scale-out path: chunk vectors g_φ(c) don't depend on the 
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from qrag.integrations.metric import MetricError, check_chroma_ip
+from qrag.integrations.metric import (
+    SAMPLE,
+    Convention,
+    MetricError,
+    ScoreMap,
+    checked_score_map,
+    chroma_space,
+    fresh_unit_vectors,
+)
 from qrag.integrations.store_filters import store_filter
+from qrag.integrations.store_lexical import Hybrid, StoreLexical
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
     Chunk,
@@ -33,41 +44,94 @@ POSITION_KEY = "qrag_position"
 
 
 VectorSearch = Callable[..., list[tuple[Any, float]]]
+CHROMA_CONVENTIONS: dict[str, Convention] = {"ip": "ip_distance", "cosine": "cosine_distance", "l2": "l2_squared"}
+QDRANT_CONVENTIONS: dict[str, Convention] = {"DOT": "ip", "COSINE": "cosine", "EUCLID": "l2"}
 
 
-def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, Callable[[float], float]]:
-    """A LangChain store's search by vector with scores, and the map from its score to ⟨query, g_φ(c)⟩,
-    after checking that the store ranks by that inner product.
+def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, ScoreMap | None]:
+    """A LangChain store's search by vector with its raw scores, and how they turn into ⟨query, x⟩ (None: the store
+    does not say, and `LangChainChunkStore` probes it).
 
-    Known stores are checked: Chroma needs an 'ip' space (its score is the distance 1 − ⟨q, c⟩), Qdrant
-    `Distance.DOT` (score = ⟨q, c⟩); LangChain's `InMemoryVectorStore` (cosine) is refused. Other stores'
-    `similarity_search_with_score_by_vector` is trusted to return raw inner products.
+    Chroma reports distances by its space ('ip' 1 − ⟨q, x⟩, 'cosine' 1 − cos, 'l2' squared L2), Qdrant its
+    `distance` (DOT, COSINE, EUCLID: plain L2), LangChain's `InMemoryVectorStore` cosine, FAISS its flat index
+    (inner product, else squared L2; `normalize_L2` divides queries by their norm).
 
     Raises:
-        MetricError: the store ranks by cosine or L2.
+        MetricError: a metric no score map reads (Qdrant MANHATTAN).
         TypeError: the store cannot search by vector with scores.
     """
     kind = type(store).__name__
     if kind == "Chroma" and type(store).__module__.startswith("langchain_chroma"):
-        check_chroma_ip(store._collection)  # type: ignore[attr-defined]
+        space = chroma_space(store._collection)  # type: ignore[attr-defined]
         search = store.similarity_search_by_vector_with_relevance_scores  # type: ignore[attr-defined]
-        return search, lambda distance: 1.0 - distance
+        return search, ScoreMap(CHROMA_CONVENTIONS[space]) if space in CHROMA_CONVENTIONS else None
     search = getattr(store, "similarity_search_with_score_by_vector", None)
     if not callable(search):
         raise TypeError(
-            f"{kind} has no similarity_search_with_score_by_vector(); qrag needs the raw inner products of a "
-            "vector search (e.g. Chroma with an 'ip' collection, or QdrantVectorStore with distance=Distance.DOT)."
+            f"{kind} has no similarity_search_with_score_by_vector(); qrag needs the raw scores of a vector search "
+            "(e.g. Chroma, Qdrant, FAISS or LangChain's InMemoryVectorStore)."
         )
     if kind == "QdrantVectorStore":
-        distance = str(getattr(store, "distance", ""))
-        if not distance.upper().endswith("DOT"):
-            raise MetricError(f"the Qdrant collection uses {distance!r}; qrag's hops need inner products: create it "
-                              "with distance=Distance.DOT.")
-        return search, lambda score: score
+        distance = str(getattr(getattr(store, "distance", ""), "name", getattr(store, "distance", ""))).upper()
+        name = next((c for d, c in QDRANT_CONVENTIONS.items() if distance.endswith(d)), None)
+        if name is None:
+            raise MetricError(f"the Qdrant collection uses {distance!r}, whose scores give no inner product; create it "
+                              "with distance=Distance.DOT (or COSINE for unit vectors).")
+        return search, ScoreMap(name)
     if kind == "InMemoryVectorStore":
-        raise MetricError("InMemoryVectorStore ranks by cosine similarity, not the inner product qrag's hops need; "
-                          "use a store with a dot-product metric (Chroma 'ip', Qdrant DOT) or qrag's ChunkIndex.")
-    return search, lambda score: score
+        return search, ScoreMap("cosine")
+    if kind == "FAISS":
+        strategy = str(getattr(getattr(store, "distance_strategy", ""), "name", "")).upper()
+        return search, ScoreMap("ip" if strategy == "MAX_INNER_PRODUCT" else "l2_squared",
+                                normalizes_query=bool(getattr(store, "_normalize_L2", False)))
+    return search, None
+
+
+def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[Any], list[list[float]] | None] | None:
+    """The documents a LangChain store holds (the first `limit`), as LangChain `Document`s named as its search names
+    them, and their stored vectors; None for a store qrag cannot read (its search alone is used then)."""
+    from langchain_core.documents import Document
+
+    kind = type(store).__name__
+    if kind == "Chroma":
+        got = store._collection.get(limit=limit, include=["documents", "metadatas", "embeddings"])  # type: ignore[attr-defined]
+        docs = [Document(page_content=t or "", metadata=m or {}, id=i)
+                for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
+        return docs, [list(map(float, v)) for v in got["embeddings"]]
+    if kind == "InMemoryVectorStore":
+        items = list(store.store.values())[:limit]  # type: ignore[attr-defined]
+        return ([Document(page_content=d["text"], metadata=d.get("metadata") or {}, id=d["id"]) for d in items],
+                [list(d["vector"]) for d in items])
+    if kind == "FAISS":
+        rows = sorted(store.index_to_docstore_id.items())[:limit]  # type: ignore[attr-defined]
+        docs = [store.docstore.search(cid) for _, cid in rows]  # type: ignore[attr-defined]
+        docs = [Document(page_content=d.page_content, metadata=d.metadata, id=cid) for d, (_, cid) in zip(docs, rows, strict=True)]
+        return docs, [store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
+    if kind == "QdrantVectorStore":
+        points, docs, vectors, offset = [], [], [], None
+        while limit is None or len(points) < limit:
+            batch, offset = store.client.scroll(store.collection_name, limit=256 if limit is None else limit,  # type: ignore[attr-defined]
+                                                offset=offset, with_payload=True, with_vectors=True)
+            points += batch
+            if offset is None:
+                break
+        for p in points[:limit]:
+            docs.append(store._document_from_point(p, store.collection_name, store.content_payload_key,  # type: ignore[attr-defined]
+                                                   store.metadata_payload_key))  # type: ignore[attr-defined]
+            v = p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector  # type: ignore[attr-defined]
+            vectors.append(list(v))
+        return docs, vectors
+    return None
+
+
+def store_name(store: VectorStore) -> str:
+    """How messages name a store: a Chroma or Qdrant collection by its name, any other by its class."""
+    kind = type(store).__name__
+    if kind == "Chroma":
+        return f"the Chroma collection {store._collection.name!r}"  # type: ignore[attr-defined]
+    if kind == "QdrantVectorStore":
+        return f"the Qdrant collection {store.collection_name!r}"  # type: ignore[attr-defined]
+    return kind
 
 
 class QRAGEmbeddings(Embeddings):
@@ -128,22 +192,52 @@ def store_metric(store: VectorStore) -> str | None:
 class LangChainChunkStore:
     """A `qrag.training.search.index.ChunkStore` over a LangChain `VectorStore` that searches by vector with scores.
 
-    The store must rank by the raw inner product (Chroma with an 'ip' space, Qdrant with `Distance.DOT`;
-    checked by `langchain_inner_product`, which also turns Chroma's distances back into inner products)
-    and hold vectors from the same model's chunk tower (`QRAGEmbeddings`). Taken chunks are masked by
-    over-fetching `k + len(taken)` results and dropping the taken ids.
+    The store holds this model's chunk vectors: `QRAGEmbeddings` under an inner-product metric (Chroma 'ip', Qdrant
+    `Distance.DOT`, FAISS `MAX_INNER_PRODUCT`), or, for a model whose chunk tower is the untrained normalised base
+    encoder (`qrag/hotpotqa-minilm`: all-MiniLM-L6-v2), any cosine or L2 collection that encoder filled (Chroma's
+    default 'l2', `InMemoryVectorStore`, Qdrant COSINE, FAISS's default L2): each score is turned back into the
+    exact inner product ⟨q, x⟩ (`metric.ScoreMap`). Before the first query such a store is checked on a few stored
+    documents (`SAMPLE`): their stored vectors against this chunk tower's vectors of their texts, and the store's
+    score of each against 3 × its own vector, which also tells the metric of a store that does not say it. Taken
+    chunks are masked by over-fetching `k + len(taken)` results and dropping the taken ids.
+
+    A searcher whose model weighs lexical evidence reads the store's documents once (`with_lexical`) and holds
+    their BM25 index beside it, kept in step by `add_texts` / `delete` (documents changed in the store past qrag
+    rank by Q alone until a new retriever reads them).
 
     Args:
         store: The vector store, with `similarity_search_with_score_by_vector(vector, k=...)`.
+        model: The model that searches it (its chunk tower is what the check compares with); None: an inner-product
+            store (or one that does not say its metric) is trusted, a cosine or L2 one refused.
         position_key: Metadata key holding each chunk's document position (for document order).
         id_key: Metadata key holding the chunk id; None: `Document.id`, then metadata `_id` (Qdrant).
+
+    Raises:
+        MetricError: a cosine or L2 store for a model whose chunk tower is not the untrained normalised base
+            encoder, or one that encoder did not fill (named: the norms or the cosine found).
     """
 
-    def __init__(self, store: VectorStore, *, position_key: str | None = POSITION_KEY, id_key: str | None = None) -> None:
+    def __init__(self, store: VectorStore, *, model: QNetwork | None = None, position_key: str | None = POSITION_KEY,
+                 id_key: str | None = None) -> None:
         self.store = store
-        self.vector_search, self.inner_product = langchain_vector_search(store)
         self.position_key = position_key
         self.id_key = id_key
+        self.vector_search, known = langchain_vector_search(store)
+        self.score_map = self._checked_map(model, known)
+        self.text_index: StoreLexical | None = None
+
+    def _checked_map(self, model: QNetwork | None, known: ScoreMap | None) -> ScoreMap:
+        def sample() -> tuple[list[str], list[list[float]] | None]:
+            read = read_documents(self.store, SAMPLE)
+            if read is not None:
+                return [d.page_content for d in read[0]], read[1]
+            probe = fresh_unit_vectors(model, ["?"])[0].tolist()
+            return [d.page_content for d, _ in self.vector_search(probe, k=SAMPLE)], None
+
+        def search(vector: list[float], n: int) -> list[tuple[str, float]]:
+            return [(d.page_content, float(score)) for d, score in self.vector_search(vector, k=n)]
+
+        return checked_score_map(store_name(self.store), model, known, sample, search)
 
     def search(
         self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None,
@@ -162,10 +256,33 @@ class LangChainChunkStore:
         extra = {} if reduced is True else self._filter_args(reduced)
 
         def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
-            return [(self._chunk(doc), self.inner_product(float(score)))
+            qnorm = math.sqrt(sum(v * v for v in vector))
+            return [(self._chunk(doc), self.score_map.inner(float(score), qnorm))
                     for doc, score in self.vector_search(vector, k=n, **extra)]
 
         return search_rows(queries, k, exclude, fetch)
+
+    def with_lexical(self, *, pairs: bool = False) -> bool:
+        """Read the store's documents once and index them for BM25 (with word pairs if `pairs`); False for a store
+        qrag cannot read (its hops then rank by Q alone)."""
+        if self.text_index is None or (pairs and not self.text_index.pairs):
+            read = read_documents(self.store)
+            if read is None:
+                return False
+            docs = read[0]
+            chunks = [self._chunk(d) for d in docs]
+            self.text_index = StoreLexical([c.id for c in chunks], [c.text for c in chunks],
+                                           [c.metadata for c in chunks], pairs=pairs)
+        return True
+
+    def lexical_search(self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]], where: Filter | None,
+                       *, texts: Sequence[str], questions: Sequence[str], weight: float,
+                       pair_weight: float) -> list[list[Hybrid]]:
+        """Per query row: the `k` best (chunk, Q-value, Q + `weight` · lexical evidence of `texts[r]`), exactly as an
+        in-process index ranks them (`store_lexical.StoreLexical.search`)."""
+        assert self.text_index is not None, "with_lexical() first"
+        return self.text_index.search(lambda q, n, skip, w: self.search(q, n, skip, w), queries, k, exclude, where,
+                                      texts, questions, weight, pair_weight)
 
     def _filter_args(self, where: Filter) -> dict[str, Any]:
         """The store search's keyword arguments for `where`. LangChain's FAISS filters only the `fetch_k` best
@@ -190,7 +307,14 @@ class LangChainChunkStore:
         if taken:
             raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__} store; delete them "
                              "first to replace them, or add the texts under new ids. Nothing was added.")
-        return list(self.store.add_texts(texts, metadatas, ids=new_ids))
+        added = list(self.store.add_texts(texts, metadatas, ids=new_ids))
+        if self.text_index is not None:
+            qdrant = type(self.store).__name__ == "QdrantVectorStore"  # its search names a point by metadata `_id`
+            chunks = [self._chunk(Document(page_content=t, metadata={**(m or {}), "_id": _uuid_form(i)} if qdrant
+                                           else dict(m or {}), id=None if qdrant else i))
+                      for t, m, i in zip(texts, metadatas, added, strict=True)]
+            self.text_index.added([c.id for c in chunks], [c.text for c in chunks], [c.metadata for c in chunks])
+        return added
 
     def delete(self, ids: list[str]) -> None:
         """Delete these ids from the store.
@@ -209,6 +333,8 @@ class LangChainChunkStore:
             raise ValueError(f"cannot delete every document of this {kind} store; build a new one for a new corpus.")
         if ids:
             self.store.delete(ids=ids)
+            if self.text_index is not None:
+                self.text_index.deleted(set(ids) | {_uuid_form(i) for i in ids})
 
     def _chunk(self, doc: Any) -> Chunk:
         meta = dict(doc.metadata or {})

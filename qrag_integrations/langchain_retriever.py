@@ -162,25 +162,26 @@ class QRAGRetriever(BaseRetriever):
     def from_vector_store(
         cls, store: VectorStore, model: QNetwork | str | Path, *, id_key: str | None = None, **kwargs: Any
     ) -> QRAGRetriever:
-        """Hops against an external store holding `QRAGEmbeddings` vectors with a dot-product metric.
+        """Hops against a vector store you already have: one holding `QRAGEmbeddings` vectors under a dot-product
+        metric, or, for a model whose chunk tower is the untrained normalised base encoder (`qrag/hotpotqa-minilm`),
+        a cosine or L2 collection that encoder filled (Chroma's default, `InMemoryVectorStore`, Qdrant COSINE, FAISS's
+        default L2): nothing is re-embedded, each score is turned back into its exact Q-value. A few stored
+        documents are checked first (`LangChainChunkStore`). A model that weighs lexical evidence gets the BM25
+        index of the store's documents, read once (stores qrag can read: Chroma, Qdrant, FAISS, in-memory).
+
+        Example:
+            >>> store = Chroma.from_texts(texts, HuggingFaceEmbeddings(model_name="all-MiniLM-L6-v2"))  # doctest: +SKIP
+            >>> retriever = QRAGRetriever.from_vector_store(store, "qrag/hotpotqa-minilm")  # doctest: +SKIP
 
         Raises:
-            ValueError: the store ranks by cosine or euclidean distance: the scores it returns are then not
-                Q-values, so hop order and the stop rule would mean nothing (recreate it with inner product,
-                e.g. Qdrant `Distance.DOT`, FAISS `DistanceStrategy.MAX_INNER_PRODUCT`, Chroma 'ip').
+            MetricError (a ValueError): a cosine or L2 store with a model whose chunk tower was trained or needs
+                positions, or a store another encoder filled (named: the norms or the cosine found).
         """
-        from qrag.integrations.langchain_embeddings import LangChainChunkStore, store_metric
+        from qrag.integrations.langchain_embeddings import LangChainChunkStore
 
-        metric = store_metric(store)
-        if metric is not None and any(w in metric for w in ("cos", "euclid", "l2")):
-            raise ValueError(
-                f"{type(store).__name__} ranks by {metric!r}, but qrag's scores are raw inner products (Q-values): "
-                "hop order and the stop rule mean nothing under another metric. Build the store with an inner-"
-                "product metric (Qdrant Distance.DOT, FAISS DistanceStrategy.MAX_INNER_PRODUCT, Chroma "
-                "'hnsw:space': 'ip'), or use QRAGRetriever.from_texts for an exact in-process index."
-            )
         kwargs = cls._constructor_fields(kwargs)
-        return cls(searcher=MultiHopSearcher(load_model(model), LangChainChunkStore(store, id_key=id_key)), **kwargs)
+        qnet = load_model(model)
+        return cls(searcher=MultiHopSearcher(qnet, LangChainChunkStore(store, model=qnet, id_key=id_key)), **kwargs)
 
     @classmethod
     def _constructor_fields(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -174,12 +174,22 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
     def from_vector_store(
         cls, vector_store: Any, model: QNetwork | str | Path, similarity_top_k: int | None = 2, **kwargs: Any
     ) -> QRAGLlamaIndexRetriever:
-        """Hops against a LlamaIndex vector store (a database server) holding `QRAGLlamaIndexEmbedding`
-        vectors with an inner-product metric (checked for Chroma). Nodes come back from the store."""
+        """Hops against a LlamaIndex vector store (a database server) holding `QRAGLlamaIndexEmbedding` vectors
+        under an inner-product metric, or, for a model whose chunk tower is the untrained normalised base encoder
+        (`qrag/hotpotqa-minilm`), a cosine or L2 collection that encoder filled (e.g. `ChromaVectorStore` over a
+        default Chroma collection of all-MiniLM-L6-v2 vectors): nothing is re-embedded, a few stored nodes are
+        checked first (`LlamaIndexChunkStore`), and a model that weighs lexical evidence gets the BM25 index of the
+        store's nodes (Chroma). Nodes come back from the store.
+
+        Raises:
+            MetricError (a ValueError): a cosine or L2 store this model cannot read Q-values from, or one another
+                encoder filled (named: the norms or the cosine found)."""
         from qrag.integrations.llama_index_store import LlamaIndexChunkStore
 
         cls._check_args(similarity_top_k, kwargs)
-        return cls(MultiHopSearcher(load_model(model), LlamaIndexChunkStore(vector_store)), [], similarity_top_k, **kwargs)
+        qnet = load_model(model)
+        return cls(MultiHopSearcher(qnet, LlamaIndexChunkStore(vector_store, model=qnet)), [], similarity_top_k,
+                   **kwargs)
 
     @classmethod
     def _check_args(cls, similarity_top_k: int | None, kwargs: dict[str, Any]) -> None:

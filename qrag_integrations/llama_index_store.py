@@ -18,57 +18,106 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from qrag.integrations.llama_index_filters import to_metadata_filters
-from qrag.integrations.metric import MetricError, check_chroma_ip
+from qrag.integrations.llama_index_filters import metadata_filters_for
+from qrag.integrations.metric import (
+    SAMPLE,
+    Convention,
+    MetricError,
+    ScoreMap,
+    checked_score_map,
+    chroma_space,
+    fresh_unit_vectors,
+)
+from qrag.integrations.store_lexical import Hybrid, StoreLexical
+from qrag.training.model import QNetwork
 from qrag.training.search import Chunk, Filter, ScoredChunk, check_ids, search_rows
 
 POSITION_KEY = "qrag_position"
 
 
-def llama_index_inner_product(store: BasePydanticVectorStore) -> Callable[[float], float]:
-    """Map a LlamaIndex store's query similarity to ⟨query, g_φ(c)⟩, after checking its metric.
+CHROMA_CONVENTIONS: dict[str, Convention] = {"ip": "ip_distance", "cosine": "cosine_distance", "l2": "l2_squared"}
 
-    `ChromaVectorStore` needs an 'ip' collection; it reports `exp(−distance)` with distance `1 − ⟨q, c⟩`,
-    so the inner product is `1 + ln(similarity)`. Other stores are trusted to return raw inner products.
 
-    Raises:
-        MetricError: a Chroma collection that ranks by cosine or L2.
-    """
+def llama_index_score_map(store: BasePydanticVectorStore) -> ScoreMap | None:
+    """How a LlamaIndex store's query similarity (after `distance`) gives ⟨query, x⟩; None where it does not say.
+
+    `ChromaVectorStore` reports `exp(−distance)` with Chroma's distance for its space ('ip' 1 − ⟨q, x⟩, 'cosine'
+    1 − cos, 'l2' squared L2); `distance` takes the logarithm back."""
     if type(store).__name__ == "ChromaVectorStore":
-        check_chroma_ip(store._collection)  # type: ignore[attr-defined]
-        return lambda similarity: 1.0 + math.log(similarity) if similarity > 0 else -math.inf
-    return lambda score: score
+        space = chroma_space(store._collection)  # type: ignore[attr-defined]
+        return ScoreMap(CHROMA_CONVENTIONS[space]) if space in CHROMA_CONVENTIONS else None
+    return None
+
+
+def llama_index_inner_product(store: BasePydanticVectorStore) -> Callable[[float], float]:
+    """Map a LlamaIndex store's query similarity to ⟨query, g_φ(c)⟩ for an inner-product store (unit queries: use
+    `LlamaIndexChunkStore`, which knows each query's norm, for cosine and L2 stores)."""
+    found = llama_index_score_map(store) or ScoreMap("ip")
+    exp = type(store).__name__ == "ChromaVectorStore"
+    return lambda s: found.inner(_distance(s) if exp else s, 1.0) if not exp or s > 0 else -math.inf
+
+
+def _distance(similarity: float) -> float:
+    return -math.log(similarity) if similarity > 0 else math.inf
 
 
 class LlamaIndexChunkStore:
     """A `qrag.training.search.index.ChunkStore` over a LlamaIndex `BasePydanticVectorStore` with stored text.
 
-    The store holds `QRAGLlamaIndexEmbedding` vectors (the chunk tower) and must rank by inner product
-    (checked for Chroma). Taken chunks are masked by over-fetching `k + len(taken)` results.
+    The store holds this model's chunk vectors: `QRAGLlamaIndexEmbedding` under an inner-product metric, or, for a
+    model whose chunk tower is the untrained normalised base encoder, a cosine or L2 collection that encoder filled
+    (Chroma's default 'l2'; checked on a few stored nodes before the first query, as `LangChainChunkStore` does).
+    Taken chunks are masked by over-fetching `k + len(taken)` results. A searcher whose model weighs lexical evidence
+    reads the store's nodes once (`with_lexical`, Chroma) and keeps their BM25 index in step through `add` / `delete`.
 
     Args:
         store: The vector store (`stores_text=True`).
+        model: The model that searches it (see `LangChainChunkStore`).
         position_key: Node metadata key holding each chunk's document position (for document order).
 
     Raises:
         TypeError: the store does not keep node text.
-        MetricError: the store ranks by cosine or L2.
+        MetricError: a cosine or L2 store this model cannot read Q-values from, or one another encoder filled.
     """
 
-    def __init__(self, store: BasePydanticVectorStore, *, position_key: str | None = POSITION_KEY) -> None:
+    def __init__(self, store: BasePydanticVectorStore, *, model: QNetwork | None = None,
+                 position_key: str | None = POSITION_KEY) -> None:
         if not getattr(store, "stores_text", False):
             raise TypeError(f"{type(store).__name__} does not store node text; qrag's hops need the chunk text back "
                             "from the store (use a store with stores_text=True, e.g. ChromaVectorStore).")
         self.store = store
-        self.inner_product = llama_index_inner_product(store)
         self.position_key = position_key
+        self._exp = type(store).__name__ == "ChromaVectorStore"
+        self.text_index: StoreLexical | None = None
+        where = (f"the Chroma collection {store._collection.name!r}" if self._exp  # type: ignore[attr-defined]
+                 else type(store).__name__)
+
+        def sample() -> tuple[list[str], list[list[float]] | None]:
+            if self._exp:
+                got = store._collection.get(limit=SAMPLE, include=["embeddings"])  # type: ignore[attr-defined]
+                nodes = {n.node_id: n for n in self._get_nodes(node_ids=list(got["ids"]))}
+                return ([nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in got["ids"]],
+                        [list(map(float, v)) for v in got["embeddings"]])
+            assert model is not None
+            return [t for t, _ in search(fresh_unit_vectors(model, ["?"])[0].tolist(), SAMPLE)], None
+
+        def search(vector: list[float], n: int) -> list[tuple[str, float]]:
+            result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n))
+            return [(node.get_content(metadata_mode=MetadataMode.EMBED), self._raw(float(s)))
+                    for node, s in zip(result.nodes or [], result.similarities or [], strict=True)]
+
+        self.score_map = checked_score_map(where, model, llama_index_score_map(store), sample, search)
+
+    def _raw(self, similarity: float) -> float:
+        """The store's own score: Chroma's distance under LlamaIndex's exp(−distance)."""
+        return _distance(similarity) if self._exp else similarity
 
     def search(
         self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]] | None = None,
         where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
         """The `k` best chunks per query row, the excluded ids dropped; `where` goes to the store's own query as
-        `MetadataFilters` (`llama_index_filters.to_metadata_filters`), so filtered search runs in the database. A
+        `MetadataFilters` (`llama_index_filters.metadata_filters_for`), so filtered search runs in the database. A
         filter that lets no chunk through (`in []`) finds nothing without asking the store; one without conditions
         is no filter.
 
@@ -78,14 +127,35 @@ class LlamaIndexChunkStore:
         reduced = True if where is None else where.reduce()
         if reduced is False:
             return [[] for _ in range(queries.shape[0])]
-        filters = None if reduced is True else to_metadata_filters(reduced, type(self.store).__name__)
+        filters = None if reduced is True else metadata_filters_for(self.store)(reduced)
 
         def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
             result = self.store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n, filters=filters))
             pairs = zip(result.nodes or [], result.similarities or [], strict=True)
-            return [(self._chunk(node), self.inner_product(float(s))) for node, s in pairs]
+            qnorm = math.sqrt(sum(v * v for v in vector))
+            return [(self._chunk(node), self.score_map.inner(self._raw(float(s)), qnorm) if not self._exp or s > 0
+                     else -math.inf) for node, s in pairs]
 
         return search_rows(queries, k, exclude, fetch)
+
+    def with_lexical(self, *, pairs: bool = False) -> bool:
+        """Read the store's nodes once and index their texts for BM25 (`MetadataMode.EMBED`, what `from_defaults`
+        indexes); False for a store qrag cannot read whole (only Chroma is read)."""
+        if self.text_index is None or (pairs and not self.text_index.pairs):
+            if not self._exp:
+                return False
+            nodes = self._get_nodes(node_ids=None)
+            self.text_index = StoreLexical([n.node_id for n in nodes], _embed_texts(nodes),
+                                           [dict(n.metadata or {}) for n in nodes], pairs=pairs)
+        return True
+
+    def lexical_search(self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]], where: Filter | None,
+                       *, texts: Sequence[str], questions: Sequence[str], weight: float,
+                       pair_weight: float) -> list[list[Hybrid]]:
+        """Per query row: the `k` best (chunk, Q-value, Q + `weight` · lexical evidence), as an in-process index ranks."""
+        assert self.text_index is not None, "with_lexical() first"
+        return self.text_index.search(lambda q, n, skip, w: self.search(q, n, skip, w), queries, k, exclude, where,
+                                      texts, questions, weight, pair_weight)
 
     # ------------------------------------------------------------------ a living store
     def add(self, nodes: Sequence[BaseNode], embed: Callable[[list[str]], list[list[float]]]) -> None:
@@ -107,6 +177,8 @@ class LlamaIndexChunkStore:
                            embed([n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]), strict=True))
         self.store.add([n.model_copy(update={"embedding": vectors[n.node_id]}) if n.node_id in vectors else n
                         for n in nodes])
+        if self.text_index is not None:
+            self.text_index.added([n.node_id for n in nodes], _embed_texts(nodes), [dict(n.metadata or {}) for n in nodes])
 
     def delete(self, node_ids: list[str]) -> None:
         """Delete these node ids from the store.
@@ -125,6 +197,8 @@ class LlamaIndexChunkStore:
             raise ValueError(f"cannot delete every node of this {kind}; build a new one for a new corpus.")
         if node_ids:
             self.store.delete_nodes(node_ids)
+            if self.text_index is not None:
+                self.text_index.deleted(set(node_ids))
 
     def ref_doc_node_ids(self, ref_doc_id: str) -> list[str]:
         """The ids of the stored nodes whose source document is `ref_doc_id` (LlamaIndex stores it in each node's
@@ -157,4 +231,9 @@ class LlamaIndexChunkStore:
                      int(pos) if pos is not None else None)
 
 
-__all__ = ["LlamaIndexChunkStore", "MetricError", "llama_index_inner_product"]
+def _embed_texts(nodes: Sequence[BaseNode]) -> list[str]:
+    """What BM25 reads of each node: its text as embedded (`MetadataMode.EMBED`), as `from_defaults` indexes it."""
+    return [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+
+
+__all__ = ["LlamaIndexChunkStore", "MetricError", "llama_index_inner_product", "llama_index_score_map"]

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ScoredChunk,
         search_rows,
     )
+    from qrag.training.search.lexical import LexicalIndex, lexical_evidence
     from qrag.training.search.neighbours import pool_neighbours
     from qrag.training.search.searcher import MultiHopSearcher, SearchResult, load_model, search_many
     from qrag.training.search.searcher_folder import recover_folder
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__, _lazy = lazy_loader.attach(__name__, submod_attrs={
     "filters": ["Condition", "Filter", "FilterError", "FilterSpec", "Kind", "value_kind"],
     "index": ["Chunk", "ChunkIndex", "IndexLoadError", "LongChunks", "ScoredChunk", "search_rows"],
+    "lexical": ["LexicalIndex", "lexical_evidence"],
     "neighbours": ["pool_neighbours"],
     "searcher": ["MultiHopSearcher", "SearchResult", "load_model", "search_many"],
     "searcher_folder": ["recover_folder"],

@@ -436,9 +436,11 @@ def _scored(pairs: list[list[tuple[Chunk, float]]]) -> list[list[tuple[Chunk, fl
 
 
 def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128,
-                 where: Filter | None = None) -> Expand[Chunk]:
+                 where: Filter | None = None, lexical_weight: float = 0.0) -> Expand[Chunk]:
     """The `Expand` of an external store (position mode 'none'): items are its chunks, ranked by the store's inner
-    products with the state vectors, the taken ones excluded by id (and those `where` refuses, by the store)."""
+    products with the state vectors, the taken ones excluded by id (and those `where` refuses, by the store); with
+    `lexical_weight` > 0, by Q plus the lexical evidence of the state's text, which the store's `lexical_search`
+    adds (a store the searcher gave a lexical index: `with_lexical`)."""
     order = model.config.state_order
 
     def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float, float]]]:
@@ -446,6 +448,11 @@ def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, b
         names = [questions[b] for b in rows]
         states = encode_states(model, names, pieces, batch_size)  # (R, D)
         check_finite_q(states, names)
+        if lexical_weight > 0:
+            texts = [state_text(questions[b], [c.text for c in s]) for b, s in zip(rows, taken, strict=True)]
+            return store.lexical_search(states, width, [{c.id for c in s} for s in taken], where,  # type: ignore[attr-defined, no-any-return]
+                                        texts=texts, questions=names, weight=lexical_weight,
+                                        pair_weight=model.hop_settings.pair_weight)
         return _scored(_store_search(store, states, width, taken, where))
 
     return expand

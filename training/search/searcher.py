@@ -185,6 +185,9 @@ class MultiHopSearcher:
         if isinstance(self.store, ChunkIndex):
             self.store.with_lexical(pairs=weighs_pairs(self.model))
             return weight
+        with_lexical = getattr(self.store, "with_lexical", None)  # a store whose documents qrag can read: BM25 here
+        if callable(with_lexical) and with_lexical(pairs=weighs_pairs(self.model)):
+            return weight
         if not self._warned_lexical:
             self._warned_lexical = True
             warnings.warn(
@@ -291,7 +294,8 @@ class MultiHopSearcher:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
             return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight), questions,
                                  corpora.size(0), index.chunk, self.model.config.state_order == "document", cfg)
-        return _beam_results(store_expand(self.model, questions, store, where=where), questions, None,
+        return _beam_results(store_expand(self.model, questions, store, where=where, lexical_weight=cfg.weight),
+                             questions, None,
                              lambda c: c, self.model.config.state_order == "document", cfg)
 
 
