@@ -38,6 +38,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -66,6 +67,8 @@ STOPWORDS = "en"
 WORD = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) token pattern
 PAIR_WORD = re.compile(r"(?u)\b\w+\b")  # the words word pairs are made of: every run, one letter included
 PAIRS_DIR = "pairs"  # a saved index's word-pair index, when it holds one
+COMPACT_DEAD = 0.5
+"""A new version gets a vocabulary of its own live terms once more than this share of the shared one is dead."""
 SCRATCH = 1 << 22  # query rows × chunks scored at once, bounding the float64 scratch to 32 MB
 CACHE_CORPORA = 1024
 """`corpus_lexical` holds the indexes of at most this many corpora..."""
@@ -253,6 +256,23 @@ def _tiered(segments: Iterable[_Segment]) -> tuple[_Segment, ...]:
     return tuple(out)
 
 
+def _compacted(segments: tuple[_Segment, ...], vocabulary: _Vocabulary) -> tuple[tuple[_Segment, ...], _Vocabulary]:
+    """The segments and vocabulary of a new version: as they are, or, once more than `COMPACT_DEAD` of the
+    vocabulary's terms are dead (no posting of these segments carries them: deleted chunks' words, words of versions
+    made from the same base and dropped), a vocabulary of the live terms alone with the segments' term ids renumbered
+    in the same order (their postings shared, not copied: O(V) work, V the terms). Dead terms are counted surely:
+    the segments' terms, counted once per segment, are fewer than the share left."""
+    held = sum(len(s.terms) for s in segments)  # (≥ the live terms)
+    if held >= (1 - COMPACT_DEAD) * len(vocabulary.words):
+        return segments, vocabulary
+    used = np.unique(np.concatenate([s.terms for s in segments] or [np.zeros(0, np.int64)]))  # (V',) ascending
+    with vocabulary._lock:
+        words = [vocabulary.words[i] for i in used.tolist()]
+    renumbered = tuple(_Segment(np.searchsorted(used, s.terms).astype(np.int64), s.starts, s.rows, s.tf, s.lengths)
+                       for s in segments)  # ascending ids stay ascending
+    return renumbered, _Vocabulary(words)
+
+
 class LexicalIndex:
     """BM25 over a corpus's chunk texts, scoring every chunk for a query; immutable (`added` and `deleted` return
     new versions, sharing this one's segments).
@@ -306,6 +326,21 @@ class LexicalIndex:
         """How many segments this version holds (O(log N))."""
         return len(self._segments)
 
+    def memory(self) -> dict[str, int]:
+        """Bytes this version holds: `arrays` its segments' NumPy arrays, `vocabulary` its vocabulary's words and
+        their ids as Python holds them (shared with the versions made from the same base until one compacts it),
+        `terms` the vocabulary's size, each with the word-pair index's added in (`pairs_arrays`, ... alone too)."""
+        words = self._vocabulary.words
+        vocab = (sys.getsizeof(words) + sys.getsizeof(self._vocabulary.ids) + sum(map(sys.getsizeof, words))
+                 + len(words) * sys.getsizeof(1 << 20))  # the list, the dict, the strings and the ids' ints
+        out = {"arrays": sum(a.nbytes for s in self._segments for a in (s.terms, s.starts, s.rows, s.tf, s.lengths)),
+               "vocabulary": vocab, "terms": len(words)}
+        if self.pairs is not None:
+            pairs = self.pairs.memory()
+            out |= {f"pairs_{k}": v for k, v in pairs.items()}
+            out |= {k: out[k] + pairs[k] for k in pairs}
+        return out
+
     # ------------------------------------------------------------------ versions
     def added(self, texts: Sequence[str]) -> LexicalIndex:
         """A new index over this one's texts followed by `texts`; this one is unchanged. Costs the new texts'
@@ -318,7 +353,7 @@ class LexicalIndex:
         if not texts:
             return self
         new = _Segment.of_ids(self._vocabulary.add([self._terms_of(t) for t in texts]))
-        return LexicalIndex(_tiered([*self._segments, new]), self._vocabulary, terms=self.terms,
+        return LexicalIndex(*_compacted(_tiered([*self._segments, new]), self._vocabulary), terms=self.terms,
                             pairs=None if self.pairs is None else self.pairs.added(texts))
 
     def deleted(self, rows: Iterable[int]) -> LexicalIndex:
@@ -340,7 +375,7 @@ class LexicalIndex:
         cut = np.searchsorted(drop, self._offsets)  # (S + 1,) the rows to drop of each segment
         kept = [s if cut[i] == cut[i + 1] else s.without(drop[cut[i]:cut[i + 1]] - self._offsets[i])
                 for i, s in enumerate(self._segments)]
-        return LexicalIndex(_tiered(kept), self._vocabulary, terms=self.terms,
+        return LexicalIndex(*_compacted(_tiered(kept), self._vocabulary), terms=self.terms,
                             pairs=None if self.pairs is None else self.pairs.deleted(drop.tolist()))
 
     def caught_up(self, texts_then: Sequence[str], ids_then: Sequence[str], texts_now: Sequence[str],

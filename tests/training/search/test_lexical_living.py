@@ -90,3 +90,29 @@ def test_caught_up_scores_as_a_fresh_build_over_the_new_texts(change: str) -> No
         texts_now[-1], ids_now[-1] = "a river house of stone", "c5"
     built = LexicalIndex.from_texts(TEXTS, pairs=True)
     _same_as_fresh(built.caught_up(TEXTS, ids, texts_now, ids_now), texts_now)
+
+
+def test_the_vocabulary_is_compacted_once_most_of_its_terms_are_dead() -> None:
+    base = LexicalIndex.from_texts([f"word{i} other{i} of the" for i in range(40)] + ["river bank", "old stone"],
+                                   pairs=True)
+    assert base.memory()["terms"] == 84 + 83 and base.memory()["pairs_terms"] == 83  # words, then pairs
+    index = base.deleted(range(30))  # 60 of 84 words dead (71%): compacted
+    assert index._vocabulary is not base._vocabulary and len(index._vocabulary.words) == 24
+    assert index.pairs is not None and index.pairs._vocabulary is not base.pairs._vocabulary
+    assert index.memory()["vocabulary"] < base.memory()["vocabulary"] / 2
+    assert index.memory()["pairs_terms"] < base.memory()["pairs_terms"] / 2
+    texts = [f"word{i} other{i} of the" for i in range(30, 40)] + ["river bank", "old stone"]
+    _same_as(index, texts)
+    assert len(base.deleted([0, 1])._vocabulary.words) == 84  # a few dead terms: the vocabulary is shared still
+    # The compacted version lives on as any other: adds (known and new words) and deletes.
+    index = index.added(["word35 river zebra", "word0 is back"]).deleted([0])
+    _same_as(index, [*texts[1:], "word35 river zebra", "word0 is back"])
+    assert base.scores(["word3 river"]).shape == (1, 42)  # the version it came from is unchanged
+    _same_as(base, [f"word{i} other{i} of the" for i in range(40)] + ["river bank", "old stone"])
+
+
+def _same_as(got: LexicalIndex, texts: Sequence[str]) -> None:
+    queries = ["word35 other33 river", "word0 back zebra", "old stone river bank of the", "word3"]
+    fresh = LexicalIndex.from_texts(list(texts), pairs=True)
+    assert torch.allclose(got.scores(queries), fresh.scores(queries), atol=1e-6)
+    assert torch.allclose(got.pair_scores(queries), fresh.pair_scores(queries), atol=1e-6)
