@@ -30,6 +30,7 @@ At scale, on a GPU box (--speed-lengths adds indexing throughput and per-hop lat
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                        help="the encoders' arithmetic: fp32 (exact), bf16 (GPUs, CPUs with AVX512-BF16) or fp16 (GPU)")
         p.add_argument("--no-progress", action="store_true")
+        _ledger_flag(p)
         if bench.tasks:
             p.add_argument("--tasks", type=_csv, default=None, help=f"comma-separated, from: {', '.join(bench.tasks)}")
         if bench.length_kind:
@@ -209,9 +211,34 @@ def _ordinary_text_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("--long-chunks", choices=("windows", "cut"), default="windows",
                    help="passages longer than the model reads: scored by their best window (the retrievers' "
                         "default) or cut to their first window")
+    _ledger_flag(p)
 
 
-def _ordinary_text(args: argparse.Namespace) -> int:
+def _ledger_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ledger", type=Path, default=None, metavar="FILE",
+                   help="where a read of evaluation-only data is recorded (default: $QRAG_EVAL_LEDGER, else "
+                        "results/eval_reads.jsonl of the checkout)")
+
+
+def _record_reads(rows: list[dict[str, object]], ledger: Path | None) -> int:
+    """Append the evaluation-only reads `rows` to the ledger (qrag.eval.ledger); 0, or 2 when it cannot be written."""
+    if not rows:
+        return 0
+    from qrag.eval.ledger import append_read
+
+    try:
+        for row in rows:
+            path = append_read(row, ledger)
+    except (OSError, ValueError) as e:
+        print(f"qrag-eval: error: this run read evaluation-only data and its read could not be recorded: "
+              f"{one_line(e)}; pass --ledger FILE where it can be written.", file=sys.stderr)
+        return 2
+    print(f"recorded {len(rows)} evaluation-only read(s) in {path}: {', '.join(str(r['file']) for r in rows)}",
+          file=sys.stderr)
+    return 0
+
+
+def _ordinary_text(args: argparse.Namespace, command: list[str]) -> int:
     if not args.squad and args.multirc is None:
         print("qrag-eval: error: ordinary-text needs --squad FILE and/or --multirc FILE.", file=sys.stderr)
         return 2
@@ -223,20 +250,24 @@ def _ordinary_text(args: argparse.Namespace) -> int:
     if not args.ks or min(args.ks) < 1:
         print(f"qrag-eval: error: --ks must name k >= 1, got {args.ks!r}.", file=sys.stderr)
         return 2
+    from qrag.eval.ledger import ordinary_text_reads
     from qrag.eval.ordinary_text import run_cli
 
     try:
-        return run_cli(args)
+        code = run_cli(args)
     except (ValueError, OSError) as e:
         print(f"qrag-eval: error: {one_line(e)}", file=sys.stderr)
         return 2
+    summary = json.loads((args.out / "summary.json").read_text(encoding="utf-8")) if code == 0 else None
+    return _record_reads(ordinary_text_reads(args, summary, command), args.ledger) or code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `qrag-eval`; returns 0 on success, 2 on a user error (message on stderr)."""
-    args = build_parser().parse_args(argv)
+    command = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(command)
     if args.benchmark == ORDINARY_TEXT:
-        return _ordinary_text(args)
+        return _ordinary_text(args, command)
     cfg = RunConfig(
         benchmark=args.benchmark, out=args.out, methods=args.methods, tasks=getattr(args, "tasks", None),
         lengths=getattr(args, "lengths", None), num_samples=args.num_samples, model=args.model,
@@ -257,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"qrag-eval: error: {one_line(e)}", file=sys.stderr)
         return 2
+    from qrag.eval.ledger import benchmark_reads
     from qrag.eval.reader import ReaderLoadError
     from qrag.eval.runner import RESULTS_FILE, run
     from qrag.eval.speed import SPEED_TABLE
@@ -269,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"qrag-eval: error: {one_line(e)}", file=sys.stderr)
         if args.out.is_dir() and (args.out / RESULTS_FILE).is_file() and (args.out / RESULTS_FILE).stat().st_size:
             print(f"qrag-eval: results finished so far are kept in {args.out / RESULTS_FILE}.", file=sys.stderr)
+            _record_reads(benchmark_reads(cfg, None, command), args.ledger)  # questions were read: a read all the same
         return 2
     print((args.out / TABLE_FILE).read_text(encoding="utf-8") if summary["methods"] else "no results.")
     made = (RECALL_FILE, *([DRIFT_FILE] if len(cfg.lengths_resolved) > 1 else []), *([SPEED_TABLE] if cfg.speed_lengths else []))
@@ -276,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (args.out / extra).is_file():
             print((args.out / extra).read_text(encoding="utf-8"))
     print(f"wrote {args.out / RESULTS_FILE}, {SUMMARY_FILE}, {TABLE_FILE}, {PLOT_FILE}")
-    return 0
+    return _record_reads(benchmark_reads(cfg, summary, command), args.ledger)
 
 
 if __name__ == "__main__":

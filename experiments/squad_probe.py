@@ -1,5 +1,6 @@
 """What the probes over SQuAD-format validation files share: their common flags and the refusal of evaluation-only
-files (the NYT, Reddit and SQuAD dev files judge; a probe chooses, so it reads new_wiki and amazon_reviews only)."""
+files (the NYT, Reddit and SQuAD dev files judge; a probe chooses, so it reads new_wiki and amazon_reviews only). A
+file is refused by its name or by its bytes (qrag.eval.evaluation_only): a renamed copy is refused too."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-EVALUATION_ONLY = ("nyt", "reddit", "squaddev")
+from qrag.eval.evaluation_only import recognise
 
 
 def squad_probe_parser(doc: str | None) -> argparse.ArgumentParser:
@@ -27,6 +28,8 @@ def parse_validation_args(p: argparse.ArgumentParser, argv: Sequence[str] | None
     """`p`'s arguments, an evaluation-only --squad file refused (exit 2, named)."""
     args = p.parse_args(argv)
     for f in args.squad:
-        if any(name in Path(f).name.lower() for name in EVALUATION_ONLY):
-            p.error(f"{f} is an evaluation-only file: this probe chooses, so it reads validation files only")
+        found = recognise(f)
+        if found is not None:
+            p.error(f"{f} is an evaluation-only file ({found.name}, known by its {' and '.join(found.by)}): this "
+                    f"probe chooses, so it reads validation files only")
     return args

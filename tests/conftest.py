@@ -26,6 +26,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(4, _CORES))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _eval_ledger_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`qrag-eval` runs of the tests record their evaluation-only reads in a temporary ledger, never the repository's
+    results/eval_reads.jsonl (qrag.eval.ledger)."""
+    os.environ["QRAG_EVAL_LEDGER"] = str(tmp_path_factory.mktemp("ledger") / "eval_reads.jsonl")
+
+
 @pytest.fixture(autouse=True)
 def _keep_torch_threads() -> Iterator[None]:
     """A test that sets torch's thread count (a trainer's `threads`, the main job's `--threads`) does not leave it
