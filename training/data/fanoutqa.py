@@ -9,8 +9,8 @@ kept: 122 of dev and 298 of test with two or more.
 **Dev and test are evaluation only**: nothing trains, tunes or selects on either (qrag.eval.evaluation_only knows
 both files, and the question files the scripts build from them, by their bytes). One recipe broke this rule before it
 was written: the labelled own-data run of 2026-11-26 (`scripts/fanoutqa_own_data.py` without `--dev-only` writes
-`test_train.jsonl` / `test_val.jsonl`; `results/own_data/`) trained on 238 of the 298 test questions and chose on the other 60, so its figures
-record what a team's labelled questions can do, not an evaluation on FanOutQA's test file.
+`test_train.jsonl` / `test_val.jsonl`; `results/own_data/`) trained on 238 of the 298 test questions and chose on
+the other 60, so its figures record what a team's labelled questions can do, not an evaluation on FanOutQA's test file.
 
     python scripts/fanoutqa_own_data.py runs/fanoutqa   # corpus.jsonl, test_questions.jsonl, dev_questions.jsonl
 """
