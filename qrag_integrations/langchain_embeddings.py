@@ -26,7 +26,7 @@ from qrag.integrations.metric import (
     chroma_space,
     fresh_unit_vectors,
 )
-from qrag.integrations.store_filters import store_filter
+from qrag.integrations.store_filters import langchain_store_kind, store_filter
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
@@ -61,7 +61,7 @@ def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, ScoreMap 
         TypeError: the store cannot search by vector with scores.
     """
     kind = type(store).__name__
-    if kind == "Chroma" and type(store).__module__.startswith("langchain_chroma"):
+    if langchain_store_kind(store) == "chroma":  # a subclass too
         space = chroma_space(store._collection)  # type: ignore[attr-defined]
         search = store.similarity_search_by_vector_with_relevance_scores  # type: ignore[attr-defined]
         return search, ScoreMap(CHROMA_CONVENTIONS[space]) if space in CHROMA_CONVENTIONS else None
@@ -289,7 +289,7 @@ class LangChainChunkStore:
         candidates (20 by default), so a filtered search there fetches every stored vector: exact, at the cost of a
         full scan (a flat FAISS index scans them all anyway)."""
         args: dict[str, Any] = {"filter": store_filter(self.store, where)}
-        if type(self.store).__name__ == "FAISS":
+        if langchain_store_kind(self.store) == "faiss":
             args["fetch_k"] = max(1, int(self.store.index.ntotal))  # type: ignore[attr-defined]
         return args
 

@@ -18,7 +18,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from qrag.integrations.llama_index_filters import to_metadata_filters
+from qrag.integrations.llama_index_filters import metadata_filters_for
 from qrag.integrations.metric import (
     SAMPLE,
     Convention,
@@ -117,7 +117,7 @@ class LlamaIndexChunkStore:
         where: Filter | None = None,
     ) -> list[list[ScoredChunk]]:
         """The `k` best chunks per query row, the excluded ids dropped; `where` goes to the store's own query as
-        `MetadataFilters` (`llama_index_filters.to_metadata_filters`), so filtered search runs in the database. A
+        `MetadataFilters` (`llama_index_filters.metadata_filters_for`), so filtered search runs in the database. A
         filter that lets no chunk through (`in []`) finds nothing without asking the store; one without conditions
         is no filter.
 
@@ -127,7 +127,7 @@ class LlamaIndexChunkStore:
         reduced = True if where is None else where.reduce()
         if reduced is False:
             return [[] for _ in range(queries.shape[0])]
-        filters = None if reduced is True else to_metadata_filters(reduced, type(self.store).__name__)
+        filters = None if reduced is True else metadata_filters_for(self.store)(reduced)
 
         def fetch(vector: list[float], n: int) -> list[tuple[Chunk, float]]:
             result = self.store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n, filters=filters))

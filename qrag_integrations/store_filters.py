@@ -1,25 +1,32 @@
 """qrag's metadata filters in the filter languages of the vector databases behind LangChain's stores.
 
-Chroma gets a `where` clause, Qdrant a `models.Filter` over the `metadata.` payload keys LangChain writes, LangChain's
-FAISS (which filters in the process) qrag's own test of the metadata, and any other store the plain `{key: value}`
-dict most LangChain stores take (only for conditions that form one: `==` and `in`, joined by `and`). Each keeps the
-rules of `qrag.training.search.filters` (a chunk without the key matches no condition on it; values typed as JSON
-types them), and what a store cannot hold is refused with `FilterError` before the store is asked:
+Each store has its translator (`filter_translator`, chosen by `isinstance`, so a subclass of a store gets its
+store's): Chroma a `where` clause, Qdrant a `models.Filter` over the `metadata.` payload keys LangChain writes,
+LangChain's FAISS (which filters in the process) qrag's own test of the metadata, and any other store the plain
+`{key: value}` dict most LangChain stores take (only for conditions that form one: `==` and `in`, joined by `and`).
+Each keeps the rules of `qrag.training.search.filters` (a chunk without the key matches no condition on it; values
+typed as JSON types them; a list value read by its items; a key is one key), and what a store cannot hold is refused
+with `FilterError` before the store is asked:
 
 - Chroma (1.x) compares typed values as qrag does, but its `$ne` / `$nin` match records that lack the key. So `!=` a
   number is sent as `< v or > v`, `!=` a boolean as `== not v`; `!=` / `nin` a string, and an empty `nin`, would need
   a test that a key is present, which Chroma lacks, and are refused. Chroma orders numbers only, and cuts a float
-  operand to an integer against integer metadata: a fraction goes with its integer bounds (`exact_number`).
-- Qdrant's exact match tells 1 from 1.0 and takes no float: a number is matched as the range `v ≤ x ≤ v`, `!=` a
-  number as `< v or > v`, `!=` a string as "has the key, and it is neither the value nor a number nor a boolean".
-  Qdrant orders numbers only.
+  operand toward zero against integer metadata: a fraction is decided on integers by integer bounds
+  (`exact_number`). Its `$eq` / `$in` never look inside a list value, so `==` / `in` add `$contains`; its orders and
+  negations cannot look inside one at all (a list value is left out of them).
+- Qdrant's exact match tells 1 from 1.0 and takes no float: a number is matched as the range `v ≤ x ≤ v`; `!=` / `nin`
+  as "holds a value of the kind, and none of the values" (a string: "has the key, and holds no number nor boolean").
+  Qdrant orders numbers only, reads every condition on a list payload by its items, and reads a dotted key as a path:
+  such a key is quoted (`qdrant_key`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+import sys
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any, Literal
 
 from qrag.training.search import Condition, Filter, FilterError, Kind, value_kind
 
@@ -27,33 +34,77 @@ CHROMA_OPS = {"==": "$eq", "!=": "$ne", "in": "$in", "nin": "$nin", ">": "$gt", 
 RANGE_BOUNDS = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 
 
+StoreKind = Literal["chroma", "qdrant", "faiss", "in-memory", "other"]
+LANGCHAIN_STORES: tuple[tuple[StoreKind, str, str], ...] = (
+    ("chroma", "langchain_chroma.vectorstores", "Chroma"),
+    ("qdrant", "langchain_qdrant.qdrant", "QdrantVectorStore"),
+    ("faiss", "langchain_community.vectorstores.faiss", "FAISS"),
+    ("in-memory", "langchain_core.vectorstores.in_memory", "InMemoryVectorStore"),
+)
+"""The LangChain stores qrag knows: (kind, the module defining the class, the class)."""
+
+
+def langchain_store_kind(store: Any) -> StoreKind:
+    """Which known LangChain store `store` is, a subclass included ('other' for any other store).
+
+    Told by `isinstance`, never by a class name: a store's class was imported before the store was made, so only
+    the modules already loaded are looked in, and none is imported (an uninstalled store's package is no error)."""
+    for kind, module, name in LANGCHAIN_STORES:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and isinstance(store, cls):
+            return kind
+    return "other"
+
+
+def filter_translator(store: Any) -> Callable[[Filter], Any]:
+    """The translator of `store`'s filter language: a filter that lets some chunks through and not all
+    (`Filter.reduce`) to what its search's `filter=` takes. Chroma: `chroma_where`; Qdrant: `qdrant_filter`;
+    LangChain's FAISS, which filters in the process: qrag's own test; any other store: `plain_filter`."""
+    kind = langchain_store_kind(store)
+    if kind == "faiss":
+        return lambda where: where.matches  # qrag's own rules, functions too
+    if kind == "chroma":
+        return chroma_where
+    if kind == "qdrant":
+        return qdrant_filter
+    name = type(store).__name__
+    return lambda where: plain_filter(where, name)
+
+
 def store_filter(store: Any, where: Filter) -> Any:
-    """`where` as `store`'s search takes it (its `filter=` argument); None when it lets every chunk through.
+    """`where` as `store`'s search takes it (its `filter=` argument, by `filter_translator`); None when it lets every
+    chunk through.
 
     Raises:
         FilterError: a predicate (a function cannot be sent to a database; FAISS, in the process, takes one),
             conditions this store's filter language cannot hold (named, with the store and what to use instead),
             or a filter that lets no chunk through (`in []`: search nothing rather than ask the store).
     """
-    kind = type(store).__name__
-    if kind == "FAISS":
-        return where.matches  # LangChain's FAISS filters in the process: qrag's own rules, functions too
+    name = type(store).__name__
+    translate = filter_translator(store)
+    if langchain_store_kind(store) == "faiss":
+        return translate(where)
     if where.predicate is not None or where.key is None:
-        raise FilterError(f"{kind} filters in the database, which cannot run a Python function: pass the filter as "
+        raise FilterError(f"{name} filters in the database, which cannot run a Python function: pass the filter as "
                           "a dict {key: value} (or build the retriever with from_texts, which applies functions).")
     reduced = where.reduce()
     if reduced is True:
         return None
     if reduced is False:
         raise FilterError(f"this filter lets no chunk through ({where.key}): a search with it finds nothing, without "
-                          f"asking {kind}.")
-    if kind == "Chroma":
-        return chroma_where(reduced)
-    if kind == "QdrantVectorStore":
-        return qdrant_filter(reduced)
-    if reduced.join == "and" and all(isinstance(p, Condition) and p.op in ("==", "in") for p in reduced.parts):
-        return {p.key: p.plain_value for p in reduced.parts if isinstance(p, Condition)}
-    raise FilterError(f"qrag sends filters to {kind} as a dict {{key: value}}, which holds '==' and 'in' joined by "
+                          f"asking {name}.")
+    return translate(reduced)
+
+
+def plain_filter(where: Filter, store: str = "this store") -> dict[str, Any]:
+    """The plain `{key: value}` dict most LangChain stores take, for a reduced filter of `==` / `in` joined by `and`.
+
+    Raises:
+        FilterError: any other condition or join (named, with the stores that hold it).
+    """
+    if where.join == "and" and all(isinstance(p, Condition) and p.op in ("==", "in") for p in where.parts):
+        return {p.key: p.plain_value for p in where.parts if isinstance(p, Condition)}
+    raise FilterError(f"qrag sends filters to {store} as a dict {{key: value}}, which holds '==' and 'in' joined by "
                       "'and' only; use those, or a Chroma or Qdrant store.")
 
 
@@ -76,7 +127,8 @@ def _chroma(where: Filter | Condition) -> dict[str, Any] | None:
         return _chroma_join(where.join, [_chroma(p) for p in where.parts])
     c = where
     if c.op == "==":
-        return _chroma_number(c.key, "==", c.value) if value_kind(c.value) == "number" else {c.key: {"$eq": c.value}}
+        scalar = _chroma_number(c.key, "==", c.value) if value_kind(c.value) == "number" else {c.key: {"$eq": c.value}}
+        return _chroma_join("or", [scalar, *_chroma_contains(c.key, [c.value])])
     if c.op == "in":  # Chroma takes lists of one Python type (int and float apart); a number matches 1 and 1.0 alike
         groups: dict[type, list[Any]] = {}
         for v in c.value:
@@ -85,8 +137,9 @@ def _chroma(where: Filter | Condition) -> dict[str, Any] | None:
         whole = [v for v in c.value if isinstance(v, float) and v.is_integer()]
         if whole:
             groups[float] = whole
-        return _chroma_join("or", [{c.key: {"$in": vs}} for vs in groups.values()]
-                            + [_chroma_number(c.key, "==", v) for v in fractions])
+        parts: list[dict[str, Any] | None] = [{c.key: {"$in": vs}} for vs in groups.values()]
+        parts += [_chroma_number(c.key, "==", v) for v in fractions]
+        return _chroma_join("or", [*parts, *_chroma_contains(c.key, c.value)])
     if c.op in RANGE_BOUNDS:
         if isinstance(c.value, str):
             raise FilterError(f"Chroma orders numbers only: filter {c.key!r} {c.op} {c.value!r} needs a number "
@@ -110,25 +163,51 @@ def _chroma_none_of(c: Condition, kind: Kind, values: list[Any]) -> dict[str, An
 
 
 def _chroma_number(key: str, op: str, value: float) -> dict[str, Any] | None:
-    """`key op value` for a number, exact on integer metadata too (`exact_number`)."""
-    join, parts = exact_number(op, value)
-    return _chroma_join(join, [{key: {CHROMA_OPS[o]: v}} for o, v in parts])
+    """`key op value` for a number, exact on integer and float metadata alike (`exact_number`)."""
+    return _chroma_join("or", [_chroma_join("and", [{key: {CHROMA_OPS[o]: v}} for o, v in group])
+                               for group in exact_number(op, value)])
 
 
-def exact_number(op: str, value: float) -> tuple[str, list[tuple[str, float]]]:
-    """`x op value` (`==`, `>`, `>=`, `<`, `<=`) as an `and` / `or` of comparisons no store gets wrong.
+def exact_number(op: str, value: float) -> list[list[tuple[str, float]]]:
+    """`x op value` (`==`, `>`, `>=`, `<`, `<=`) as an `or` of `and`s of comparisons no store gets wrong.
 
-    Chroma (1.5) compares integer metadata with a float operand cut to an integer (`== 2010.5` matches 2010, `< 2010.5`
-    misses it), so a fraction v is paired with its integer bounds: `x < v` as `x < v or x <= floor(v)`, `x > v` as
-    `x > v or x >= ceil(v)`, `x == v` as `x == v and floor(v) < x < ceil(v)`; exact arithmetic gives the same."""
+    Chroma (1.5) compares integer metadata with a float operand cut toward zero (`== 2010.5` matches 2010, `< 2010.5`
+    misses it, `<= -1.5` takes -1), and float metadata exactly. So for a fraction v between the integers lo < v < hi,
+    integers are decided by integer operands, exact on every value, and the fraction only inside (lo, hi), where no
+    integer lies: `x <= v` is `x <= lo or (lo < x < hi and x <= v)`, `x > v` is `x >= hi or (lo < x < hi and x > v)`,
+    `x == v` is `lo < x < hi and x == v`. Exact arithmetic gives the same."""
     if not isinstance(value, float) or value.is_integer():
-        return "and", [(op, value)]
+        return [[(op, value)]]
     low, high = math.floor(value), math.ceil(value)
+    between = [(">", low), ("<", high), (op, value)]
     if op == "==":
-        return "and", [("==", value), (">", low), ("<", high)]
+        return [between]
     if op in ("<", "<="):
-        return "or", [("<", value), ("<=", low)]
-    return "or", [(">", value), (">=", high)]
+        return [[("<=", low)], between]
+    return [[(">=", high)], between]
+
+
+def _chroma_contains(key: str, values: Sequence[Any]) -> list[dict[str, Any]]:
+    """Clauses matching a list value (Chroma 1.5 holds lists of one type) that holds one of `values`: `$contains` is
+    typed (3 is not 3.0 there), so a whole number goes as an int and as a float. None where this Chroma has no lists."""
+    if not _chroma_holds_lists():
+        return []
+    items: list[Any] = []
+    for v in values:
+        items += [int(v), float(v)] if value_kind(v) == "number" and float(v).is_integer() else [v]
+    return [{key: {"$contains": v}} for v in items]
+
+
+@cache
+def _chroma_holds_lists() -> bool:
+    """Whether the installed Chroma stores list values (it then filters them with `$contains`; older ones do not)."""
+    try:
+        from chromadb.api.types import validate_where  # lazy: an optional dependency
+
+        validate_where({"k": {"$contains": "v"}})  # type: ignore[dict-item]
+    except Exception:  # no Chroma, or one that refuses the operator: no list values to match
+        return False
+    return True
 
 
 def _chroma_join(join: str, parts: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -161,7 +240,7 @@ def _qdrant(models: Any, where: Filter) -> Any:
 
 
 def _qdrant_condition(models: Any, c: Condition) -> Any:
-    key = f"metadata.{c.key}"
+    key = qdrant_key(c.key)
     if c.op == "==":
         return _qdrant_equal(models, key, [c.value])
     if c.op == "in":
@@ -174,9 +253,24 @@ def _qdrant_condition(models: Any, c: Condition) -> Any:
     values = [c.value] if c.op == "!=" else list(c.value)
     if not values:  # an empty `nin`: every chunk that has the key
         return models.Filter(must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key=key))])
-    parts = [_qdrant_none_of(models, key, kind, vs) for kind, vs in _by_kind(values).items()]
-    kept = [p for p in parts if p is not None]
-    return kept[0] if len(kept) == 1 else models.Filter(should=kept)
+    # holds a value of the values' kinds, and none of the values (a list: none of its items, as in-process)
+    kinds = [_qdrant_has_kind(models, key, kind) for kind in _by_kind(values)]
+    return models.Filter(should=kinds, must_not=[_qdrant_equal(models, key, values)])
+
+
+def qdrant_key(key: str) -> str:
+    """LangChain's payload path of metadata `key`, read as one key: a key with a dot (or any character a Qdrant path
+    gives a meaning) is quoted, `metadata."a.b"`, so it never reaches into a nested object as Qdrant's paths do.
+
+    Raises:
+        FilterError: a key holding a double quote, which a Qdrant path cannot quote.
+    """
+    if all(ch.isalnum() or ch in "_-" for ch in key):
+        return f"metadata.{key}"
+    if '"' in key:
+        raise FilterError(f"Qdrant reads a filter key as a path and cannot quote one holding '\"': rename the "
+                          f"metadata key {key!r}, or use qrag's in-process index (QRAGRetriever.from_texts).")
+    return f'metadata."{key}"'
 
 
 def _qdrant_equal(models: Any, key: str, values: list[Any]) -> Any:
@@ -192,21 +286,17 @@ def _qdrant_equal(models: Any, key: str, values: list[Any]) -> Any:
     return parts[0] if len(parts) == 1 else models.Filter(should=parts)
 
 
-def _qdrant_none_of(models: Any, key: str, kind: Kind, values: list[Any]) -> Any:
-    """Chunks holding a `kind` value that is none of `values` (None: no chunk can)."""
+def _qdrant_has_kind(models: Any, key: str, kind: Kind) -> Any:
+    """Chunks holding a `kind` value under `key` (a list: an item of that kind). A string is told as a value that is
+    neither a number nor a boolean (Qdrant has no test of a string)."""
     if kind == "number":
-        ranges = [models.Filter(should=[models.FieldCondition(key=key, range=models.Range(lt=v)),
-                                        models.FieldCondition(key=key, range=models.Range(gt=v))]) for v in values]
-        return ranges[0] if len(ranges) == 1 else models.Filter(must=ranges)
+        return models.Filter(should=[models.FieldCondition(key=key, range=models.Range(lt=0)),
+                                     models.FieldCondition(key=key, range=models.Range(gte=0))])
+    booleans = [models.FieldCondition(key=key, match=models.MatchValue(value=b)) for b in (True, False)]
     if kind == "bool":
-        rest = [b for b in (False, True) if b not in values]
-        return models.FieldCondition(key=key, match=models.MatchValue(value=rest[0])) if rest else None
+        return models.Filter(should=booleans)
     has_key = models.Filter(must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key=key))])
-    other_kinds = [models.FieldCondition(key=key, range=models.Range(lt=0)),
-                   models.FieldCondition(key=key, range=models.Range(gte=0)),
-                   models.FieldCondition(key=key, match=models.MatchValue(value=True)),
-                   models.FieldCondition(key=key, match=models.MatchValue(value=False))]
-    return models.Filter(must=[has_key], must_not=[_qdrant_equal(models, key, values), *other_kinds])
+    return models.Filter(must=[has_key], must_not=[_qdrant_has_kind(models, key, "number"), *booleans])
 
 
 # ---------------------------------------------------------------------- shared

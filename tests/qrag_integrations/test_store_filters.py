@@ -213,6 +213,164 @@ def test_in_a_store(backend: str, spec: dict[str, Any], expected: list[int], rea
     assert sorted(c.id for c, _ in hits) == _ids(expected)
 
 
+# ---------------------------------------------------------------------- numbers at a fractional bound, in real Chroma
+# Integers and floats on both sides of each bound and at it (Chroma cuts a float operand toward zero against integer
+# metadata and compares floats exactly), a string and a boolean that no order takes, and a chunk without the key.
+NUMBERS: list[Any] = [-3, -2, -2.0, -1.5, -1, -1.0, -0.5, 0, 0.0, 0.5, 1, 2009, 2009.5, 2010, 2010.0, 2010.5, 2010.7,
+                      2011, 2011.0, 2012, "2010", True]
+NUMBER_META: list[dict[str, Any]] = [{"x": v} for v in NUMBERS] + [{"y": 1}]
+BOUNDS = [2010.5, -1.5, -0.5, 0.5, 2010.7, 2010, 2010.0, 0]
+NUMBER_FILTERS = [{"x": {op: b}} for b in BOUNDS for op in ("$lt", "$lte", "$gt", "$gte", "$eq", "$ne")] + [
+    {"x": {"$in": [2010.5, -1.5, 1]}}, {"x": {"$nin": [2010.5, -1.5, 0]}}, {"x": {"$gte": -1.5, "$lte": 2010.5}}]
+
+
+@pytest.fixture(scope="module")
+def number_collection() -> Any:
+    collection = _chroma_client().create_collection(f"qrag-numbers-{uuid.uuid4().hex[:8]}", configuration=IP)
+    collection.add(ids=[f"n{i}" for i in range(len(NUMBER_META))], metadatas=NUMBER_META,  # type: ignore[arg-type]
+                   embeddings=[[1.0, 0.1 * i] for i in range(len(NUMBER_META))])
+    return collection
+
+
+@pytest.mark.parametrize("spec", NUMBER_FILTERS, ids=str)
+def test_chroma_keeps_every_number_the_index_keeps(spec: dict[str, Any], number_collection: Any) -> None:
+    where = Filter.coerce(spec)
+    assert where is not None
+    kept = sorted(f"n{i}" for i, m in enumerate(NUMBER_META) if where.matches(m))
+    reduced = where.reduce()
+    assert isinstance(reduced, Filter)
+    assert sorted(number_collection.get(where=chroma_where(reduced))["ids"]) == kept
+    # LlamaIndex's Chroma store gets Chroma's translation, through its own MetadataFilters
+    pytest.importorskip("llama_index.vector_stores.chroma")
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    from qrag.integrations.llama_index_filters import metadata_filters_for
+
+    store = ChromaVectorStore(chroma_collection=number_collection)
+    got = store.query(VectorStoreQuery(query_embedding=[1.0, 0.0], similarity_top_k=len(NUMBER_META),
+                                       filters=metadata_filters_for(store)(reduced)))
+    assert sorted(got.ids or []) == kept
+
+
+# ---------------------------------------------------------------------- list values and dotted keys, in every store
+# A list value is read by its items (as Qdrant reads an array payload). Chroma holds lists of one type, non-empty.
+LIST_META: list[dict[str, Any]] = [
+    {"tags": ["a", "b"]}, {"tags": "a"}, {"tags": ["b"]}, {"tags": [1, 2]}, {"tags": [2.5, 3.0]}, {"tags": [True]},
+    {"other": 1}, {"tags": 3}, {"a.b": 1, "a": 5}]
+LIST_IDS = [f"l{i}" for i in range(len(LIST_META))]
+# (filter, the chunks it lets through by hand, what Chroma lets through where it differs: its orders and negations
+# cannot look inside a list; PRESENCE: refused)
+LIST_TABLE: list[tuple[dict[str, Any], list[int], list[int] | str | None]] = [
+    ({"tags": "a"}, [0, 1], None),  # one item is enough
+    ({"tags": ["b", 3]}, [0, 2, 4, 7], None),  # 3 and 3.0 are one number, in a list too
+    ({"tags": 1}, [3], None),  # never True
+    ({"tags": True}, [5], None),
+    ({"tags": {"$eq": 2.5}}, [4], None),
+    ({"tags": {"$in": [2.5, "b"]}}, [0, 2, 4], None),
+    ({"tags": {"$gt": 2}}, [4, 7], [7]),  # an order: one of its items
+    ({"tags": {"$lte": 1}}, [3], []),
+    ({"tags": {"$ne": 2}}, [4, 7], [7]),  # holds a number, and none is 2
+    ({"tags": {"$ne": True}}, [], None),
+    ({"tags": {"$nin": [1, 2.5]}}, [7], None),
+    ({"tags": {"$ne": "a"}}, [2], PRESENCE),  # holds a string, and none is 'a'
+    ({"tags": {"$nin": []}}, [0, 1, 2, 3, 4, 5, 7], PRESENCE),
+    ({"a.b": 1}, [8], None),  # a dotted key is one key
+    ({"a.b": {"$gte": 1}}, [8], None),
+]
+LIST_CASES = [pytest.param(spec, expected, chroma, id=str(spec)) for spec, expected, chroma in LIST_TABLE]
+
+
+def _list_chroma() -> LangChainChunkStore:
+    pytest.importorskip("langchain_chroma")
+    from langchain_chroma import Chroma
+
+    store = Chroma(f"qrag-lists-{uuid.uuid4().hex[:8]}", Vectors(), client=_chroma_client(),
+                   collection_configuration=IP)  # type: ignore[arg-type]
+    store.add_texts([f"chunk {i}" for i in range(len(LIST_META))], metadatas=LIST_META, ids=LIST_IDS)
+    return LangChainChunkStore(store)
+
+
+def _list_qdrant() -> LangChainChunkStore:
+    pytest.importorskip("langchain_qdrant")
+    from langchain_qdrant import QdrantVectorStore
+    from qdrant_client.http.models import Distance
+
+    # Qdrant holds what Chroma refuses too: a nested object under `a` whose path `a.b` is not the key `a.b`
+    metas = [{**m, "cid": i} for m, i in zip(LIST_META, LIST_IDS, strict=True)]
+    metas[6] = {**metas[6], "a": {"b": 1}}
+    store = QdrantVectorStore.from_texts(
+        [f"chunk {i}" for i in range(len(LIST_META))], Vectors(), metadatas=metas,
+        ids=[str(uuid.uuid5(uuid.NAMESPACE_URL, i)) for i in LIST_IDS], location=":memory:",
+        collection_name="qrag-lists", distance=Distance.DOT)
+    return LangChainChunkStore(store, id_key="cid")
+
+
+@pytest.fixture(scope="module")
+def list_stores() -> dict[str, LangChainChunkStore]:
+    return {"chroma": _list_chroma(), "qdrant": _list_qdrant()}
+
+
+@pytest.mark.parametrize(("spec", "expected", "chroma"), LIST_CASES)
+def test_a_list_value_and_a_dotted_key_mean_one_thing_in_process_and_in_qdrant(
+        spec: dict[str, Any], expected: list[int], chroma: list[int] | str | None,
+        list_stores: dict[str, LangChainChunkStore]) -> None:
+    where = Filter.coerce(spec)
+    assert where is not None
+    assert [i for i, m in enumerate(LIST_META) if where.matches(m)] == expected
+    index = ChunkIndex(torch.tensor([Vectors.vector(f"chunk {i}") for i in range(len(LIST_META))]),  # (N, 4)
+                       [f"chunk {i}" for i in range(len(LIST_META))], LIST_IDS, LIST_META)
+    assert index.mask(where).nonzero().flatten().tolist() == expected
+    hits = list_stores["qdrant"].search(QUERY, k=len(LIST_META), where=where)[0]
+    assert sorted(c.id for c, _ in hits) == [LIST_IDS[i] for i in expected]
+    if chroma == PRESENCE:
+        with pytest.raises(FilterError, match=REFUSAL[PRESENCE]):
+            list_stores["chroma"].search(QUERY, k=len(LIST_META), where=where)
+        return
+    hits = list_stores["chroma"].search(QUERY, k=len(LIST_META), where=where)[0]
+    assert sorted(c.id for c, _ in hits) == [LIST_IDS[i] for i in (expected if chroma is None else chroma)]
+
+
+def test_a_subclass_of_chroma_gets_chromas_translation_end_to_end() -> None:
+    pytest.importorskip("langchain_chroma")
+    from langchain_chroma import Chroma
+
+    class MyChroma(Chroma):
+        pass
+
+    store = MyChroma(f"qrag-sub-{uuid.uuid4().hex[:8]}", Vectors(), client=_chroma_client(),
+                     collection_configuration=IP)  # type: ignore[arg-type]
+    store.add_texts(TEXTS, metadatas=META, ids=IDS)
+    where = Filter.coerce({"year": {"$gte": 2005, "$lte": 2010.5}, "team": {"$in": ["legal", "sales", 5]}})
+    assert where is not None and isinstance(where.reduce(), Filter)
+    assert store_filter(store, where) == chroma_where(where.reduce())  # type: ignore[arg-type]
+    hits = LangChainChunkStore(store).search(QUERY, k=len(META), where=where)[0]
+    assert sorted(c.id for c, _ in hits) == ["c1", "c2", "c8"]
+
+
+def test_llama_index_stores_get_their_own_translation() -> None:
+    pytest.importorskip("llama_index.vector_stores.chroma")
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    from qrag.integrations.llama_index_filters import metadata_filters_for
+
+    class MyChromaVectorStore(ChromaVectorStore):
+        pass
+
+    half = Filter.coerce({"year": {"$lte": 2010.5}})
+    assert half is not None
+    plain = metadata_filters_for(object())(half)  # any other store: LlamaIndex's MetadataFilters as they read
+    assert [(f.key, f.operator, f.value) for f in plain.filters] == [  # type: ignore[union-attr]
+        ("year", FilterOperator.LTE, 2010.5)]
+    collection = _chroma_client().create_collection(f"qrag-li-sub-{uuid.uuid4().hex[:8]}", configuration=IP)
+    chroma = metadata_filters_for(MyChromaVectorStore(chroma_collection=collection))(half)
+    assert chroma.condition == FilterCondition.OR and len(chroma.filters) == 2  # Chroma's: by the integer bounds
+    with pytest.raises(FilterError, match="Chroma orders numbers only"):
+        metadata_filters_for(MyChromaVectorStore(chroma_collection=collection))(
+            Filter.from_dict({"team": {"$gt": "a"}}))
+    assert metadata_filters_for(object())(Filter.from_dict({"team": {"$gt": "a"}})).filters[0].value == "a"  # type: ignore[union-attr]
+
+
 # ---------------------------------------------------------------------- FAISS: exact filtered search
 def test_faiss_filters_every_stored_vector_not_its_first_twenty() -> None:
     pytest.importorskip("faiss")
@@ -280,7 +438,7 @@ YEARS = Condition("year", "in", (2024, 2025))
 OLD = Condition("year", "<", 2000)
 
 
-class Chroma:  # named as the store qrag recognises
+class Chroma:  # named as the store, and not it: qrag tells stores by isinstance, never by name
     pass
 
 
@@ -288,13 +446,18 @@ class PGVector:
     pass
 
 
+def _eq(key: str, value: Any) -> dict[str, Any]:
+    """Chroma's `key == value`: a scalar equal to it, or a list value holding it (`$contains` is typed)."""
+    return {"$or": [{key: {"$eq": value}}, {key: {"$contains": value}}]}
+
+
 def test_chroma_where_by_hand() -> None:
-    assert chroma_where(Filter((TEAM,))) == {"team": {"$eq": "legal"}}
-    assert chroma_where(Filter((TEAM, YEARS))) == {"$and": [{"team": {"$eq": "legal"}}, {"year": {"$in": [2024, 2025]}}]}
+    assert chroma_where(Filter((TEAM,))) == _eq("team", "legal")
+    years = {"$or": [{"year": {"$in": [2024, 2025]}}, {"year": {"$contains": 2024}}, {"year": {"$contains": 2024.0}},
+                     {"year": {"$contains": 2025}}, {"year": {"$contains": 2025.0}}]}
+    assert chroma_where(Filter((TEAM, YEARS))) == {"$and": [_eq("team", "legal"), years]}
     nested = Filter((Filter((TEAM, YEARS)), OLD), "or")
-    assert chroma_where(nested) == {"$or": [{"$and": [{"team": {"$eq": "legal"}}, {"year": {"$in": [2024, 2025]}}]},
-                                            {"year": {"$lt": 2000}}]}
-    assert store_filter(Chroma(), Filter((OLD,))) == {"year": {"$lt": 2000}}
+    assert chroma_where(nested) == {"$or": [{"$and": [_eq("team", "legal"), years]}, {"year": {"$lt": 2000}}]}
     # `!=` a number: below or above it (Chroma's $ne would take chunks without the key); a boolean: the other one
     assert chroma_where(Filter((Condition("year", "!=", 2005),))) == {"$or": [{"year": {"$lt": 2005}},
                                                                               {"year": {"$gt": 2005}}]}
@@ -302,18 +465,31 @@ def test_chroma_where_by_hand() -> None:
         {"$or": [{"year": {"$lt": 1}}, {"year": {"$gt": 1}}]}, {"$or": [{"year": {"$lt": 2}}, {"year": {"$gt": 2}}]}]}
     assert chroma_where(Filter((Condition("flag", "!=", True),))) == {"flag": {"$eq": False}}
     # lists of one Python type each (Chroma refuses [1, 2.0]); a number matches 1 and 1.0 alike there; a fraction
-    # goes with its integer bounds (Chroma cuts it to an integer against integer metadata)
+    # is decided between its integer bounds (Chroma cuts it toward zero against integer metadata)
     assert chroma_where(Filter((Condition("year", "in", (1, 2.0, True, 2.5)),))) == {"$or": [
         {"year": {"$in": [1]}}, {"year": {"$in": [True]}}, {"year": {"$in": [2.0]}},
-        {"$and": [{"year": {"$eq": 2.5}}, {"year": {"$gt": 2}}, {"year": {"$lt": 3}}]}]}
-    assert chroma_where(Filter((Condition("year", "<=", -1.5),))) == {"$or": [{"year": {"$lt": -1.5}},
-                                                                              {"year": {"$lte": -2}}]}
-    assert chroma_where(Filter((Condition("year", ">", 2009.5),))) == {"$or": [{"year": {"$gt": 2009.5}},
-                                                                               {"year": {"$gte": 2010}}]}
-    # `{}` is no filter, `in []` nothing: neither is sent
-    assert store_filter(Chroma(), Filter.from_dict({})) is None
+        {"$and": [{"year": {"$gt": 2}}, {"year": {"$lt": 3}}, {"year": {"$eq": 2.5}}]},
+        {"year": {"$contains": 1}}, {"year": {"$contains": 1.0}}, {"year": {"$contains": 2}},
+        {"year": {"$contains": 2.0}}, {"year": {"$contains": True}}, {"year": {"$contains": 2.5}}]}
+    # x <= -1.5: every integer up to -2, and -1.5 itself (the faulty `< -1.5 or <= -2` lost a float -1.5)
+    assert chroma_where(Filter((Condition("year", "<=", -1.5),))) == {"$or": [
+        {"year": {"$lte": -2}}, {"$and": [{"year": {"$gt": -2}}, {"year": {"$lt": -1}}, {"year": {"$lte": -1.5}}]}]}
+    assert chroma_where(Filter((Condition("year", ">", 2009.5),))) == {"$or": [
+        {"year": {"$gte": 2010}}, {"$and": [{"year": {"$gt": 2009}}, {"year": {"$lt": 2010}}, {"year": {"$gt": 2009.5}}]}]}
+
+
+def test_each_store_gets_its_translator_by_isinstance_never_by_name(stores: Stores) -> None:
+    chroma = stores["chroma"].store
+    assert store_filter(chroma, Filter((OLD,))) == {"year": {"$lt": 2000}}
+    assert store_filter(chroma, Filter.from_dict({})) is None  # `{}` is no filter, `in []` nothing: neither is sent
     with pytest.raises(FilterError, match="lets no chunk through"):
-        store_filter(Chroma(), Filter.from_dict({"team": []}))
+        store_filter(chroma, Filter.from_dict({"team": []}))
+    with pytest.raises(FilterError, match="Chroma filters in the database, which cannot run a Python function"):
+        store_filter(chroma, Filter(predicate=lambda m: True))
+    # a class that is named Chroma and is not one gets the plain dict, as any other store
+    assert store_filter(Chroma(), Filter((TEAM,))) == {"team": "legal"}
+    with pytest.raises(FilterError, match="qrag sends filters to Chroma as a dict"):
+        store_filter(Chroma(), Filter((OLD,)))
 
 
 def test_qdrant_filter_by_hand() -> None:
@@ -330,15 +506,24 @@ def test_qdrant_filter_by_hand() -> None:
         field("score", range=models.Range(gte=0.5, lte=0.5))]
     assert qdrant_filter(Filter((Condition("flag", "==", True),))).must == [
         field("flag", match=models.MatchValue(value=True))]
+    # `!=`: holds a value of the kind, and none equal to it (a list: none of its items)
     ne = qdrant_filter(Filter((Condition("year", "!=", 2005),))).must[0]
-    assert ne.should == [field("year", range=models.Range(lt=2005)), field("year", range=models.Range(gt=2005))]
+    assert ne.should == [models.Filter(should=[field("year", range=models.Range(lt=0)),
+                                               field("year", range=models.Range(gte=0))])]
+    assert ne.must_not == [field("year", range=models.Range(gte=2005, lte=2005))]
     ne = qdrant_filter(Filter((Condition("team", "!=", "legal"),))).must[0]
-    has_key = ne.must[0]
+    has_key = ne.should[0].must[0]
     assert has_key.must_not[0].is_empty.key == "metadata.team"  # a chunk without the key does not match `!=`
-    assert ne.must_not[0] == field("team", match=models.MatchValue(value="legal"))
+    assert ne.must_not == [field("team", match=models.MatchValue(value="legal"))]
     assert qdrant_filter(Filter((TEAM, YEARS), "or")).should is not None
     with pytest.raises(FilterError, match="Qdrant orders numbers only"):
         qdrant_filter(Filter((Condition("team", ">", "a"),)))
+    # a key is one key: a dot (or any character a path reads) is quoted, never a path into a nested object
+    assert qdrant_filter(Filter((Condition("a.b", "==", "x"),))).must == [
+        models.FieldCondition(key='metadata."a.b"', match=models.MatchValue(value="x"))]
+    assert qdrant_filter(Filter((Condition("my key[0]", "==", "x"),))).must[0].key == 'metadata."my key[0]"'
+    with pytest.raises(FilterError, match=r"cannot quote one holding '\"': rename the metadata key 'a\"b'"):
+        qdrant_filter(Filter((Condition('a"b', "==", "x"),)))
 
 
 def test_other_stores_get_the_plain_dict_for_what_it_can_hold() -> None:
@@ -347,8 +532,8 @@ def test_other_stores_get_the_plain_dict_for_what_it_can_hold() -> None:
                         ) == {"team": "legal", "year": [2024, 2025]}
     with pytest.raises(FilterError, match="qrag sends filters to PGVector as a dict"):
         store_filter(PGVector(), Filter((OLD,)))
-    with pytest.raises(FilterError, match="Chroma filters in the database, which cannot run a Python function"):
-        store_filter(Chroma(), Filter(predicate=lambda m: True))
+    with pytest.raises(FilterError, match="PGVector filters in the database, which cannot run a Python function"):
+        store_filter(PGVector(), Filter(predicate=lambda m: True))
 
 
 def test_a_floor_on_a_key_is_never_lost_where_a_call_filters_the_same_key() -> None:
