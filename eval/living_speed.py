@@ -15,6 +15,9 @@
   pays.
 - `mask_memory`: the process's resident memory over many distinct filters on one index, with the mask cache's
   default bound and with every mask kept (what a cache without a bound held).
+- `filtered_after_add`: one tenant's filtered hop right after `ChunkIndex.add_vectors` of one chunk, against the same
+  hop before the add (its mask cached), in indexes of growing size whose metadata name one of 100 tenants; beside
+  it, the hop with a filter not seen before (what every filter paid after every add while masks did not carry).
 """
 
 from __future__ import annotations
@@ -190,6 +193,55 @@ def mask_memory(model: QNetwork, n: int, filters: int) -> list[dict[str, Any]]:
                      "rss_before_mib": before, "rss_after_mib": after, "rss_growth_mib": after - before,
                      "bound_mib": size * n / 2**20})
         del index
+    return rows
+
+
+def _hop_ms(searcher: MultiHopSearcher, question: str, where: Filter) -> float:
+    start = time.perf_counter()
+    searcher.search_one(question, **ONE_HOP, filter=where)
+    return 1000 * (time.perf_counter() - start)
+
+
+def filtered_after_add(model: QNetwork, sizes: Sequence[int], questions: Sequence[str], repeats: int = 7,
+                       tenants: int = 100) -> list[dict[str, Any]]:
+    """Per index size N (random unit vectors, metadata `tenant` = row mod `tenants`, one hop as `filtered_hop_times`
+    times it): the median milliseconds of tenant 7's filtered hop before an add (`repeats` hops, its mask cached),
+    of the first such hop after each of `repeats` adds of one chunk (`add_vectors`), and of the first hop with a
+    filter never asked before (`repeats` tenants, each mask built from every row's metadata); and the index's own
+    part: `ChunkIndex.mask` of the cached filter right after an add, against a mask built from scratch."""
+    rows = []
+    for n in sizes:
+        g = torch.Generator().manual_seed(n)
+        vectors = torch.nn.functional.normalize(torch.randn(n, model.dim, generator=g), dim=1) / model.config.scale
+        index = ChunkIndex(vectors, [f"Passage {i} of the benchmark corpus." for i in range(n)],
+                           metadatas=[{"tenant": f"t{i % tenants}"} for i in range(n)])
+        searcher = MultiHopSearcher(model, index)
+        where = Filter.from_dict({"tenant": "t7"})
+        searcher.search_one(questions[0], **ONE_HOP, filter=where)  # warm-up: the BM25 index, the mask
+        ask = itertools.cycle(questions)
+        before = statistics.median(_hop_ms(searcher, next(ask), where) for _ in range(repeats))
+        after = []
+        for i in range(repeats):
+            new = torch.nn.functional.normalize(torch.randn(1, model.dim, generator=g), dim=1) / model.config.scale
+            index.add_vectors(new, [f"Added passage {i}."], [f"added{i}"], [{"tenant": "t7"}])
+            after.append(_hop_ms(searcher, next(ask), where))
+        cold = statistics.median(_hop_ms(searcher, next(ask), Filter.from_dict({"tenant": f"t{20 + i}"}))
+                                 for i in range(repeats))
+        mask_after, mask_new = [], []  # the index's own part: the mask after an add, and one built from scratch
+        for i in range(repeats):
+            new = torch.nn.functional.normalize(torch.randn(1, model.dim, generator=g), dim=1) / model.config.scale
+            index.add_vectors(new, [f"Added passage {repeats + i}."], [f"more{i}"], [{"tenant": "t7"}])
+            start = time.perf_counter()
+            index.mask(where)
+            mask_after.append(1000 * (time.perf_counter() - start))
+            start = time.perf_counter()
+            index.mask(Filter.from_dict({"tenant": f"t{40 + i}"}))
+            mask_new.append(1000 * (time.perf_counter() - start))
+        med = statistics.median(after)
+        rows.append({"chunks": n, "tenants": tenants, "before_add_ms": before, "after_add_ms": med,
+                     "after_over_before": med / before, "new_filter_ms": cold, "new_filter_over_before": cold / before,
+                     "after_add_each_ms": after, "mask_after_add_ms": statistics.median(mask_after),
+                     "new_mask_ms": statistics.median(mask_new)})
     return rows
 
 

@@ -5,6 +5,8 @@ size, and the memory many filters take (`qrag.eval.living_speed`).
     python scripts/bench_living_index.py --sizes 50000 --skip-add   # the hop times only
     python scripts/bench_living_index.py --skip-hops                 # adding against building only
     python scripts/bench_living_index.py --only updates,memory --out results/living_index/updates.json
+    python scripts/bench_living_index.py --only after_add --after-sizes 10000,100000,400000 \
+        --out results/living_index/after_add.json  # a filtered search right after an add against before it
 
 Prints Markdown tables and writes JSON with the machine (CPU flags, threads, torch).
 """
@@ -21,6 +23,7 @@ import torch
 from qrag.eval.living_speed import (
     add_one_cost,
     add_versus_build,
+    filtered_after_add,
     filtered_hop_times,
     living_table,
     mask_memory,
@@ -63,8 +66,10 @@ def main() -> int:
     parser.add_argument("--one-sizes", default="5000,20000,100000", help="index sizes for adding one passage")
     parser.add_argument("--memory-chunks", type=int, default=100_000)
     parser.add_argument("--memory-filters", type=int, default=2000)
-    parser.add_argument("--only", default="hops,add,updates,one,memory",
-                        help="which measures to run, comma-separated (hops, add, updates, one, memory)")
+    parser.add_argument("--after-sizes", default="10000,100000,400000",
+                        help="index sizes for a filtered hop right after an add")
+    parser.add_argument("--only", default="hops,add,updates,one,memory,after_add",
+                        help="which measures to run, comma-separated (hops, add, updates, one, memory, after_add)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -92,12 +97,20 @@ def main() -> int:
     for r in memory:
         print(f"{r['filters']} filters over {r['chunks']:,} chunks, cache of {r['mask_cache_size']}: {r['masks_held']} "
               f"masks held, RSS +{r['rss_growth_mib']:.1f} MiB (bound {r['bound_mib']:.1f} MiB)")
+    after_add = (filtered_after_add(model, [int(s) for s in args.after_sizes.split(",")], QUESTIONS, args.repeats)
+                 if "after_add" in only else [])
+    for r in after_add:
+        print(f"{r['chunks']:>7,} chunks: a tenant's filtered hop {r['before_add_ms']:.1f} ms before an add, "
+              f"{r['after_add_ms']:.1f} ms right after (x{r['after_over_before']:.2f}); a filter never asked "
+              f"{r['new_filter_ms']:.1f} ms (x{r['new_filter_over_before']:.2f}); its mask after an add "
+              f"{r['mask_after_add_ms']:.2f} ms, a new one {r['new_mask_ms']:.1f} ms")
     if args.out:
         machine = {"cpu": platform.processor() or platform.machine(), "flags": speed_flags(),
                    "threads": torch.get_num_threads(), "torch": torch.__version__}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"model": args.model, "machine": machine, "hops": hops, "add": grow,
-                                        "updates": updates, "add_one": one, "mask_memory": memory},
+                                        "updates": updates, "add_one": one, "mask_memory": memory,
+                                        "filtered_after_add": after_add},
                                        indent=2) + "\n")
     return 0
 

@@ -193,17 +193,28 @@ def _own_metadatas(metadatas: Iterable[Mapping[str, Any]] | None, n: int) -> lis
     return [own_json(m) for m in check_metadatas(metadatas, n)]
 
 
+class _Bits:
+    """A mask's buffer with spare room: the bits of added rows are written into it (no copy of the bits before).
+    `used` bits are claimed; only a mask that ends there may write past them."""
+
+    __slots__ = ("buffer", "lock", "used")
+
+    def __init__(self, buffer: torch.Tensor, used: int) -> None:
+        self.buffer, self.used, self.lock = buffer, used, threading.Lock()  # buffer: (capacity,) bool
+
+
 class MaskCache:
     """The filter masks of one index version: an LRU of at most `size` bool masks, keyed by the filter's canonical
     text (`Filter.key`); thread-safe. A predicate has no key and is evaluated at every search.
 
     A mask covers the version's first rows, all of them once `ChunkIndex.mask` has read it: the next version starts
-    with this one's masks (`carried`), so after an add the filter is evaluated on the added rows only, and after a
-    delete the survivors keep their bits."""
+    with this one's masks (`carried`), so after an add the filter is evaluated on the added rows only (their bits
+    written into the mask's spare room, `extended`), and after a delete the survivors keep their bits."""
 
-    def __init__(self, size: int = MASK_CACHE_SIZE, masks: Iterable[tuple[str, torch.Tensor]] = ()) -> None:
+    def __init__(self, size: int = MASK_CACHE_SIZE,
+                 masks: Iterable[tuple[str, tuple[torch.Tensor, _Bits | None]]] = ()) -> None:
         self.size = size
-        self._masks: OrderedDict[str, torch.Tensor] = OrderedDict(masks)
+        self._masks: OrderedDict[str, tuple[torch.Tensor, _Bits | None]] = OrderedDict(masks)
         self._lock = threading.Lock()
 
     def carried(self, keep: torch.Tensor | None = None) -> MaskCache:
@@ -213,25 +224,49 @@ class MaskCache:
         with self._lock:
             masks = list(self._masks.items())
         if keep is not None:
-            masks = [(key, mask[keep[: len(mask)].to(mask.device)]) for key, mask in masks]
+            masks = [(key, (mask[keep[: len(mask)].to(mask.device)], None)) for key, (mask, _) in masks]
         return MaskCache(self.size, masks)
 
     def __len__(self) -> int:
         return len(self._masks)
 
     def get(self, key: str) -> torch.Tensor | None:
+        """The mask of `key`, over the version's first rows (all of them, or those of the version it came from)."""
         with self._lock:
-            mask = self._masks.get(key)
-            if mask is not None:
-                self._masks.move_to_end(key)
-            return mask
+            entry = self._masks.get(key)
+            if entry is None:
+                return None
+            self._masks.move_to_end(key)
+            return entry[0]
 
-    def put(self, key: str, mask: torch.Tensor) -> None:
+    def put(self, key: str, mask: torch.Tensor, bits: _Bits | None = None) -> None:
         with self._lock:
-            self._masks[key] = mask
+            self._masks[key] = (mask, bits)
             self._masks.move_to_end(key)
             while len(self._masks) > self.size:
                 self._masks.popitem(last=False)
+
+    def extended(self, key: str, mask: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """`mask` (this cache's for `key`) then the bits `new` of the rows after it, kept for `key`: written into
+        the mask's spare room when it ends where its buffer is claimed, else into a new buffer with room for an
+        eighth more rows (at least 64)."""
+        with self._lock:
+            entry = self._masks.get(key)
+        bits = entry[1] if entry is not None and entry[0] is mask else None
+        n, m = len(mask), len(new)
+        if bits is not None:
+            with bits.lock:
+                if bits.used == n and n + m <= len(bits.buffer):
+                    bits.buffer[n : n + m] = new.to(bits.buffer.device)
+                    bits.used = n + m
+                    out = bits.buffer[: n + m]
+                    self.put(key, out, bits)
+                    return out
+        buffer = torch.empty(n + m + max(64, (n + m) // 8), dtype=torch.bool, device=mask.device)
+        buffer[:n], buffer[n : n + m] = mask, new.to(mask.device)
+        out = buffer[: n + m]
+        self.put(key, out, _Bits(buffer, n + m))
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -682,12 +717,14 @@ class ChunkIndex:
         if cached is not None and len(cached) == v.count:
             return cached
         start = 0 if cached is None else len(cached)
-        rows = itertools.islice(v.all_metadatas, start, v.count)  # the stored dicts: the filter only reads them
+        rows = v.all_metadatas[start : v.count]  # the stored dicts (the filter only reads them); O(rows read)
         new = torch.tensor([filter_.matches(m) for m in rows], dtype=torch.bool, device=v.storage.device)
-        mask = new if cached is None else torch.cat([cached, new])
-        if key is not None and v.masks.size:
-            v.masks.put(key, mask)
-        return mask
+        if key is None or not v.masks.size:
+            return new
+        if cached is None:
+            v.masks.put(key, new)
+            return new
+        return v.masks.extended(key, cached, new)
 
     # ------------------------------------------------------------------ search
     def topk(

@@ -113,7 +113,13 @@ def test_a_mask_after_an_add_evaluates_the_filter_on_the_new_rows_only(monkeypat
     assert torch.equal(got, _fresh_mask(index, {"tenant": "acme", "n": {"$gt": 2}}))
     seen.clear()
     assert index.mask(where) is got and seen == []  # cached in the new version
-    snapshot = index.snapshot()
+    buffer = got.data_ptr()
+    for i in range(43, 50):
+        index.add_vectors(_vectors(1, i), [f"t{i}"], [f"x{i}"], [_meta(i)])
+        assert index.mask(where).data_ptr() == buffer  # the added rows' bits go into the mask's spare room
+    assert sorted(seen) == list(range(43, 50))
+    assert torch.equal(index.mask(where), _fresh_mask(index, {"tenant": "acme", "n": {"$gt": 2}}))
+    snapshot, got = index.snapshot(), index.mask(where).clone()
     index.with_metadatas([{"tenant": "acme", "n": 99}] * len(index))
     assert bool(index.mask(where).all()) and torch.equal(snapshot.mask(where), got)  # new metadata: a new mask
 
