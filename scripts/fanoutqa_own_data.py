@@ -1,26 +1,32 @@
-"""Write FanOutQA as a team's own data: the Wikipedia summaries as a corpus, its questions as labelled questions.
+"""Write FanOutQA as a team's corpus: the Wikipedia summaries as a corpus, its questions for evaluation only.
 
-    python scripts/fanoutqa_own_data.py runs/fanoutqa [--subset 100] [--val-share 0.2]
+    python scripts/fanoutqa_own_data.py runs/fanoutqa               # corpus, dev and test questions
     python scripts/fanoutqa_own_data.py runs/fanoutqa --dev-only    # corpus.jsonl and dev_questions.jsonl alone
 
 Writes, in the `corpus` source's form (qrag.training.data.corpus; qrag.training.data.fanoutqa says what is kept):
-`corpus.jsonl` (the 10 033 summaries); the 298 test questions with two or more evidence pages (they may train) as
-`test_train.jsonl` and `test_val.jsonl` (a share held out, drawn with seed 0: what training validates and chooses
-on); N of them (drawn with seed 0, for a learning curve) as `test_N_train.jsonl` and `test_N_val.jsonl`; and
-`dev_questions.jsonl` (the 122 dev questions: EVALUATION ONLY). With `--dev-only` the test file is not opened
-(how `qrag-adapt`, which trains on no question of FanOutQA's, is judged).
+`corpus.jsonl` (the 10 033 summaries), `dev_questions.jsonl` (the 122 dev questions with two or more evidence pages)
+and `test_questions.jsonl` (the 298 test questions with two or more). **Both question files are EVALUATION ONLY**:
+nothing trains, tunes or selects on them (qrag.eval.evaluation_only knows them by their bytes, and `qrag-eval`
+records each read of them in the ledger). With `--dev-only` the test file is not opened.
+
+Before the rule, this script also split the test questions into training files (`test_train.jsonl` /
+`test_val.jsonl`, `--subset N`, `--val-share`), and one recipe trained and chose on them (2026-11-26,
+results/HISTORY.md); it writes them no more, and those flags are refused by name. A team's own labelled questions
+train with `qrag-train --data.train_path` or `qrag-adapt --questions` (docs/GUIDE.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from qrag.training.data.fanoutqa import corpus_lines, questions
+
+WITHDRAWN = ("--subset", "--val-share")
+"""Flags that split FanOutQA's test questions into training files, refused by name."""
 
 
 def write(path: Path, rows: Iterable[dict[str, Any]]) -> int:
@@ -32,32 +38,24 @@ def write(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="the folder to write into (created if missing)")
-    parser.add_argument("--subset", type=int, action="append", default=None,
-                        help="also write N of the test questions (repeatable; default 100)")
-    parser.add_argument("--val-share", type=float, default=0.2, help="share of each question set held out (0.2)")
     parser.add_argument("--dev-only", action="store_true", help="write the corpus and the dev questions alone")
+    for flag in WITHDRAWN:  # known, so that a command from before the rule is refused with the reason
+        parser.add_argument(flag, dest=flag[2:].replace("-", "_"), action="append", default=None,
+                            help=argparse.SUPPRESS)
     args = parser.parse_args()
-    subsets = args.subset or [100]
+    given = [flag for flag in WITHDRAWN if getattr(args, flag[2:].replace("-", "_")) is not None]
+    if given:
+        parser.error(f"{', '.join(given)} split FanOutQA's test questions into training files; FanOutQA's dev and "
+                     "test questions are evaluation only, so this script writes them for evaluation alone "
+                     "(test_questions.jsonl, dev_questions.jsonl). Train on your own labelled questions with "
+                     "qrag-train --data.train_path FILE or qrag-adapt --questions FILE (docs/GUIDE.md).")
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.dev_only:
-        print(f"corpus.jsonl: {write(args.out / 'corpus.jsonl', corpus_lines())} passages")
-        print(f"dev_questions.jsonl: {write(args.out / 'dev_questions.jsonl', questions('dev'))} questions "
-              "(evaluation only)")
-        return 0
-    test = questions("test")
-    if any(n < 2 or n > len(test) for n in subsets):
-        parser.error(f"--subset must be between 2 and {len(test)}, got {subsets}.")
-    if not 0 < args.val_share < 1:
-        parser.error(f"--val-share must be between 0 and 1, got {args.val_share}.")
     print(f"corpus.jsonl: {write(args.out / 'corpus.jsonl', corpus_lines())} passages")
-    for name, n in [("test", len(test)), *((f"test_{n}", n) for n in subsets)]:
-        chosen = random.Random(0).sample(range(len(test)), n)  # the first ones drawn are held out
-        held = max(1, round(n * args.val_share))
-        val, train = sorted(chosen[:held]), sorted(chosen[held:])
-        print(f"{name}_train.jsonl: {write(args.out / f'{name}_train.jsonl', [test[i] for i in train])}, "
-              f"{name}_val.jsonl: {write(args.out / f'{name}_val.jsonl', [test[i] for i in val])} questions (may train)")
     print(f"dev_questions.jsonl: {write(args.out / 'dev_questions.jsonl', questions('dev'))} questions "
-          "(evaluation only)")
+          "(EVALUATION ONLY: never train, tune or select on them)")
+    if not args.dev_only:
+        print(f"test_questions.jsonl: {write(args.out / 'test_questions.jsonl', questions('test'))} questions "
+              "(EVALUATION ONLY: never train, tune or select on them)")
     return 0
 
 

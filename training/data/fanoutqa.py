@@ -8,11 +8,12 @@ kept: 122 of dev and 298 of test with two or more.
 
 **Dev and test are evaluation only**: nothing trains, tunes or selects on either (qrag.eval.evaluation_only knows
 both files, and the question files the scripts build from them, by their bytes). One recipe broke this rule before it
-was written: the labelled own-data run of 2026-11-26 (`scripts/fanoutqa_own_data.py` without `--dev-only` writes
-`test_train.jsonl` / `test_val.jsonl`; `results/own_data/`) trained on 238 of the 298 test questions and chose on
-the other 60, so its figures record what a team's labelled questions can do, not an evaluation on FanOutQA's test file.
+was written: the labelled own-data run of 2026-11-26 (`results/own_data/`) trained on 238 of the 298 test questions
+and chose on the other 60, from training files `scripts/fanoutqa_own_data.py` wrote then (`test_train.jsonl` /
+`test_val.jsonl`). Its figures are withdrawn (results/HISTORY.md), and the script now writes the questions of both
+files for evaluation alone, refusing the flags that made training files of them.
 
-    python scripts/fanoutqa_own_data.py runs/fanoutqa   # corpus.jsonl, test_questions.jsonl, dev_questions.jsonl
+    python scripts/fanoutqa_own_data.py runs/fanoutqa   # corpus.jsonl, dev_questions.jsonl, test_questions.jsonl
 """
 
 from __future__ import annotations
