@@ -69,7 +69,8 @@ PAIR_WORD = re.compile(r"(?u)\b\w+\b")  # the words word pairs are made of: ever
 PAIRS_DIR = "pairs"  # a saved index's word-pair index, when it holds one
 COMPACT_DEAD = 0.5
 """A new version gets a vocabulary of its own live terms once more than this share of the shared one is dead."""
-SCRATCH = 1 << 22  # query rows × chunks scored at once, bounding the float64 scratch to 32 MB
+SCRATCH = 1 << 22  # query rows × chunks scored at once, bounding the float64 sums to 32 MB
+POSTINGS = 1 << 18  # postings read at once, bounding their scratch (some 70 bytes each) to about 20 MB
 CACHE_CORPORA = 1024
 """`corpus_lexical` holds the indexes of at most this many corpora..."""
 CACHE_CHUNKS = 500_000
@@ -458,21 +459,20 @@ class LexicalIndex:
         idf = np.log1p((self.count - df + 0.5) / (df + 0.5))  # (U,) Lucene's, as bm25s
         weight = times * idf[p_term]  # (Qd,)
         avgdl = self._total_words / self.count
-        keys, values = [], []
+        flat = np.zeros(n_q * self.count, dtype=np.float64)  # (R · N,) summed in place, one posting after the other
         for seg, first, (lo, hi) in zip(self._segments, self._offsets, spans, strict=False):
             length = (hi - lo)[p_term]  # (Qd,) postings of each query's word in this segment
-            total = int(length.sum())
-            if total == 0:
-                continue
-            at = np.repeat(lo[p_term] - (np.cumsum(length) - length), length) + np.arange(total)  # (P,)
-            rows = seg.rows[at].astype(np.int64)
-            tf = seg.tf[at].astype(np.float64)
-            norm = K1 * (1 - B + B * seg.lengths[rows] / avgdl)  # (P,)
-            keys.append(np.repeat(p_row, length) * self.count + first + rows)
-            values.append(np.repeat(weight, length) * tf / (tf + norm))
-        if not keys:
-            return out
-        flat = np.bincount(np.concatenate(keys), weights=np.concatenate(values), minlength=n_q * self.count)
+            ends = np.cumsum(length)  # (Qd,)
+            start = lo[p_term] - (ends - length)  # (Qd,) segment offset minus position, per query word
+            for a in range(0, int(ends[-1]), POSTINGS):  # the postings in blocks, bounding their scratch
+                at = np.arange(a, min(a + POSTINGS, int(ends[-1])))  # (P,) positions in this segment's postings
+                which = np.searchsorted(ends, at, side="right")  # (P,) the query word each belongs to
+                at += start[which]  # (P,) offsets into the segment's arrays
+                rows = seg.rows[at].astype(np.int64)
+                tf = seg.tf[at].astype(np.float64)
+                norm = K1 * (1 - B + B * seg.lengths[rows] / avgdl)  # (P,)
+                # Each sum gathers its postings in the order they come, as one pass over all of them would.
+                np.add.at(flat, p_row[which] * self.count + first + rows, weight[which] * tf / (tf + norm))
         return flat.astype(np.float32).reshape(n_q, self.count)
 
     # ------------------------------------------------------------------ persistence

@@ -288,3 +288,29 @@ def test_a_forgotten_corpus_is_released_and_the_cache_is_thread_safe() -> None:
         t.join()
     assert len(got) == 8 and all(g is got[0] for g in got) and lexical._CACHE.held() == (1, 3)  # one index a corpus
     lexical._CACHE.clear()
+
+
+def test_scores_read_the_postings_in_blocks_with_the_same_sums_and_bounded_scratch(
+        prose: tuple[list[str], list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemalloc
+
+    passages, questions = prose
+    index = LexicalIndex.from_texts(passages[:300], pairs=True).added(passages[300:420]).deleted([5, 77, 310])
+    states = [f"{q} {passages[i]}" for i, q in enumerate(questions[:12])]  # long queries, postings in every segment
+    monkeypatch.setattr(lexical, "POSTINGS", 1 << 30)
+    whole, pairs = index.scores(states), index.pair_scores(states)
+    for block in (1, 7, 500):  # blocks that split a word's postings, a segment's, and the queries'
+        monkeypatch.setattr(lexical, "POSTINGS", block)
+        assert torch.equal(index.scores(states), whole) and torch.equal(index.pair_scores(states), pairs)
+    assert whole.abs().sum() > 0 and pairs.abs().sum() > 0
+    # The scratch is the block's, not every posting's: 100 000 postings of one word in 20 000 chunks.
+    big = LexicalIndex.from_texts(["river stone " * (1 + i % 5) for i in range(20_000)])
+    peaks = {}
+    for block in (1 << 30, 1000):
+        monkeypatch.setattr(lexical, "POSTINGS", block)
+        tracemalloc.start()
+        assert big.scores(["river river stone", "stone"] * 2).shape == (4, 20_000)
+        peaks[block] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    out = 4 * 20_000 * (8 + 4)  # the float64 sums and the float32 scores they give: 0.96 MB
+    assert peaks[1000] < out + 500_000 and peaks[1 << 30] > 5 * peaks[1000], peaks  # 1.3 MB against 8.6 MB
