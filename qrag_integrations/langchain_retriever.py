@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -18,9 +19,10 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables.utils import AnyConfigurableField
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, model_validator
+from pydantic import ConfigDict, PrivateAttr, model_validator
 
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
@@ -51,8 +53,24 @@ SEARCH_ARGS = CALL_ARGS[:-1]  # the `SearchConfig` fields; `filter` goes to the 
 TRACE_KEYS = ("score", "q_value", "hop", "past_stop")
 SAVE_FILE = "retriever.json"
 SAVE_FORMAT = "qrag-langchain-retriever"
-# Results a `batch` call searched together, by query, for the `invoke`s it then runs (one traced run each).
-_BATCHED: ContextVar[dict[str, SearchResult] | None] = ContextVar("qrag_batched_results", default=None)
+# What a save records of a floor it cannot write (a function or a `Filter`): that there was one. Its `fields` hold a
+# filter no loader accepts, so a qrag that predates the record refuses the save instead of loading it unfloored.
+FUNCTION_FLOOR = "function"
+_UNSAVED_FLOOR = {"$floor": "a function or Filter object: load with QRAGRetriever.load_local(folder, filter=...)"}
+FloorSpec = dict[str, Any] | Callable[[Mapping[str, Any]], bool] | Filter | None
+
+
+class _Batched(NamedTuple):
+    """Results a `batch` call searched together, for the `invoke`s it then runs (one traced run each): taken only by
+    the retriever that searched them, called with the arguments they were searched with (another retriever, with
+    another floor, invoked inside the batch searches for itself)."""
+
+    owner: object
+    kwargs: dict[str, Any]
+    found: dict[str, SearchResult]  # by query
+
+
+_BATCHED: ContextVar[_Batched | None] = ContextVar("qrag_batched_results", default=None)
 
 
 class QRAGRetriever(BaseRetriever):
@@ -73,9 +91,12 @@ class QRAGRetriever(BaseRetriever):
     `filter` (a field, or per call): which documents may be returned, `{key: value}` (every key must match; a list
     value: any of its items) or a function of the metadata dict returning a bool. The field's filter holds on every
     call (a tenant's floor); a per-call filter narrows it (both must allow a document) and `filter=None` adds
-    nothing. Every hop takes only documents it allows and the rest of `k` comes from inside it, so fewer than `k`
-    come back when fewer match (none for a key no document has). Over a vector store the dict goes to the database as its own filter (Chroma `where`, a
-    Qdrant filter); a function needs `from_texts`. `score_threshold` drops the documents whose `score` is below it
+    nothing. The floor is fixed when the retriever is built (a copy of the dict): assigning `filter`,
+    `model_copy(update={"filter": ...})` and `configurable_fields(filter=...)` are refused; `with_floor(new)` makes
+    another retriever over the same searcher. Every hop takes only documents it allows and the rest of `k` comes
+    from inside it, so fewer than `k` come back when fewer match (none for a key no document has). Over a vector
+    store the dict goes to the database as its own filter (Chroma `where`, a Qdrant filter); a function needs
+    `from_texts`. `score_threshold` drops the documents whose `score` is below it
     (possibly all). Documents come in hop order (`order='hop'`) or document order, not score order.
     `add_texts`, `add_documents` and `delete` change the documents without a rebuild (only what is added is
     embedded); adding an id that exists or deleting one that does not is refused, in-process and over a store
@@ -101,7 +122,10 @@ class QRAGRetriever(BaseRetriever):
     fill: Fill | FromModel = FROM_MODEL
     lexical_weight: float | FromModel = FROM_MODEL
     score_threshold: float | None = None
-    filter: dict[str, Any] | Callable[[Mapping[str, Any]], bool] | Filter | None = None
+    filter: FloorSpec = None
+    # The floor as every search applies it and as a save writes it (a dict's copy), both taken at construction.
+    _floor: Filter | None = PrivateAttr(default=None)
+    _floor_dict: dict[str, Any] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -111,8 +135,41 @@ class QRAGRetriever(BaseRetriever):
 
     @model_validator(mode="after")
     def _check_args(self) -> QRAGRetriever:
+        self._floor = Filter.coerce(self.filter)  # later edits of the dict given change neither
+        self._floor_dict = copy.deepcopy(self.filter) if isinstance(self.filter, dict) else None
         self._search_args({})
         return self
+
+    # ------------------------------------------------------------------ the floor
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "filter":
+            raise AttributeError("a retriever's filter is its floor (a tenant's access) and cannot change on the live "
+                                 "object, where every thread's next call would run under the new one; make another "
+                                 "retriever with retriever.with_floor(new_filter), or narrow one call with "
+                                 "invoke(query, filter=...).")
+        super().__setattr__(name, value)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> QRAGRetriever:
+        """pydantic's `model_copy`, except that `update` cannot hold `filter` (the floor): use `with_floor`."""
+        if update and "filter" in update:
+            raise ValueError("model_copy(update={'filter': ...}) would replace the retriever's floor without a check; "
+                             "use retriever.with_floor(new_filter), which builds a checked retriever.")
+        return super().model_copy(update=update, deep=deep)
+
+    def configurable_fields(self, **kwargs: AnyConfigurableField) -> RunnableSerializable[str, list[Document]]:
+        """LangChain's `configurable_fields`, except for `filter`: a floor a call's config could replace is no
+        floor (a call narrows it with `invoke(query, filter=...)`)."""
+        if "filter" in kwargs:
+            raise ValueError("filter is this retriever's floor and cannot be made configurable (a request's config "
+                             "would replace it); pass a per-call filter=, which narrows the floor, or make one "
+                             "retriever per floor with retriever.with_floor(new_filter).")
+        return super().configurable_fields(**kwargs)
+
+    def with_floor(self, filter: FloorSpec) -> QRAGRetriever:
+        """Another retriever over the same searcher (nothing copied) with `filter` as its floor in place of this one's
+        (None: no floor); every other field is kept, and this retriever is unchanged."""
+        fields = {name: getattr(self, name) for name in type(self).model_fields if name not in ("searcher", "filter")}
+        return type(self)(searcher=self.searcher, filter=filter, **fields)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -203,7 +260,7 @@ class QRAGRetriever(BaseRetriever):
         self.searcher.config.with_overrides(args)  # validates k ≥ 1, ... with a message
         # The field's filter is a floor: a call's filter narrows it (None: nothing more), never replaces it. A
         # malformed filter is refused here, before any search.
-        floor, narrower = Filter.coerce(self.filter), Filter.coerce(call_kwargs.get("filter"))
+        floor, narrower = self._floor, Filter.coerce(call_kwargs.get("filter"))
         args["filter"] = floor if narrower is None else narrower if floor is None else Filter((floor, narrower), "and")
         return args
 
@@ -217,7 +274,9 @@ class QRAGRetriever(BaseRetriever):
         for h in result.hits:
             check_trace_keys(h.chunk.metadata, TRACE_KEYS, f"chunk {h.chunk.id!r}")  # e.g. from an external store
             trace = {"score": h.score, "q_value": h.q_value, "hop": h.hop, "past_stop": h.past_stop}
-            docs.append(Document(page_content=h.chunk.text, metadata={**h.chunk.metadata, **trace}, id=h.chunk.id))
+            # The caller's own copy, nested lists too: editing it never reaches the index, its masks or its saves.
+            metadata = {**copy.deepcopy(h.chunk.metadata), **trace}
+            docs.append(Document(page_content=h.chunk.text, metadata=metadata, id=h.chunk.id))
         return docs
 
     @staticmethod
@@ -230,7 +289,8 @@ class QRAGRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         args, batched = self._search_args(kwargs), _BATCHED.get()
-        result = batched.get(query) if batched else None
+        mine = batched is not None and batched.owner is self and batched.kwargs == kwargs
+        result = batched.found.get(query) if mine and batched is not None else None
         result = result or self.searcher.search_one(self._check_query(query), **args)
         for event in self._events(result):
             dispatch_custom_event("qrag_hop", event, config={"callbacks": run_manager.get_child()})
@@ -263,7 +323,7 @@ class QRAGRetriever(BaseRetriever):
                 found = dict(zip(queries, self.searcher.search(queries, **self._search_args(kwargs)), strict=True))
         except ValueError:
             found = {}  # a bad argument: each run raises it on its own, traced, as `invoke` would
-        token = _BATCHED.set(found)
+        token = _BATCHED.set(_Batched(self, dict(kwargs), found))
         try:
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
         finally:
@@ -326,21 +386,36 @@ class QRAGRetriever(BaseRetriever):
 
     # ------------------------------------------------------------------ persistence
     def save_local(self, folder: str | Path) -> Path:
-        """Write the searcher (model + index, safetensors + JSON) and every retriever argument (JSON); a `filter`
-        only as a dict (a function cannot be saved: set `filter=None`, save, and pass it again after loading)."""
-        if self.filter is not None and not isinstance(self.filter, dict):
-            raise ValueError("cannot save a retriever whose filter is a function or a Filter object: set "
-                             "retriever.filter = None before save_local and pass it again after load_local, or use "
-                             "a dict filter {key: value}, which is saved.")
+        """Write the searcher (model + index, safetensors + JSON) and every retriever argument (JSON); the retriever
+        itself is untouched. A dict floor (`filter`) is written and restored; a function or `Filter` floor cannot be
+        written, so the save records that it had one (`"floor": "function"`) and `load_local` refuses it until the
+        floor is given again (`load_local(folder, filter=...)`)."""
+        fields = self.model_dump(exclude={"searcher", "filter"})
+        if self.filter is None:
+            floor, fields["filter"] = None, None
+        elif self._floor_dict is not None:
+            floor, fields["filter"] = "dict", self._floor_dict
+        else:
+            floor, fields["filter"] = FUNCTION_FLOOR, _UNSAVED_FLOOR
         try:
-            blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "fields": self.model_dump(exclude={"searcher"})})
+            blob = json.dumps({"format": SAVE_FORMAT, "version": 1, "floor": floor, "fields": fields})
         except TypeError as e:
             raise ValueError(f"cannot save: a retriever argument is not JSON-serialisable ({e}).") from None
         return self.searcher.save(folder, extra_files={SAVE_FILE: blob})  # one atomic write, model to fields
 
     @classmethod
-    def load_local(cls, folder: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGRetriever:
-        """Rebuild a retriever written by `save_local` (no pickle); `encoder` relocates a base encoder."""
+    def load_local(cls, folder: str | Path, *, filter: FloorSpec = None, device: str | None = None,
+                   encoder: str | None = None) -> QRAGRetriever:
+        """Rebuild a retriever written by `save_local` (no pickle); `encoder` relocates a base encoder.
+
+        Args:
+            filter: The floor of a save made with a function or `Filter` floor (which a save cannot hold), given
+                again. Over a save with a dict floor it narrows that floor (both must allow a document: a saved
+                floor is never lifted); over a save without one it is the floor.
+
+        Raises:
+            ValueError: a save made with a function or `Filter` floor and no `filter=`, or a missing or corrupt save.
+        """
         recover_folder(folder)  # a save killed between its two renames: put the previous one back
         head_path = Path(folder) / SAVE_FILE
         if not head_path.is_file():
@@ -350,9 +425,30 @@ class QRAGRetriever(BaseRetriever):
             if head.get("format") != SAVE_FORMAT:
                 raise ValueError(f"format {head.get('format')!r}")
             fields = dict(head["fields"])
+            floor = head.get("floor")  # None also in saves made before floors were recorded: a dict is in fields
+            if floor not in (None, "dict", FUNCTION_FLOOR):
+                raise ValueError(f"floor {floor!r}")
         except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
             raise ValueError(f"{head_path} is corrupt ({type(e).__name__}: {e}); save the retriever again.") from None
+        saved = fields.pop("filter", None)
+        if floor == FUNCTION_FLOOR:
+            if filter is None:
+                raise ValueError(f"{str(folder)!r} was saved with a floor (filter) that is a function or a Filter "
+                                 "object, which a save cannot hold; load it with the floor given again: "
+                                 "QRAGRetriever.load_local(folder, filter=the_same_floor).")
+            saved = None
+        fields["filter"] = _narrowed(saved, filter)
         return cls(searcher=MultiHopSearcher.load(folder, device=device, encoder=encoder), **fields)
+
+
+def _narrowed(saved: dict[str, Any] | None, given: FloorSpec) -> FloorSpec:
+    """A saved dict floor narrowed by one given on load (a document must pass both); either alone as it is."""
+    if saved is None or given is None:
+        return given if saved is None else saved
+    if isinstance(given, dict):
+        return {"$and": [saved, given]}  # still a dict: the next save writes it
+    narrower = Filter.coerce(given)
+    return Filter((Filter.from_dict(saved), narrower), "and") if narrower is not None else saved
 
 
 def _with_search_kwargs(fields: Mapping[str, Any]) -> dict[str, Any]:
