@@ -5,10 +5,12 @@ against bm25s's own index (`qrag.training.search.lexical`).
     python scripts/bench_lexical_updates.py --sizes 5000,20000 --adds 1 --skip-bm25s   # the add cost only
     python scripts/bench_lexical_updates.py --pairs --sizes 10000,100000 --out results/lexical_updates/pairs.json
 
-Corpora of N passages cycle HotpotQA's test pool (13 789 passages), each with its row number appended so that they
-stay distinct. For each N: `from_texts` over N (the base) and over N + m (a rebuild), `added` of m new passages to
+Corpora of N passages cycle HotpotQA's training pool (rows 0-8 499's gold passages), each with its row number
+appended so that they stay distinct. For each N: `from_texts` over N (the base) and over N + m (a rebuild), `added` of m new passages to
 the base (median of --repeats), a run of single adds one after the other (amortised merges: mean, median, max), a
-one-row `deleted`, and the time of `scores()` for one question against bm25s's `get_scores` over the same N.
+one-row `deleted`, the time of `scores()` for one question against bm25s's `get_scores` over the same N, and the
+bytes the index holds (`LexicalIndex.memory`: arrays and vocabulary) before and after deleting 90% of its chunks
+(the vocabulary compacts once most of its terms are dead).
 Prints a Markdown table and writes JSON with the machine (CPU flags, threads). With --pairs, only what the word-pair
 index (METHOD.md §4.5) adds, side by side in one run: `from_texts` with and without pairs (median of --repeats), the
 arrays' bytes per chunk and the terms of each part, and five questions' `scores` against their `pair_scores`.
@@ -65,7 +67,9 @@ def bench_size(pool: tuple[str, ...], n: int, adds: list[int], repeats: int, cha
                rebuild_repeats: int) -> dict[str, Any]:
     texts = corpus(pool, 0, n)
     build_s, base = timed(lambda: LexicalIndex.from_texts(texts), 1)
-    row: dict[str, Any] = {"n": n, "from_texts_s": build_s, "bytes_per_chunk": index_bytes(base) / n, "adds": []}
+    row: dict[str, Any] = {"n": n, "from_texts_s": build_s, "bytes_per_chunk": index_bytes(base) / n, "adds": [],
+                           "memory": base.memory(),
+                           "memory_after_deleting_90pc": base.deleted(range(n - n // 10)).memory()}
     for m in adds:
         new = corpus(pool, n, m)
         add_s, grown = timed(partial(base.added, new), repeats)
@@ -108,7 +112,8 @@ def bench_pairs(pool: tuple[str, ...], n: int, repeats: int) -> dict[str, Any]:
     assert both.pairs is not None
     row = {"n": n, "words_from_texts_s": words_s, "words_and_pairs_from_texts_s": both_s, "build_ratio": both_s / words_s,
            "words_bytes_per_chunk": index_bytes(words) / n, "pairs_bytes_per_chunk": index_bytes(both.pairs) / n,
-           "word_terms": len(words._vocabulary.words), "pair_terms": len(both.pairs._vocabulary.words)}
+           "word_terms": len(words._vocabulary.words), "pair_terms": len(both.pairs._vocabulary.words),
+           "memory": both.memory(), "memory_after_deleting_90pc": both.deleted(range(n - n // 10)).memory()}
     row["scores_five_queries_s"], _ = timed(lambda: both.scores(QUESTIONS), repeats * 3)
     row["pair_scores_five_queries_s"], _ = timed(lambda: both.pair_scores(QUESTIONS), repeats * 3)
     print(f"  N={n}: from_texts {words_s:.2f} s, with pairs {both_s:.2f} s ({both_s / words_s:.2f}x); bytes/chunk "
@@ -118,15 +123,21 @@ def bench_pairs(pool: tuple[str, ...], n: int, repeats: int) -> dict[str, Any]:
     return row
 
 
+def mb(memory: dict[str, int]) -> str:
+    return f"{memory['arrays'] / 1e6:.0f} + {memory['vocabulary'] / 1e6:.0f}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| N | m | added (ms) | from_texts N+m (s) | speed-up | 200 single adds: mean / max (ms) | "
-             "deleted 1 (ms) | scores 1 query (ms) | bm25s get_scores (ms) |", "|---|---|---|---|---|---|---|---|---|"]
+             "deleted 1 (ms) | scores 1 query (ms) | bm25s get_scores (ms) | arrays + vocabulary (MB) | "
+             "after deleting 90% (MB) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for a in r["adds"]:
             bm = f"{r['bm25s_get_scores_s'] * 1e3:.2f}" if "bm25s_get_scores_s" in r else "-"
             lines.append(f"| {r['n']:,} | {a['m']:,} | {a['added_s'] * 1e3:.2f} | {a['from_texts_s']:.2f} | "
                          f"{a['speedup']:,.0f}x | {r['chain']['mean_s'] * 1e3:.2f} / {r['chain']['max_s'] * 1e3:.1f} | "
-                         f"{r['deleted_one_s'] * 1e3:.1f} | {r['scores_one_query_s'] * 1e3:.2f} | {bm} |")
+                         f"{r['deleted_one_s'] * 1e3:.1f} | {r['scores_one_query_s'] * 1e3:.2f} | {bm} | "
+                         f"{mb(r['memory'])} | {mb(r['memory_after_deleting_90pc'])} |")
     return "\n".join(lines)
 
 
@@ -141,7 +152,7 @@ def main() -> int:
     ap.add_argument("--pairs", action="store_true", help="only the word-pair index's costs beside the words'")
     ap.add_argument("--out", type=Path, default=None, help="JSON file to write")
     args = ap.parse_args()
-    pool = hotpot_pool.load_pool().pools["test"]
+    pool = hotpot_pool.load_pool().pools["train"]
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         print(f"N = {n:,}", flush=True)
@@ -155,7 +166,7 @@ def main() -> int:
     result = {"machine": {"processor": platform.processor() or platform.machine(), "cpu_flags": speed_flags(),
                           "threads": torch.get_num_threads(), "python": platform.python_version(),
                           "numpy": np.__version__},
-              "pool": f"hotpotqa_pool test, {len(pool)} passages cycled with their row number", "sizes": rows}
+              "pool": f"hotpotqa_pool train, {len(pool)} passages cycled with their row number", "sizes": rows}
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")
