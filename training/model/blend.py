@@ -1,10 +1,10 @@
 """A fine-tune blended with the network it started from, in weight space: θ = (1 − w)·θ_start + w·θ_tuned.
 
 A fine-tune on a few hundred questions of one corpus gains there and loses part of what its start knew
-(docs/RESULTS.md, "Your own corpus and questions"). Weight-space ensembling (WiSE-FT; Wortsman et al., 2022,
-"Robust fine-tuning of zero-shot models") keeps most of both: the two networks share their start, so the
-points between them stay good networks, and the weight `w` is chosen on validation data of both domains
-(docs/METHOD.md §3.9).
+(results/HISTORY.md, "2026-11-27: own corpus and questions, by hand", a recipe since withdrawn). Weight-space
+ensembling (WiSE-FT; Wortsman et al., 2022, "Robust fine-tuning of zero-shot models") keeps most of both: the two
+networks share their start, so the points between them stay good networks, and the weight `w` is chosen on
+validation data of both domains (docs/METHOD.md §3.9).
 
     >>> start, tuned = QNetwork.from_pretrained("qrag/hotpotqa-minilm"), QNetwork.from_pretrained("runs/ft/best")  # doctest: +SKIP
     >>> blend_networks(start, tuned, 0.5).save_pretrained("runs/ft/blend-0.5")  # doctest: +SKIP
