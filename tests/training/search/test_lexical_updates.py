@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from qrag.training.search import lexical
+from qrag.training.search import lexical_cache, lexical_index, lexical_segments
 from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical, forget_corpus
 
 OLD_FORMAT = Path(__file__).parents[2] / "fixtures" / "lexical_v1"
@@ -118,7 +118,7 @@ def test_words_are_bm25s_words(prose: tuple[list[str], list[str]]) -> None:
 
     texts = prose[0][:2000] + ["Don't stop: the U.S.A.'s café, naïve Straße 42 x_y __init__ ÉCOLE"]
     want = bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
-    assert [lexical._words(t) for t in texts] == [list(w) for w in want]
+    assert [lexical_segments._words(t) for t in texts] == [list(w) for w in want]
 
 
 def test_random_adds_and_deletes_score_as_a_fresh_bm25s_build(prose: tuple[list[str], list[str]]) -> None:
@@ -251,7 +251,7 @@ def test_an_index_saved_in_bm25s_format_is_rebuilt_from_its_texts(tmp_path: Path
 
 
 def test_the_corpus_cache_is_bounded_by_corpora_and_chunks() -> None:
-    cache = lexical._CorpusCache(corpora=3, chunks=10)
+    cache = lexical_cache._CorpusCache(corpora=3, chunks=10)
     a, b, c, d = ("x1 x2",) * 4, ("y1",) * 4, ("z1",) * 2, ("w1",)
     assert cache.get(a) is cache.get(a) and cache.held() == (1, 4)
     cache.get(b)
@@ -271,23 +271,23 @@ def test_the_corpus_cache_is_bounded_by_corpora_and_chunks() -> None:
 
 
 def test_a_forgotten_corpus_is_released_and_the_cache_is_thread_safe() -> None:
-    lexical._CACHE.clear()
+    lexical_cache._CACHE.clear()
     texts = ("one fish", "two fish", "red fish")
     index = corpus_lexical(list(texts))
-    assert corpus_lexical(texts) is index and lexical._CACHE.held() == (1, 3)
+    assert corpus_lexical(texts) is index and lexical_cache._CACHE.held() == (1, 3)
     ref = weakref.ref(index)
     forget_corpus(list(texts))
     del index
     gc.collect()
-    assert ref() is None and lexical._CACHE.held() == (0, 0)
+    assert ref() is None and lexical_cache._CACHE.held() == (0, 0)
     got: list[LexicalIndex] = []
     threads = [threading.Thread(target=lambda: got.append(corpus_lexical(texts))) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(got) == 8 and all(g is got[0] for g in got) and lexical._CACHE.held() == (1, 3)  # one index a corpus
-    lexical._CACHE.clear()
+    assert len(got) == 8 and all(g is got[0] for g in got) and lexical_cache._CACHE.held() == (1, 3)  # one index a corpus
+    lexical_cache._CACHE.clear()
 
 
 def test_scores_read_the_postings_in_blocks_with_the_same_sums_and_bounded_scratch(
@@ -297,17 +297,17 @@ def test_scores_read_the_postings_in_blocks_with_the_same_sums_and_bounded_scrat
     passages, questions = prose
     index = LexicalIndex.from_texts(passages[:300], pairs=True).added(passages[300:420]).deleted([5, 77, 310])
     states = [f"{q} {passages[i]}" for i, q in enumerate(questions[:12])]  # long queries, postings in every segment
-    monkeypatch.setattr(lexical, "POSTINGS", 1 << 30)
+    monkeypatch.setattr(lexical_index, "POSTINGS", 1 << 30)
     whole, pairs = index.scores(states), index.pair_scores(states)
     for block in (1, 7, 500):  # blocks that split a word's postings, a segment's, and the queries'
-        monkeypatch.setattr(lexical, "POSTINGS", block)
+        monkeypatch.setattr(lexical_index, "POSTINGS", block)
         assert torch.equal(index.scores(states), whole) and torch.equal(index.pair_scores(states), pairs)
     assert whole.abs().sum() > 0 and pairs.abs().sum() > 0
     # The scratch is the block's, not every posting's: 100 000 postings of one word in 20 000 chunks.
     big = LexicalIndex.from_texts(["river stone " * (1 + i % 5) for i in range(20_000)])
     peaks = {}
     for block in (1 << 30, 1000):
-        monkeypatch.setattr(lexical, "POSTINGS", block)
+        monkeypatch.setattr(lexical_index, "POSTINGS", block)
         tracemalloc.start()
         assert big.scores(["river river stone", "stone"] * 2).shape == (4, 20_000)
         peaks[block] = tracemalloc.get_traced_memory()[1]
