@@ -26,7 +26,7 @@ from qrag.integrations.metric import (
     chroma_space,
     fresh_unit_vectors,
 )
-from qrag.integrations.store_filters import langchain_store_kind, store_filter
+from qrag.integrations.store_filters import store_filter
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
@@ -108,7 +108,8 @@ def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[A
         docs = [Document(page_content=d.page_content, metadata=d.metadata, id=cid) for d, (_, cid) in zip(docs, rows, strict=True)]
         return docs, [store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
     if kind == "QdrantVectorStore":
-        points, docs, vectors, offset = [], [], [], None
+        points: list[Any] = []
+        docs, vectors, offset = [], [], None
         while limit is None or len(points) < limit:
             batch, offset = store.client.scroll(store.collection_name, limit=256 if limit is None else limit,  # type: ignore[attr-defined]
                                                 offset=offset, with_payload=True, with_vectors=True)
@@ -119,7 +120,7 @@ def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[A
             docs.append(store._document_from_point(p, store.collection_name, store.content_payload_key,  # type: ignore[attr-defined]
                                                    store.metadata_payload_key))  # type: ignore[attr-defined]
             v = p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector  # type: ignore[attr-defined]
-            vectors.append(list(v))
+            vectors.append(list(v or []))
         return docs, vectors
     return None
 
@@ -289,7 +290,7 @@ class LangChainChunkStore:
         candidates (20 by default), so a filtered search there fetches every stored vector: exact, at the cost of a
         full scan (a flat FAISS index scans them all anyway)."""
         args: dict[str, Any] = {"filter": store_filter(self.store, where)}
-        if langchain_store_kind(self.store) == "faiss":
+        if type(self.store).__name__ == "FAISS":
             args["fetch_k"] = max(1, int(self.store.index.ntotal))  # type: ignore[attr-defined]
         return args
 
