@@ -26,7 +26,7 @@ from qrag.integrations.metric import (
     chroma_space,
     fresh_unit_vectors,
 )
-from qrag.integrations.store_filters import store_filter
+from qrag.integrations.store_filters import langchain_store_kind, store_filter
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
@@ -290,7 +290,7 @@ class LangChainChunkStore:
         candidates (20 by default), so a filtered search there fetches every stored vector: exact, at the cost of a
         full scan (a flat FAISS index scans them all anyway)."""
         args: dict[str, Any] = {"filter": store_filter(self.store, where)}
-        if type(self.store).__name__ == "FAISS":
+        if langchain_store_kind(self.store) == "faiss":
             args["fetch_k"] = max(1, int(self.store.index.ntotal))  # type: ignore[attr-defined]
         return args
 
