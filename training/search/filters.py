@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args
@@ -41,6 +42,9 @@ from typing import Any, Literal, Union, get_args
 Op = Literal["==", "!=", "in", "nin", ">", ">=", "<", "<="]
 OPS: tuple[str, ...] = get_args(Op)
 ORDER_OPS: tuple[str, ...] = (">", ">=", "<", "<=")
+COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {"==": operator.eq, "!=": operator.ne, ">": operator.gt,
+                                                     ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+"""The operators that compare one value with the condition's (`in` / `nin` look a value up)."""
 Join = Literal["and", "or"]
 Scalar = str | int | float | bool
 Kind = Literal["bool", "number", "string"]
@@ -81,6 +85,7 @@ class Condition:
     value: Any
     _members: frozenset[tuple[Kind | None, Any]] = field(default=frozenset(), init=False, repr=False, compare=False)
     _kinds: frozenset[Kind | None] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _test: Callable[[Any, Any], Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
@@ -101,6 +106,8 @@ class Condition:
         elif self.op in ORDER_OPS and isinstance(self.value, bool):
             raise FilterError(f"filter {self.key!r} {self.op} {self.value!r}: '>', '>=', '<', '<=' order numbers or "
                               "strings, not booleans; use '==' or '!=' with a boolean.")
+        if self.op in COMPARISONS:
+            object.__setattr__(self, "_test", COMPARISONS[self.op])
 
     @property
     def plain_value(self) -> Any:
@@ -120,9 +127,11 @@ class Condition:
         if self.key not in metadata:
             return False
         have = metadata[self.key]
-        if isinstance(have, (list, tuple)):
-            return self._matches_items(have)
+        if self._test is not None and type(have) is type(self.value):  # the usual case: a value of the same type
+            return bool(self._test(have, self.value))
         kind = value_kind(have)
+        if kind is None and isinstance(have, (list, tuple)):
+            return self._matches_items(have)
         if self.op == "in":
             return kind is not None and (kind, have) in self._members
         if self.op == "nin":
@@ -132,9 +141,8 @@ class Condition:
         # a value of another kind (True against 1, "2000" against 2000, a dict) is not compared: no match
         if kind != value_kind(self.value):
             return False
-        if self.op == "!=":
-            return bool(have != self.value)
-        return _compare(self.op, have, self.value)
+        assert self._test is not None
+        return bool(self._test(have, self.value))
 
     def _matches_items(self, items: list[Any] | tuple[Any, ...]) -> bool:
         """A list value: `==`, `in` and the orders take it when one of its items matches; `!=` and `nin` when it holds
@@ -143,8 +151,9 @@ class Condition:
         if self.op not in ("!=", "nin"):
             if self.op == "in":
                 return any(k is not None and (k, v) in self._members for k, v in zip(kinds, items, strict=True))
-            want = value_kind(self.value)
-            return any(k == want and _compare(self.op, v, self.value) for k, v in zip(kinds, items, strict=True))
+            want, test = value_kind(self.value), self._test
+            assert test is not None
+            return any(k == want and bool(test(v, self.value)) for k, v in zip(kinds, items, strict=True))
         if self.op == "nin" and not self.value:
             return any(k is not None for k in kinds)
         members = self._members if self.op == "nin" else frozenset({(value_kind(self.value), self.value)})
@@ -304,13 +313,6 @@ class Filter:
             return cls(predicate=spec)
         raise FilterError(f"a filter is a dict {{key: value}} or a function of the metadata, got {type(spec).__name__}: "
                           f"{spec!r:.80}.")
-
-
-def _compare(op: str, have: Any, value: Any) -> bool:
-    """`have op value` for two values of one kind (`==` or an order)."""
-    if op == "==":
-        return bool(have == value)
-    return bool({">": have > value, ">=": have >= value, "<": have < value, "<=": have <= value}[op])
 
 
 def _scalar(value: Any) -> bool:
