@@ -1,6 +1,6 @@
 """The ledger of evaluation-only reads: one JSON line per read, appended, never rewritten.
 
-`qrag-eval` appends a line each time a run reads evaluation-only data (`qrag.eval.evaluation_only`): the file's
+`qrag-eval` appends a line each time a run reads evaluation-only data (`qrag.training.data.evaluation_only`): the file's
 name and sha256, the rows read, the model, the settings, the date, the command and the figures. Counting the lines
 of one file tells how many times it was read for a model; the count stands in docs/RESULTS.md.
 
@@ -123,8 +123,8 @@ def _plain(value: Any) -> Any:
 def benchmark_reads(cfg: Any, summary: dict[str, Any] | None, command: list[str]) -> list[dict[str, Any]]:
     """The evaluation-only reads of a finished (or, with `summary` None, stopped) `qrag-eval BENCHMARK` run `cfg`
     (a `RunConfig`): its --data and --corpus files recognised, and HotpotQA's test rows."""
-    from qrag.eval.evaluation_only import HOTPOTQA_TEST, Recognised, file_sha256, recognise
     from qrag.eval.sweep import BENCHMARKS
+    from qrag.training.data.evaluation_only import HOTPOTQA_TEST, Recognised, file_sha256, recognise
 
     files = [f for f in (cfg.data, cfg.corpus) if f is not None]
     found: list[tuple[Recognised, str]] = [(r, "all") for r in map(recognise, files) if r is not None]
@@ -164,7 +164,7 @@ def benchmark_reads(cfg: Any, summary: dict[str, Any] | None, command: list[str]
 def ordinary_text_reads(args: Any, summary: dict[str, Any] | None, command: list[str]) -> list[dict[str, Any]]:
     """The evaluation-only reads of a `qrag-eval ordinary-text` run (`args`, its parsed flags): each --squad file
     recognised, and MultiRC's odd half (read with --half odd or all)."""
-    from qrag.eval.evaluation_only import MULTIRC_ODD, Recognised, file_sha256, recognise
+    from qrag.training.data.evaluation_only import MULTIRC_ODD, Recognised, file_sha256, recognise
 
     parts = (summary or {}).get("parts", {})
     settings = _plain({"search": args.search, "num_questions": args.num_questions, "seed": args.seed, "ks": args.ks,

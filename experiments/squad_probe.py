@@ -1,6 +1,6 @@
 """What the probes over SQuAD-format validation files share: their common flags and the refusal of evaluation-only
 files (the NYT, Reddit and SQuAD dev files judge; a probe chooses, so it reads new_wiki and amazon_reviews only). A
-file is refused by its name or by its bytes (qrag.eval.evaluation_only): a renamed copy is refused too."""
+file is refused by its name or by its bytes (qrag.training.data.evaluation_only): a renamed copy is refused too."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from qrag.eval.evaluation_only import recognise
+from qrag.training.data.evaluation_only import recognise
 
 
 def squad_probe_parser(doc: str | None) -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@
 Writes, in the `corpus` source's form (qrag.training.data.corpus; qrag.training.data.fanoutqa says what is kept):
 `corpus.jsonl` (the 10 033 summaries), `dev_questions.jsonl` (the 122 dev questions with two or more evidence pages)
 and `test_questions.jsonl` (the 298 test questions with two or more). **Both question files are EVALUATION ONLY**:
-nothing trains, tunes or selects on them (qrag.eval.evaluation_only knows them by their bytes, and `qrag-eval`
+nothing trains, tunes or selects on them (qrag.training.data.evaluation_only knows them by their bytes, and `qrag-eval`
 records each read of them in the ledger). With `--dev-only` the test file is not opened.
 
 Before the rule, this script also split the test questions into training files (`test_train.jsonl` /

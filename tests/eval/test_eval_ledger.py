@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from qrag.eval import evaluation_only, ledger
+from qrag.eval import ledger
 from qrag.eval.cli import main as eval_main
-from qrag.eval.evaluation_only import KNOWN_FILES, file_sha256, recognise
+from qrag.training.data import evaluation_only
+from qrag.training.data.evaluation_only import KNOWN_FILES, file_sha256, recognise
 from qrag.training.data.fanoutqa import fanoutqa_path
 from qrag.training.data.hotpot_pool import halueval_path
 

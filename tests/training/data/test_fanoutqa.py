@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from qrag.eval.evaluation_only import recognise
+from qrag.training.data.evaluation_only import recognise
 from qrag.training.data.fanoutqa import questions
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "fanoutqa_own_data.py"

@@ -17,6 +17,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from qrag.training.data.evaluation_only import EvaluationOnlyError, refuse_evaluation_only
 from qrag.training.input_checks import one_line
 
 
@@ -38,6 +39,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 2 bad arguments or input)."""
     args = _parser().parse_args(argv)
+    try:  # before the model libraries load
+        refuse_evaluation_only(args.questions, "--questions",
+                               "Give your own labelled questions over the corpus, or none (the questions built from "
+                               "it train and choose alone)")
+    except (EvaluationOnlyError, OSError) as e:
+        print(f"qrag-adapt: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    if args.threads is not None and args.threads < 1:
+        print(f"qrag-adapt: error: --threads must be >= 1, got {args.threads}.", file=sys.stderr)
+        return 2
     from qrag.training.data import EpisodeError
     from qrag.training.learn.adapt.folder import MAX_QUESTIONS, AdaptOptions
     from qrag.training.learn.adapt.run import Adapt
@@ -46,9 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from qrag.training.model.qnet import CheckpointError
     from qrag.training.overlay import ConfigError
 
-    if args.threads is not None and args.threads < 1:
-        print(f"qrag-adapt: error: --threads must be >= 1, got {args.threads}.", file=sys.stderr)
-        return 2
     options = AdaptOptions(corpus=args.corpus, out=args.out, questions=args.questions, init=args.init,
                            minutes=args.minutes, seed=args.seed, threads=args.threads,
                            max_questions=MAX_QUESTIONS if args.max_questions is None else args.max_questions)
