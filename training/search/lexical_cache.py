@@ -16,40 +16,61 @@ the words; about 350 MB where the indexes hold word pairs, some 500 bytes more a
 held."""
 
 
+class _Build:
+    """An index being built: the threads that ask for it meanwhile wait for `done` and take `index`."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.index: LexicalIndex | None = None
+
+
 class _CorpusCache:
     """The BM25 indexes of the corpora seen last, by their texts: at most `corpora` of them and `chunks` chunks in
-    all, least recently used dropped first; thread-safe (an index is built outside the lock)."""
+    all, least recently used dropped first; thread-safe (an index is built outside the lock, once: a thread that asks
+for a corpus being built waits for that build)."""
 
     def __init__(self, corpora: int, chunks: int) -> None:
         self.corpora, self.chunks = corpora, chunks
         self._held: OrderedDict[tuple[str, ...], LexicalIndex] = OrderedDict()
         self._chunks_held = 0
         self._lock = threading.Lock()
+        self._building: dict[tuple[str, ...], _Build] = {}  # the corpora a thread is building the index of
 
     def get(self, texts: tuple[str, ...], pairs: bool = False) -> LexicalIndex:
         def enough(index: LexicalIndex | None) -> bool:
             return index is not None and (not pairs or index.pairs is not None)
 
-        with self._lock:
-            index = self._held.get(texts)
-            if enough(index):
-                self._held.move_to_end(texts)
-                return index  # type: ignore[return-value]
-        index = LexicalIndex.from_texts(texts, pairs=pairs)
-        if len(texts) > self.chunks:
-            return index  # larger than the whole bound: its owner holds it
-        with self._lock:
-            held = self._held.get(texts)
-            if enough(held):  # another thread built it meanwhile: one index per corpus
-                self._held.move_to_end(texts)
-                return held  # type: ignore[return-value]
-            if held is None:
-                self._chunks_held += len(texts)
-            self._held[texts] = index  # a held index without word pairs is replaced by this one, which has them
-            self._held.move_to_end(texts)
-            while len(self._held) > self.corpora or self._chunks_held > self.chunks:
-                _, dropped = self._held.popitem(last=False)
-                self._chunks_held -= len(dropped)
+        while True:
+            with self._lock:
+                index = self._held.get(texts)
+                if enough(index):
+                    self._held.move_to_end(texts)
+                    return index  # type: ignore[return-value]
+                build = self._building.get(texts)
+                if build is None:  # this thread builds it; others asking meanwhile wait for it
+                    build = self._building[texts] = _Build()
+                    break
+            build.done.wait()
+            if enough(build.index):
+                return build.index  # type: ignore[return-value]
+            # It failed, or was built without the word pairs this caller needs: look again.
+        try:
+            index = LexicalIndex.from_texts(texts, pairs=pairs)
+            build.index = index
+            with self._lock:
+                if len(texts) <= self.chunks:  # a corpus larger than the whole bound is held by its owner alone
+                    held = self._held.get(texts)
+                    if held is None:
+                        self._chunks_held += len(texts)
+                    self._held[texts] = index  # a held index without word pairs is replaced by this one
+                    self._held.move_to_end(texts)
+                    while len(self._held) > self.corpora or self._chunks_held > self.chunks:
+                        _, dropped = self._held.popitem(last=False)
+                        self._chunks_held -= len(dropped)
+        finally:
+            with self._lock:
+                del self._building[texts]
+            build.done.set()
         return index
 
     def forget(self, texts: tuple[str, ...]) -> None:

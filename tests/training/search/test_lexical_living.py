@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from qrag.training.search import lexical
+from qrag.training.search import lexical, lexical_cache
 from qrag.training.search.index import ChunkIndex
 from qrag.training.search.lexical import LexicalIndex
 
@@ -116,3 +116,34 @@ def _same_as(got: LexicalIndex, texts: Sequence[str]) -> None:
     fresh = LexicalIndex.from_texts(list(texts), pairs=True)
     assert torch.allclose(got.scores(queries), fresh.scores(queries), atol=1e-6)
     assert torch.allclose(got.pair_scores(queries), fresh.pair_scores(queries), atol=1e-6)
+
+
+def test_two_first_searches_of_one_corpus_build_its_bm25_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    lexical.corpus_lexical.cache_clear()  # type: ignore[attr-defined]
+    index, other = _index(TEXTS), _index(TEXTS)  # two indexes of the same texts share one BM25
+    calls: list[bool] = []
+    asked = threading.Semaphore(0)
+    build = LexicalIndex.from_texts.__func__  # type: ignore[attr-defined]
+    get = lexical_cache._CACHE.get
+
+    def counted_get(texts: tuple[str, ...], pairs: bool = False) -> LexicalIndex:
+        asked.release()
+        return get(texts, pairs)
+
+    def slow_build(cls: type[LexicalIndex], texts: Sequence[str], *, pairs: bool = False) -> LexicalIndex:
+        calls.append(pairs)
+        assert asked.acquire(timeout=JOIN_S) and asked.acquire(timeout=JOIN_S)  # both searches have asked
+        return build(cls, texts, pairs=pairs)
+
+    monkeypatch.setattr(lexical_cache._CACHE, "get", counted_get)
+    monkeypatch.setattr(LexicalIndex, "from_texts", classmethod(slow_build))
+    threads = [threading.Thread(target=lambda ix=ix: ix.with_lexical(pairs=True)) for ix in (index, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_S)
+    # The second asked while the first build ran: it waited for that build instead of starting its own.
+    assert calls == [True] and index.lexical is other.lexical is not None
+    monkeypatch.undo()
+    _same_as_fresh(index.lexical, TEXTS)
+    lexical.corpus_lexical.cache_clear()  # type: ignore[attr-defined]
