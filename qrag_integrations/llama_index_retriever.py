@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import json
 from collections.abc import Iterable, Sequence
@@ -16,9 +17,10 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
-from llama_index.core.vector_stores.types import MetadataFilters
+from llama_index.core.vector_stores.types import FilterCondition, MetadataFilters
 
 from qrag.integrations.llama_index_filters import from_metadata_filters
+from qrag.integrations.llama_index_versions import Shelf, Version, shelf_for
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -82,10 +84,12 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     `filters` (LlamaIndex `MetadataFilters`: `==`, `!=`, `in`, `nin`, `>`, `>=`, `<`, `<=`, joined by `and` / `or`,
     nested) restricts every hop to the nodes it allows, and the rest of `similarity_top_k` comes from inside it,
-    so fewer come back when fewer match; over a vector store the filters go to the store's own query.
+    so fewer come back when fewer match; over a vector store the filters go to the store's own query. They are
+    the retriever's floor: a copy taken at construction, which cannot be assigned (`persist` keeps it, and
+    `from_persist_dir(path, filters=...)` narrows it). Returned nodes are copies: editing one changes nothing held.
     `score_threshold` drops the nodes whose score is below it (possibly all). Nodes come in hop order (or document
-    order), not score order. `insert_nodes` and `delete_nodes` change the node set without a rebuild; `persist`
-    keeps the changes and the filters.
+    order), not score order. `insert_nodes` and `delete_nodes` change the node set without a rebuild, and publish
+    the index and its nodes as one version: a retrieval (its hits and node bodies) and a `persist` read one.
 
     Example:
         >>> from llama_index.core.schema import TextNode
@@ -120,14 +124,37 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
             check_trace_keys(n.metadata, TRACE_KEYS, f"node {n.node_id!r}")
         if index is not None:
             index.with_metadatas([n.metadata for n in nodes])  # what filters read (older saves kept none there)
-        self.searcher, self._nodes = searcher, {n.node_id: n for n in nodes}
+        self.searcher = searcher
+        # The versions of the index and its nodes, shared with every retriever over this index.
+        self._shelf: Shelf | None = None if index is None else shelf_for(index, list(nodes))
         self.similarity_top_k, self.max_hops, self.stop_threshold = similarity_top_k, max_hops, stop_threshold
         self.beam_size, self.order, self.fill, self.lexical_weight = beam_size, order, fill, lexical_weight
         self.score_threshold = score_threshold
-        self.filters = filters
+        self._filters = None if filters is None else filters.model_copy(deep=True)
         searcher.config.with_overrides(self._args())  # fail at construction on a bad argument
-        from_metadata_filters(filters)  # a malformed filter is refused here, before any search
+        self._where = from_metadata_filters(self._filters)  # a malformed filter is refused here, before any search
         super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def filters(self) -> MetadataFilters | None:
+        """The floor every retrieval applies (a copy: editing it changes nothing)."""
+        return None if self._filters is None else self._filters.model_copy(deep=True)
+
+    @filters.setter
+    def filters(self, value: MetadataFilters | None) -> None:
+        raise AttributeError("a retriever's filters are its floor (a tenant's access) and cannot change on the live "
+                             "object, where every thread's next retrieval would run under the new one; build another "
+                             "retriever (from_defaults, or from_persist_dir(path, filters=...), which narrows).")
+
+    @property
+    def _version(self) -> Version | None:
+        """The current version of the index and its nodes (None over an external store)."""
+        return None if self._shelf is None else self._shelf.version
+
+    @property
+    def _nodes(self) -> dict[str, BaseNode]:
+        """The current version's nodes by id."""
+        return {} if self._shelf is None else self._shelf.version.by_id()
 
     def _args(self) -> dict[str, Any]:
         return {"k": self.similarity_top_k, "max_hops": self.max_hops, "stop_threshold": self.stop_threshold,
@@ -164,6 +191,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         nodes = list(nodes)  # read once: a generator works
         cls._check_args(similarity_top_k, kwargs)
         _check_nodes(nodes, "from_defaults")
+        nodes = [n.model_copy(deep=True) for n in nodes]  # the retriever's own: the caller's later edits change nothing
         qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], [n.metadata for n in nodes],
@@ -203,14 +231,20 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle.query_str, "QRAGLlamaIndexRetriever")
-        result = self.searcher.search_one(query, filter=from_metadata_filters(self.filters), **self._args())
+        version, searcher = self._version, self.searcher
+        if version is not None:  # search this version's index, whatever is inserted or deleted meanwhile
+            searcher = copy.copy(searcher)
+            searcher.store = version.index
+        result = searcher.search_one(query, filter=self._where, **self._args())
         for h in sorted(result.hits, key=lambda h: h.hop):
             dispatcher.event(QRAGHopEvent(query=query, hop=h.hop, node_id=h.chunk.id, q_value=h.q_value,
                                           past_stop=h.past_stop))
         out = []
         for h in result.hits:
-            stored = self._nodes.get(h.chunk.id)  # an external store's hits carry their own text and metadata
-            node = stored.model_copy() if stored else TextNode(id_=h.chunk.id, text=h.chunk.text, metadata=h.chunk.metadata)
+            stored = version.node(h.chunk) if version is not None else None  # a store's hits carry their own text
+            # The caller's own copy, nested metadata and relationships too: editing it changes nothing held.
+            node = stored.model_copy(deep=True) if stored else TextNode(
+                id_=h.chunk.id, text=h.chunk.text, metadata=copy.deepcopy(h.chunk.metadata))
             node.metadata = {**node.metadata, "hop": h.hop, "q_value": h.q_value, "past_stop": h.past_stop}
             node.excluded_llm_metadata_keys = _with_trace(node.excluded_llm_metadata_keys)
             node.excluded_embed_metadata_keys = _with_trace(node.excluded_embed_metadata_keys)
@@ -245,9 +279,17 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
 
             self._chunk_store().add(nodes, QRAGLlamaIndexEmbedding(self.searcher.model).get_text_embedding_batch)
             return
+        nodes = [n.model_copy(deep=True) for n in nodes]  # the retriever's own: the caller's later edits change nothing
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-        index.add(self.searcher.model, texts, [n.node_id for n in nodes], [n.metadata for n in nodes])
-        self._nodes.update({n.node_id: n for n in nodes})
+        shelf = self._shelf
+        assert shelf is not None
+        with shelf.writer:
+            held = shelf.held(index)
+            index.add(self.searcher.model, texts, [n.node_id for n in nodes], [n.metadata for n in nodes])
+            count = len(held.index)
+            del held.nodes[count:]  # items no published version reads (what a failed insert left)
+            held.nodes.extend(nodes)
+            shelf.publish(index, held.nodes, count)
 
     def delete_nodes(self, node_ids: Sequence[str], delete_from_docstore: bool = False) -> None:
         """Remove the nodes with these ids (over a vector store: from the store). `delete_from_docstore` is
@@ -265,9 +307,13 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         if index is None:
             self._chunk_store().delete(node_ids)
             return
-        index.delete(node_ids)
-        for i in node_ids:
-            self._nodes.pop(i, None)
+        shelf = self._shelf
+        assert shelf is not None
+        with shelf.writer:
+            held = shelf.held(index)
+            index.delete(node_ids)
+            gone = set(node_ids)
+            shelf.publish(index, [n for n in held.nodes[: len(held.index)] if n is None or n.node_id not in gone], 0)
 
     def delete_ref_doc(self, ref_doc_id: str, delete_from_docstore: bool = False) -> None:
         """Remove every node of the source document `ref_doc_id` (LlamaIndex's `BaseIndex.delete_ref_doc`): the
@@ -281,7 +327,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         if self.searcher.index is None:
             node_ids = self._chunk_store().ref_doc_node_ids(ref_doc_id)
         else:
-            node_ids = [i for i, n in self._nodes.items() if _ref_doc_id(n) == ref_doc_id]
+            node_ids = [i for i, n in self._nodes.items() if _ref_doc_id(n) == ref_doc_id]  # the current version's
         if not node_ids:
             raise ValueError(f"no node of this retriever comes from document {ref_doc_id!r}; nothing was deleted.")
         self.delete_nodes(node_ids, delete_from_docstore=delete_from_docstore)
@@ -302,13 +348,28 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         """Write the searcher (model + index), the nodes (a LlamaIndex `SimpleDocumentStore`) and every argument.
 
         Load it with `from_persist_dir`: LlamaIndex's `load_index_from_storage` refuses the folder with a message
-        saying so (a `VectorStoreIndex` over these vectors would embed queries with another model)."""
-        if self.searcher.index is None:
+        saying so (a `VectorStoreIndex` over these vectors would embed queries with another model).
+
+        It writes one version, the index and its nodes together, whatever is inserted or deleted meanwhile, and
+        replaces an earlier save at `path` only once the docstore it writes is checked to load beside that index.
+
+        Raises:
+            ValueError: an external store, metadata JSON cannot hold, or nodes that would not load beside the index
+                (nothing is written; an earlier save at `path` is kept).
+        """
+        version = self._version
+        if version is None:
             raise ValueError("a retriever over an external vector store has nothing of its own to persist; keep the "
                              "store and call from_vector_store again.")
+        nodes = version.nodes[: len(version.index)]
+        lacking = [i for i, n in zip(version.index.ids, nodes, strict=True) if n is None]
+        if lacking:
+            raise ValueError(f"cannot persist: the index holds ids {lacking[:5]} this retriever has no node for (was "
+                             "retriever.searcher.index changed directly?); insert and delete through the retriever. "
+                             "Nothing was written.")
         docstore = SimpleDocumentStore()
-        docstore.add_documents(list(self._nodes.values()))
-        filters = None if self.filters is None else self.filters.model_dump(mode="json")
+        docstore.add_documents([n for n in nodes if n is not None])
+        filters = None if self._filters is None else self._filters.model_dump(mode="json")
         head = {"format": SAVE_FORMAT, "version": 1,
                 "args": {**self._args(), "verbose": self._verbose, "filters": filters}}
         try:
@@ -317,11 +378,20 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
                                                                                  "__data__": "{}"}}})}
         except (TypeError, ValueError) as e:
             raise ValueError(f"cannot persist: node metadata is not JSON-serialisable ({e}).") from None
-        return self.searcher.save(path, extra_files=files)  # one atomic write: model, index, nodes, arguments
+        try:
+            _nodes_from(json.loads(files[NODES_FILE]), version.index)  # what from_persist_dir will read
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"cannot persist: the docstore would not load beside the index ({type(e).__name__}: {e}); "
+                             f"nothing was written, and an earlier save at {str(path)!r} is kept.") from None
+        searcher = copy.copy(self.searcher)
+        searcher.store = version.index
+        return searcher.save(path, extra_files=files)  # one atomic write: model, index, nodes, arguments
 
     @classmethod
-    def from_persist_dir(cls, path: str | Path, *, device: str | None = None, encoder: str | None = None) -> QRAGLlamaIndexRetriever:
-        """Rebuild a retriever written by `persist` (no pickle).
+    def from_persist_dir(cls, path: str | Path, *, filters: MetadataFilters | None = None, device: str | None = None,
+                         encoder: str | None = None) -> QRAGLlamaIndexRetriever:
+        """Rebuild a retriever written by `persist` (no pickle). `filters` narrows the saved floor (a node must pass
+        both; a saved floor is never lifted), or is the floor of a save without one.
 
         Raises:
             ValueError: the folder is not a complete save, or one of its files is corrupt (the message names
@@ -346,6 +416,10 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         except ValueError as e:
             raise ValueError(f"{d / SAVE_FILE} holds filters LlamaIndex cannot read ({e}); persist the retriever "
                              "again.") from None
+        if filters is not None:
+            saved = args.get("filters")
+            args["filters"] = filters if saved is None else MetadataFilters(filters=[saved, filters],
+                                                                            condition=FilterCondition.AND)
         searcher = MultiHopSearcher.load(d, device=device, encoder=encoder)
         nodes = _read_nodes(d / NODES_FILE, searcher.index)  # type: ignore[arg-type]
         return cls(searcher, nodes, similarity_top_k=args.pop("k"), **args)
@@ -355,18 +429,22 @@ def _read_nodes(path: Path, index: ChunkIndex) -> list[BaseNode]:
     """The index's nodes from a docstore file `persist` wrote, each checked to be stored under its own id and to
     hold the text its vector was embedded from (an edited node would be served beside another text's vector)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise TypeError(f"a LlamaIndex docstore is a JSON object, this file holds a {type(data).__name__}")
-        docstore = SimpleDocumentStore.from_dict(data)
-        nodes = [docstore.get_node(i) for i in index.ids]
-        for i, text, node in zip(index.ids, index.texts, nodes, strict=True):
-            if node.node_id != i:
-                raise ValueError(f"entry {i!r} holds node {node.node_id!r}")
-            if node.get_content(metadata_mode=MetadataMode.EMBED) != text:
-                raise ValueError(f"node {i!r} does not hold the text its vector in index/ was embedded from")
+        return _nodes_from(json.loads(path.read_text(encoding="utf-8")), index)
     except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
         raise ValueError(f"{path} is corrupt ({type(e).__name__}: {e}); persist the retriever again.") from None
+
+
+def _nodes_from(data: Any, index: ChunkIndex) -> list[BaseNode]:
+    """The index's nodes from a docstore's JSON data, checked as `_read_nodes` says."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a LlamaIndex docstore is a JSON object, this file holds a {type(data).__name__}")
+    docstore = SimpleDocumentStore.from_dict(data)
+    nodes = [docstore.get_node(i) for i in index.ids]
+    for i, text, node in zip(index.ids, index.texts, nodes, strict=True):
+        if node.node_id != i:
+            raise ValueError(f"entry {i!r} holds node {node.node_id!r}")
+        if node.get_content(metadata_mode=MetadataMode.EMBED) != text:
+            raise ValueError(f"node {i!r} does not hold the text its vector in index/ was embedded from")
     return nodes
 
 
