@@ -227,20 +227,39 @@ class LexicalIndex:
         idf = np.log1p((self.count - df + 0.5) / (df + 0.5))  # (U,) Lucene's, as bm25s
         weight = times * idf[p_term]  # (Qd,)
         avgdl = self._total_words / self.count
-        flat = np.zeros(n_q * self.count, dtype=np.float64)  # (R · N,) summed in place, one posting after the other
+        parts = []  # per segment: it, its first row, and per query word (Qd,) its postings, their end and start
         for seg, first, (lo, hi) in zip(self._segments, self._offsets, spans, strict=False):
             length = (hi - lo)[p_term]  # (Qd,) postings of each query's word in this segment
             ends = np.cumsum(length)  # (Qd,)
-            start = lo[p_term] - (ends - length)  # (Qd,) segment offset minus position, per query word
-            for a in range(0, int(ends[-1]), POSTINGS):  # the postings in blocks, bounding their scratch
-                at = np.arange(a, min(a + POSTINGS, int(ends[-1])))  # (P,) positions in this segment's postings
-                which = np.searchsorted(ends, at, side="right")  # (P,) the query word each belongs to
-                at += start[which]  # (P,) offsets into the segment's arrays
+            parts.append((seg, first, length, ends, lo[p_term] - (ends - length)))
+        # All the postings at once where they fit in a block (one bincount, the fastest sum); else block by block,
+        # each added in place. Either way every sum gathers its postings in the same order: the same scores.
+        whole = sum(int(ends[-1]) for *_, ends, _ in parts) <= POSTINGS
+        flat = None if whole else np.zeros(n_q * self.count, dtype=np.float64)  # (R · N,)
+        keys, values = [], []
+        for seg, first, length, ends, start in parts:
+            total = int(ends[-1])
+            for a in range(0, total, POSTINGS):  # the postings in blocks, bounding their scratch
+                if total <= POSTINGS:
+                    which = np.repeat(np.arange(len(ends)), length)  # (P,) the query word each belongs to
+                    at = np.arange(total) + start[which]  # (P,) offsets into the segment's arrays
+                else:
+                    at = np.arange(a, min(a + POSTINGS, total))  # (P,) positions in this segment's postings
+                    which = np.searchsorted(ends, at, side="right")
+                    at += start[which]
                 rows = seg.rows[at].astype(np.int64)
                 tf = seg.tf[at].astype(np.float64)
                 norm = K1 * (1 - B + B * seg.lengths[rows] / avgdl)  # (P,)
-                # Each sum gathers its postings in the order they come, as one pass over all of them would.
-                np.add.at(flat, p_row[which] * self.count + first + rows, weight[which] * tf / (tf + norm))
+                key, value = p_row[which] * self.count + first + rows, weight[which] * tf / (tf + norm)  # (P,)
+                if flat is None:
+                    keys.append(key)
+                    values.append(value)
+                else:
+                    np.add.at(flat, key, value)
+        if flat is None:
+            if not keys:
+                return out
+            flat = np.bincount(np.concatenate(keys), weights=np.concatenate(values), minlength=n_q * self.count)
         return flat.astype(np.float32).reshape(n_q, self.count)
 
     # ------------------------------------------------------------------ persistence
