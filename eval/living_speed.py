@@ -38,22 +38,23 @@ from qrag.training.search.lexical import LexicalIndex
 from qrag.training.search.searcher import MultiHopSearcher
 
 
-def _median_ms(call: Callable[[], object], repeats: int) -> float:
+def _median_ms(call: Callable[[], object], repeats: int, clock: Callable[[], float] = time.perf_counter) -> float:
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         call()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return 1000 * statistics.median(times)
 
 
 ONE_HOP = {"k": 1, "max_hops": 1}
 
 
-def _per_question(searcher: MultiHopSearcher, questions: Sequence[str], repeats: int, **kw: Any) -> float:
+def _per_question(searcher: MultiHopSearcher, questions: Sequence[str], repeats: int,
+                  clock: Callable[[], float] = time.perf_counter, **kw: Any) -> float:
     """The median over questions of each question's median one-hop time."""
-    return statistics.median(_median_ms(lambda q=q: searcher.search_one(q, **ONE_HOP, **kw), repeats)  # type: ignore[misc]
-                             for q in questions)
+    return statistics.median(_median_ms(lambda q=q: searcher.search_one(q, **ONE_HOP, **kw), repeats,  # type: ignore[misc]
+                                        clock) for q in questions)
 
 
 def synthetic_index(model: QNetwork, n: int, seed: int = 0) -> ChunkIndex:
@@ -64,40 +65,41 @@ def synthetic_index(model: QNetwork, n: int, seed: int = 0) -> ChunkIndex:
     return ChunkIndex(vectors, texts, metadatas=[{"group": i % 10} for i in range(n)])
 
 
-def filtered_hop_times(model: QNetwork, sizes: Sequence[int], questions: Sequence[str],
-                       repeats: int = 5) -> list[dict[str, Any]]:
-    """Per size, the median milliseconds of one hop for each question (medians over `repeats` rounds)."""
+def filtered_hop_times(model: QNetwork, sizes: Sequence[int], questions: Sequence[str], repeats: int = 5,
+                       clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
+    """Per size, the median milliseconds of one hop for each question (medians over `repeats` rounds); `clock`
+    reads seconds before and after each timed span."""
     rows = []
     for n in sizes:
         index = synthetic_index(model, n)
         searcher = MultiHopSearcher(model, index)
         searcher.search_one(questions[0], **ONE_HOP)  # warm-up (and the BM25 index, for a model that weighs it)
         where = Filter.from_dict({"group": 3})
-        start = time.perf_counter()
+        start = clock()
         index.mask(where)
-        mask_ms = 1000 * (time.perf_counter() - start)
+        mask_ms = 1000 * (clock() - start)
 
-        plain = _per_question(searcher, questions, repeats)
-        filtered = _per_question(searcher, questions, repeats, filter=where)
-        predicate = _per_question(searcher, questions, repeats, filter=lambda m: m["group"] == 3)
+        plain = _per_question(searcher, questions, repeats, clock)
+        filtered = _per_question(searcher, questions, repeats, clock, filter=where)
+        predicate = _per_question(searcher, questions, repeats, clock, filter=lambda m: m["group"] == 3)
         rows.append({"chunks": n, "hop_ms": plain, "filtered_hop_ms": filtered, "predicate_hop_ms": predicate,
                      "mask_build_ms": mask_ms, "filtered_over_plain": filtered / plain})
     return rows
 
 
 def add_versus_build(model: QNetwork, base: Sequence[str], added: Sequence[str], questions: Sequence[str],
-                     precision: str = "fp32") -> dict[str, Any]:
+                     precision: str = "fp32", clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Seconds to build an index of `base + added` from scratch, against adding `added` to one of `base`."""
-    start = time.perf_counter()
+    start = clock()
     full = ChunkIndex.from_texts(model, [*base, *added], precision=precision, show_progress=False)  # type: ignore[arg-type]
-    build_s = time.perf_counter() - start
-    start = time.perf_counter()
+    build_s = clock() - start
+    start = clock()
     ChunkIndex.from_texts(model, added, precision=precision, show_progress=False)  # type: ignore[arg-type]
-    embed_s = time.perf_counter() - start
+    embed_s = clock() - start
     grown = ChunkIndex.from_texts(model, base, precision=precision, show_progress=False)  # type: ignore[arg-type]
-    start = time.perf_counter()
+    start = clock()
     grown.add(model, added, [str(len(base) + i) for i in range(len(added))])
-    add_s = time.perf_counter() - start
+    add_s = clock() - start
     same = [[h.chunk.id for h in r.hits] for r in MultiHopSearcher(model, full).search(questions, k=5)] == \
            [[h.chunk.id for h in r.hits] for r in MultiHopSearcher(model, grown).search(questions, k=5)]
     return {"base": len(base), "added": len(added), "build_s": build_s, "add_s": add_s, "embed_added_s": embed_s,
@@ -117,7 +119,7 @@ def distinct_texts(passages: Sequence[str], n: int) -> list[str]:
 
 
 def update_costs(model: QNetwork, passages: Sequence[str], bases: Sequence[int], adds: Sequence[int],
-                 repeats: int = 3) -> list[dict[str, Any]]:
+                 repeats: int = 3, clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
     """Per base size and batch size: median seconds of `add_vectors` of the batch into an index of `base` chunks with
     BM25 (a fresh index each repeat) against building one over `base + batch` from scratch (vectors given)."""
     rows = []
@@ -130,20 +132,21 @@ def update_costs(model: QNetwork, passages: Sequence[str], bases: Sequence[int],
             add_s = []
             for _ in range(repeats):
                 index = ChunkIndex(vectors[:base], texts[:base], lexical=lexical)
-                t0 = time.perf_counter()
+                t0 = clock()
                 index.add_vectors(vectors[base : base + m], texts[base : base + m], ids)
-                add_s.append(time.perf_counter() - t0)
+                add_s.append(clock() - t0)
             build_s = []
             for _ in range(1 if base + m > 100_000 else repeats):
-                t0 = time.perf_counter()
+                t0 = clock()
                 ChunkIndex(vectors[: base + m], texts[: base + m], lexical=LexicalIndex.from_texts(texts[: base + m]))
-                build_s.append(time.perf_counter() - t0)
+                build_s.append(clock() - t0)
             add, build = statistics.median(add_s), statistics.median(build_s)
             rows.append({"base": base, "added": m, "add_s": add, "build_s": build, "add_over_build": add / build})
     return rows
 
 
-def add_one_cost(model: QNetwork, passages: Sequence[str], sizes: Sequence[int], adds: int = 20) -> list[dict[str, Any]]:
+def add_one_cost(model: QNetwork, passages: Sequence[str], sizes: Sequence[int], adds: int = 20,
+                 clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
     """Per index size: the median seconds of `ChunkIndex.add` of one real passage (embedded by `model`) into an index
     of that many chunks with BM25, over `adds` single adds, beside embedding that passage alone."""
     rows = []
@@ -153,12 +156,12 @@ def add_one_cost(model: QNetwork, passages: Sequence[str], sizes: Sequence[int],
         index = ChunkIndex(_vectors(model, n, seed=n), texts, lexical=LexicalIndex.from_texts(texts))
         add_s, embed_s = [], []
         for i, text in enumerate(extra):
-            t0 = time.perf_counter()
+            t0 = clock()
             model.embed_chunks([text])
-            embed_s.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            embed_s.append(clock() - t0)
+            t0 = clock()
             index.add(model, [text], [f"one{i}"])
-            add_s.append(time.perf_counter() - t0)
+            add_s.append(clock() - t0)
         rows.append({"chunks": n, "add_one_ms": 1000 * statistics.median(add_s),
                      "embed_one_ms": 1000 * statistics.median(embed_s)})
     return rows
@@ -196,19 +199,20 @@ def mask_memory(model: QNetwork, n: int, filters: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _hop_ms(searcher: MultiHopSearcher, question: str, where: Filter) -> float:
-    start = time.perf_counter()
+def _hop_ms(searcher: MultiHopSearcher, question: str, where: Filter, clock: Callable[[], float]) -> float:
+    start = clock()
     searcher.search_one(question, **ONE_HOP, filter=where)
-    return 1000 * (time.perf_counter() - start)
+    return 1000 * (clock() - start)
 
 
 def filtered_after_add(model: QNetwork, sizes: Sequence[int], questions: Sequence[str], repeats: int = 7,
-                       tenants: int = 100) -> list[dict[str, Any]]:
+                       tenants: int = 100, clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
     """Per index size N (random unit vectors, metadata `tenant` = row mod `tenants`, one hop as `filtered_hop_times`
     times it), over `repeats` rounds of: tenant 7's filtered hop (its mask cached), an add of one chunk
     (`add_vectors`), the same hop right after it, and a hop with a filter never asked before (its mask built from
     every row's metadata): the median milliseconds of each; and the index's own
-    part: `ChunkIndex.mask` of the cached filter right after an add, against a mask built from scratch."""
+    part: `ChunkIndex.mask` of the cached filter right after an add, against a mask built from scratch. `clock` reads
+    seconds before and after each timed span."""
     rows = []
     for n in sizes:
         g = torch.Generator().manual_seed(n)
@@ -221,21 +225,21 @@ def filtered_after_add(model: QNetwork, sizes: Sequence[int], questions: Sequenc
         before, after, new_filter = [], [], []
         for i in range(repeats):  # interleaved, so a busy machine slows each kind alike
             question = questions[i % len(questions)]
-            before.append(_hop_ms(searcher, question, where))
+            before.append(_hop_ms(searcher, question, where, clock))
             new = torch.nn.functional.normalize(torch.randn(1, model.dim, generator=g), dim=1) / model.config.scale
             index.add_vectors(new, [f"Added passage {i}."], [f"added{i}"], [{"tenant": "t7"}])
-            after.append(_hop_ms(searcher, question, where))
-            new_filter.append(_hop_ms(searcher, question, Filter.from_dict({"tenant": f"t{20 + i}"})))
+            after.append(_hop_ms(searcher, question, where, clock))
+            new_filter.append(_hop_ms(searcher, question, Filter.from_dict({"tenant": f"t{20 + i}"}), clock))
         mask_after, mask_new = [], []  # the index's own part: the mask after an add, and one built from scratch
         for i in range(repeats):
             new = torch.nn.functional.normalize(torch.randn(1, model.dim, generator=g), dim=1) / model.config.scale
             index.add_vectors(new, [f"Added passage {repeats + i}."], [f"more{i}"], [{"tenant": "t7"}])
-            start = time.perf_counter()
+            start = clock()
             index.mask(where)
-            mask_after.append(1000 * (time.perf_counter() - start))
-            start = time.perf_counter()
+            mask_after.append(1000 * (clock() - start))
+            start = clock()
             index.mask(Filter.from_dict({"tenant": f"t{40 + i}"}))
-            mask_new.append(1000 * (time.perf_counter() - start))
+            mask_new.append(1000 * (clock() - start))
         b, a, c = statistics.median(before), statistics.median(after), statistics.median(new_filter)
         rows.append({"chunks": n, "tenants": tenants, "before_add_ms": b, "after_add_ms": a, "after_over_before": a / b,
                      "new_filter_ms": c, "new_filter_over_before": c / b, "before_add_each_ms": before,

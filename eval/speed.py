@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ def _ms(seconds: Sequence[float], q: float) -> float:
 
 def measure(model: QNetwork, texts: Sequence[str], questions: Sequence[str], hop_counts: Sequence[int], *,
             precision: str = "fp32", queries: int = 20, batch: int = 32, encode_batch: int = 1024,
-            gpu: dict[str, Any] | None = None) -> dict[str, Any]:
+            gpu: dict[str, Any] | None = None, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Index `texts` from scratch and time 1…H-hop searches of `questions` over it.
 
     Args:
@@ -106,6 +106,7 @@ def measure(model: QNetwork, texts: Sequence[str], questions: Sequence[str], hop
         batch: Questions in the timed batch.
         encode_batch: Chunks per encoder batch while indexing.
         gpu: `gpu_info()` of this run (for the fraction-of-peak estimates); None on a CPU.
+        clock: Seconds, read before and after each timed span (the indexing, each question, the batch).
 
     Raises:
         ValueError: no texts or questions, a hop count below 1, or an unknown precision.
@@ -122,11 +123,11 @@ def measure(model: QNetwork, texts: Sequence[str], questions: Sequence[str], hop
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         _sync(device)
-        start = time.perf_counter()
+        start = clock()
         index = ChunkIndex.from_texts(model, texts, batch_size=encode_batch, show_progress=False, ordered=True,
                                       precision=precision)
         _sync(device)
-        index_s = time.perf_counter() - start
+        index_s = clock() - start
     rate = len(texts) / index_s
     est = chunk_flops(model, texts)
     achieved = rate * est["flops_per_chunk_est"] / 1e12
@@ -147,17 +148,17 @@ def measure(model: QNetwork, texts: Sequence[str], questions: Sequence[str], hop
             single = []
             for q in asked[:queries]:
                 _sync(device)
-                start = time.perf_counter()
+                start = clock()
                 searcher.search_one(q)
                 _sync(device)
-                single.append(time.perf_counter() - start)
+                single.append(clock() - start)
             group = asked[:batch]
             searcher.search(group)
             _sync(device)
-            start = time.perf_counter()
+            start = clock()
             searcher.search(group)
             _sync(device)
-            batch_s = time.perf_counter() - start
+            batch_s = clock() - start
             entry["hops"].append({
                 "hops": h, "queries": len(single), "single_ms_p50": _ms(single, 50), "single_ms_p90": _ms(single, 90),
                 "batch": len(group), "batch_s": round(batch_s, 4), "qps_batched": round(len(group) / batch_s, 2),

@@ -15,6 +15,7 @@ from qrag.eval.report import drift_rows
 from qrag.eval.runner import question_groups, read_results
 from qrag.eval.sweep import RunConfig
 from qrag.training.data import Episode
+from tests.eval.fake_clock import FakeClock
 
 
 def _args(out: Path, encoder: Path, *extra: str) -> list[str]:
@@ -233,3 +234,18 @@ def test_measure_rejects_empty_input(_tiny_qnet_session) -> None:  # type: ignor
         speed.measure(_tiny_qnet_session, [], ["q"], [1])
     with pytest.raises(ValueError, match="hop counts must be >= 1"):
         speed.measure(_tiny_qnet_session, ["a"], ["q"], [0])
+
+
+def test_measure_reports_the_spans_of_its_clock(_tiny_qnet_session) -> None:  # type: ignore[no-untyped-def]
+    # Indexing 8 chunks takes 2 s; per hop count, 3 questions one at a time, then a batch of 4.
+    hop1, hop2 = [0.0625, 0.1875, 0.125], [0.25, 0.25, 0.75]
+    clock = FakeClock([2.0, *hop1, 0.5, *hop2, 0.25])
+    texts = [f"Passage {i} names the harbour town number {i}." for i in range(8)]
+    entry = speed.measure(_tiny_qnet_session, texts, ["where is the harbour?", "which town?"], [1, 2], queries=3,
+                          batch=4, encode_batch=4, clock=clock)
+    assert clock.spent
+    assert entry["index_s"] == 2.0 and entry["chunks_per_s"] == 4.0  # 8 chunks / 2 s
+    # p50 and p90 of (62.5, 187.5, 125) ms; p90 interpolates between the two largest: 125 + 0.8 * 62.5 = 175
+    assert [(h["hops"], h["single_ms_p50"], h["single_ms_p90"], h["qps_single"], h["batch_s"], h["qps_batched"])
+            for h in entry["hops"]] == [(1, 125.0, 175.0, 8.0, 0.5, 8.0),  # 3 questions / 0.375 s, 4 / 0.5 s
+                                        (2, 250.0, 650.0, 2.4, 0.25, 16.0)]  # 250 + 0.8 * 500; 3 / 1.25 s, 4 / 0.25 s
