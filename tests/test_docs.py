@@ -1,5 +1,6 @@
 """What the documents promise: every document a project file names exists, every "METHOD.md §n" in the repository
-names a section of docs/METHOD.md, and every relative link of the README and the guides leads to a file."""
+names a section of docs/METHOD.md, every `RESULTS.md, "name"` names a heading or a bold row of docs/RESULTS.md, and
+every relative link of the README and the guides leads to a file."""
 
 from __future__ import annotations
 
@@ -68,6 +69,44 @@ def test_every_method_citation_names_a_section_of_docs_method() -> None:
             if number not in sections:
                 wrong.append(f"{path.relative_to(REPO)}:{line}: §{number}")
     assert not wrong, f"these cite sections docs/METHOD.md does not have ({sorted(sections)}): {wrong}"
+
+
+RESULTS_CITATION = re.compile(r"RESULTS\.md(?:'s\s+|,\s*|\s+\()\"([^\"]+)\"")
+"""`RESULTS.md, "name"`, `RESULTS.md ("name"` or `RESULTS.md's "name"`: a section or row named by how it begins."""
+
+
+def results_names() -> list[str]:
+    """docs/RESULTS.md's headings and bold labels (the first cell of a row of figures), whitespace made single."""
+    text = (REPO / "docs" / "RESULTS.md").read_text(encoding="utf-8")
+    heads = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+    return [" ".join(name.split()) for name in heads + re.findall(r"\*\*([^*]+)\*\*", text)]
+
+
+def results_citations(text: str) -> list[tuple[int, str]]:
+    """(line, name) of every citation of a docs/RESULTS.md section or row in `text`, a name broken across lines
+    read as one."""
+    return [(text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split())) for m in RESULTS_CITATION.finditer(text)]
+
+
+def test_results_citations_are_read_as_meant() -> None:
+    text = 'a (docs/RESULTS.md, "Speed on CPU") b\nRESULTS.md ("Paragraph\n  text") and RESULTS.md\'s "Word pairs"; RESULTS.md.'
+    assert results_citations(text) == [(1, "Speed on CPU"), (2, "Paragraph text"), (3, "Word pairs")]
+
+
+def test_every_results_citation_names_a_section_or_row_of_docs_results() -> None:
+    names = results_names()
+    assert "The shipped checkpoints" in names and "Precision per CPU" in names
+    wrong = []
+    for path in _project_text_files():
+        # HISTORY names where each of its sections stood in RESULTS, not where it stands now
+        if path in (REPO / "results" / "HISTORY.md", Path(__file__).resolve()):
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for line, name in results_citations(text) if "RESULTS.md" in text else ():
+            if not any(n.startswith(name) for n in names):
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {name!r}")
+    assert not wrong, ("these cite a section or row docs/RESULTS.md does not have (its headings and bold labels; "
+                       f"what moved is in results/HISTORY.md or experiments/NOTEBOOK.md): {wrong}")
 
 
 INLINE_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")

@@ -2,8 +2,9 @@
 
 On a CPU, bf16 autocast is fast only with native bf16 instructions (x86: the `avx512_bf16` or `amx_bf16`
 flags). Elsewhere (an AVX2-only laptop or cloud CPU) torch emulates it, several times slower than fp32
-(docs/RESULTS.md, "The main job on any CPU"). So 'auto' means bf16 where it is native and fp32 otherwise, and
-an explicit 'bf16' on a CPU without it warns and runs fp32: a user never pays the emulated path in silence.
+(docs/RESULTS.md, "The main job on 2 CPU cores, with and without native bf16", its row "Precision per CPU").
+So 'auto' means bf16 where it is native and fp32 otherwise, and an explicit 'bf16' on a CPU without it warns
+and runs fp32: a user never pays the emulated path in silence.
 
 Two process settings also take the bf16 units away from torch and count here: `ATEN_CPU_CAPABILITY` below
 AVX512 (torch's own kernels) and `ONEDNN_MAX_CPU_ISA` below the bf16 instructions (oneDNN's matrix products);
