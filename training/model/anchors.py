@@ -12,9 +12,15 @@ vector, and adds what training changed:
 - `'passages'`: `f_0(q) + f_θ(p) − f_0(p)`: the first hop is `f_0(q)`, and the correction cannot read the question.
 
 Shape legend: B state rows, B' the rows that took passages, L tokens, D vector dim.
+
+`served_states` computes the same vectors in a gradient-free pass at the floor of their cost: a bare question's
+terms that cancel are not computed, each piece is encoded over its own rows only, and `f_0(q)` comes from
+`question_vectors` (`QNetwork` keeps it per question: it is the same at every hop of a search).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -38,15 +44,63 @@ def anchored_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_in
     return s + question_anchor(base, state_inputs, f0_q).to(s.dtype)  # (B, D): 'question'
 
 
+def served_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_inputs: Inputs, sep_id: int,
+                  question_vectors: Callable[[Inputs], torch.Tensor]) -> torch.Tensor:
+    """(B, D) `anchored_states` of tokenised states (B, L) in a gradient-free pass, each term computed only where it
+    does not cancel: a bare question (the first hop, s = q) is `f_θ(q)` under 'question' and `f_0(q)` under
+    'first_hop' and 'passages', exactly what the full expressions reduce to; on the rows holding passages each
+    pass runs over those rows, cut to their longest. `question_vectors(question)` gives `f_0(q)` of tokenised
+    question pieces (B', Lq)."""
+    if mode == "none":
+        return state_tower(**state_inputs)  # (B, D)
+    if mode == "question":
+        s = state_tower(**state_inputs)  # (B, D): f_θ(s)
+        return s + served_anchor(base, state_inputs, sep_id, question_vectors).to(s.dtype)
+    question = question_inputs(state_inputs, sep_id)  # (B, Lq)
+    later = question["attention_mask"].sum(dim=1) < state_inputs["attention_mask"].sum(dim=1)  # (B,)
+    out = question_vectors(question)  # (B, D): f_0(q), a bare question's whole vector under both modes
+    if not bool(later.any()):
+        return out
+    if mode == "first_hop":
+        rows, q_rows = _rows(state_inputs, later), _rows(question, later)
+        f0_q = out[later]  # (B', D)
+        correction = state_tower(**rows) - _frozen(base, rows) - (state_tower(**q_rows) - f0_q)  # (B', D)
+    else:  # 'passages'
+        rows = _rows(passage_inputs(state_inputs, sep_id), later)
+        correction = state_tower(**rows) - _frozen(base, rows)  # (B', D)
+    return out.index_put((later.nonzero().squeeze(1),), out[later] + correction.to(out.dtype))
+
+
+@torch.no_grad()
+def served_anchor(base: Tower, state_inputs: Inputs, sep_id: int,
+                  question_vectors: Callable[[Inputs], torch.Tensor]) -> torch.Tensor:
+    """(B, D) the frozen term of anchor 'question', `f_0(q) − f_0(s)`, of tokenised states (B, L): zero on a bare
+    question (s = q: the terms cancel, nothing is encoded), and on the rows holding passages `f_0(s)` encoded over
+    those rows and `f_0(q)` from `question_vectors`."""
+    question = question_inputs(state_inputs, sep_id)  # (B, Lq)
+    later = question["attention_mask"].sum(dim=1) < state_inputs["attention_mask"].sum(dim=1)  # (B,)
+    anchor = torch.zeros(len(later), _dim(base), device=later.device)  # (B, D)
+    if bool(later.any()):
+        anchor[later] = (question_vectors(_rows(question, later)) - _frozen(base, _rows(state_inputs, later))).float()
+    return anchor
+
+
+def _dim(tower: Tower) -> int:
+    """The tower's vector dim (its encoder's hidden size: pooling keeps it)."""
+    return int(tower.encoder.config.hidden_size)  # type: ignore[union-attr,arg-type]
+
+
+def _rows(inputs: Inputs, keep: torch.Tensor) -> Inputs:
+    """The rows `keep` (B,) of tokenised inputs, cut to the longest of them (no padding the others needed)."""
+    mask = inputs["attention_mask"][keep]  # (B', L)
+    width = int(mask.sum(dim=1).max())
+    return {k: v[keep][:, :width] for k, v in inputs.items()}
+
+
 def question_anchor(base: Tower, state_inputs: Inputs, f0_q: torch.Tensor) -> torch.Tensor:
     """(B, D) the frozen term of anchor 'question', `f_0(q) − f_0(s)`, from the question vectors `f0_q`: what a state
     vector adds to `f_θ(s)`; it does not train, so `qrag.training.model.trunk` keeps it once per state."""
     return f0_q - _frozen(base, state_inputs)
-
-
-def frozen_question(base: Tower, state_inputs: Inputs, sep_id: int) -> torch.Tensor:
-    """(B, D) `f_0(q)`: the frozen base's vector of each state's question piece."""
-    return _frozen(base, question_inputs(state_inputs, sep_id))
 
 
 def _frozen(base: Tower, inputs: Inputs) -> torch.Tensor:

@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -23,7 +24,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from qrag.training.atomic import recover
-from qrag.training.model.anchors import anchored_states, frozen_question, question_anchor
+from qrag.training.model.anchors import anchored_states, served_anchor, served_states
 from qrag.training.model.config import HopSettings, ModelConfig
 from qrag.training.model.cpu_linear import use_cpu_linears
 from qrag.training.model.encoders import load_encoder, resolve_encoder
@@ -76,6 +77,8 @@ vectors are never written to disk by a `ChunkVectorFolder`."""
 
 CHUNK_BATCH = 128
 """Chunks per encoder pass when indexing on a CPU."""
+QUESTION_VECTORS = 4096
+"""Questions whose frozen-base vector `f_0(q)` a network keeps for its state anchor (the least recently used goes)."""
 GPU_CHUNK_BATCH = 1024
 """Chunks per encoder pass when indexing on a GPU: 51 000 chunks/s of 32-34 tokens in bf16 on one H200
 (docs/RESULTS.md, "Position-aware scoring")."""
@@ -115,6 +118,9 @@ class QNetwork(nn.Module):
         self._adapters: dict[str, torch.Tensor] | None = None  # the LoRA tensors, once merged for serving
         self._serving: tuple[Precision, Tower] | None = None  # `serve_in`: a low-precision copy of the state tower
         self._graphed: GraphedPass | None = None  # `serve_graphed`: state passes replayed as CUDA graphs
+        # f_0(q) by the question piece's token ids, valid while the chunk tower's tensors are these (`_base_stamp`)
+        self._question_vectors: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self._question_stamp: tuple[Any, ...] = ()
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -406,9 +412,9 @@ class QNetwork(nn.Module):
         with eval_mode(self):
             hidden = self.state_tower.trunk(state_inputs["input_ids"], state_inputs["attention_mask"], top)
             anchor = None
-            if self.config.state_anchor == "question":
-                f0_q = frozen_question(self.chunk_tower, state_inputs, self.tokenizer.sep_token_id)
-                anchor = question_anchor(self.chunk_tower, state_inputs, f0_q)
+            if self.config.state_anchor == "question":  # zero on bare questions; f_0(q) kept per question
+                anchor = served_anchor(self.chunk_tower, state_inputs, self.tokenizer.sep_token_id,
+                                       self.frozen_questions)
         return StateParts(hidden, state_inputs["attention_mask"], anchor, top)
 
     def _embed(self, encode: Any, tokenize: Any, lengths: list[int], batch_size: int, show: bool, what: str) -> torch.Tensor:
@@ -609,8 +615,42 @@ class QNetwork(nn.Module):
         return self
 
     def _state_pass(self) -> object:
-        """What encodes states in a gradient-free pass: the graphed pass when serving on a GPU, else the plain one."""
-        return self._graphed if self._graphed is not None and not self.training else self.state_vectors
+        """What encodes states in a gradient-free pass: the graphed pass when serving on a GPU, else
+        `served_vectors` (the same vectors, each term computed only where it does not cancel)."""
+        return self._graphed if self._graphed is not None and not self.training else self.served_vectors
+
+    @torch.no_grad()
+    def served_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, D) `state_vectors` of tokenised states (B, L) in a gradient-free pass, at the floor of its cost
+        (`anchors.served_states`): a bare question's anchor terms that cancel are skipped, and `f_0(q)` is encoded
+        once per question (`frozen_questions`), not at every hop."""
+        return served_states(self.config.state_anchor, self._state_tower_for_pass(), self.chunk_tower, state_inputs,
+                             self.tokenizer.sep_token_id, self.frozen_questions)
+
+    @torch.no_grad()
+    def frozen_questions(self, question: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, D) `f_0(q)`, the frozen base's vectors of tokenised question pieces `[CLS] q [SEP]` (B, Lq): kept per
+        question (`QUESTION_VECTORS` of them, while the chunk tower's weights stay as they are), so a search's later
+        hops and a training episode's later steps do not encode the question again."""
+        stamp = tuple((id(t), t._version, t.device) for t in self.chunk_tower.parameters())
+        if stamp != self._question_stamp:
+            self._question_vectors.clear()
+            self._question_stamp = stamp
+        lengths = question["attention_mask"].sum(dim=1).tolist()
+        keys = [tuple(row[:n]) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
+        missing = [b for b, key in enumerate(keys) if key not in self._question_vectors]
+        if missing:
+            idx = torch.tensor(missing, device=question["input_ids"].device)
+            width = int(max(lengths[b] for b in missing))
+            with eval_mode(self.chunk_tower):
+                new = self.chunk_tower(**{k: v[idx][:, :width] for k, v in question.items()})  # (B', D)
+            for b, vector in zip(missing, new, strict=True):
+                self._question_vectors[keys[b]] = vector
+        for key in keys:
+            self._question_vectors.move_to_end(key)
+        while len(self._question_vectors) > QUESTION_VECTORS:
+            self._question_vectors.popitem(last=False)
+        return torch.stack([self._question_vectors[key] for key in keys])  # (B, D)
 
     def _state_tower_for_pass(self) -> Tower:
         """The serving copy in a gradient-free pass, moved to the network's device if the network moved; else the
