@@ -211,7 +211,7 @@ def test_failed_save_keeps_the_previous_one_and_leaves_nothing(qnet: QNetwork, t
     def disk_full(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("qrag.training.search.index.save_file", disk_full)
+    monkeypatch.setattr("qrag.training.search.index_folder.save_file", disk_full)
     with pytest.raises(OSError, match="No space"):
         QRAGRetriever.from_texts(TEXTS, other, k=3).save_local(folder)
     assert {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before

@@ -5,7 +5,8 @@ Imports the model floor and the helpers beside it, never the learning floor. The
 - `hops.py`: the one hop engine (states, Q-values, masking, slices, greedy and beam hops, the stop point),
   for training, evaluation and serving alike;
 - `searcher.py`: `MultiHopSearcher` and `load_model`, the user-facing search; `settings.py`: `SearchConfig`;
-- `index.py`: `ChunkIndex` (exact torch, FAISS) and external stores; `chunk_vectors.py`: chunk vectors by text;
+- `index.py`: `ChunkIndex` (exact torch, FAISS) and external stores; `versions.py`: its versions, rows and filter
+  masks; `index_folder.py`: its saved folder; `chunk_vectors.py`: chunk vectors by text;
   `windows.py`: long chunks scored by their best window;
 - `filters.py`: metadata filters (a row mask in-process, handed to an external store);
 - `lexical.py`: BM25 evidence and rank fusion; `neighbours.py`: a pool's nearest passages, for hard negatives; `searcher_folder.py`: a saved searcher's folder.

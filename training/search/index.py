@@ -14,7 +14,7 @@ g_φ(c) depends only on the chunk text, so chunk vectors are computed once (by t
 - Any object implementing `ChunkStore` (e.g. `qrag.integrations.LangChainChunkStore` over a vector
   database with a dot-product metric), for corpora beyond one machine (position mode 'none').
 
-`ChunkIndex.save` writes JSON + safetensors (or NumPy `.npy`), never pickle.
+`ChunkIndex.save` writes JSON + safetensors (or NumPy `.npy`), never pickle (`index_folder`).
 
 A chunk longer than the chunk tower reads is one row whose score is its best window's (`search.windows`,
 METHOD.md §4.6): `from_texts` and `add` embed its later windows beside the vectors, deletes drop them with it.
@@ -28,50 +28,56 @@ O(added), never read past a version's own rows), the BM25 index takes a segment 
 lookup is shared and only appended to; a delete copies the surviving rows (no re-embedding, no re-tokenising).
 Filter masks carry to the next version (an add evaluates the filter on its rows alone; a delete keeps the survivors'
 bits), windows grow in a buffer as the vectors do, and metadata goes in and comes out as the caller's own copy.
+A version, its rows and its masks are `versions`' concern.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import threading
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
-from qrag.training.atomic import atomic_dir, recover
-from qrag.training.input_checks import check_ids, check_metadatas, check_texts, json_ok
+from qrag.training.input_checks import check_ids, check_metadatas, check_texts
 from qrag.training.model.config import PRECISIONS, Precision
 from qrag.training.model.qnet import QNetwork, model_lock
 from qrag.training.search.filters import Filter
-from qrag.training.search.lexical import LexicalIndex, LexicalLoadError, corpus_lexical, forget_corpus
+from qrag.training.search.index_folder import (
+    INDEX_FILE,
+    IndexLoadError,
+    SavedIndex,
+    VectorFormat,
+    read_index,
+    write_index,
+)
+from qrag.training.search.lexical import LexicalIndex, corpus_lexical, forget_corpus
+from qrag.training.search.versions import (
+    MASK_CACHE_SIZE,
+    FaissRows,
+    MaskCache,
+    Rows,
+    Version,
+    faiss_module,
+    own_metadatas,
+    with_room,
+)
 from qrag.training.search.windows import Windows, best_window_scores
 
+__all__ = ["INDEX_FILE", "LONG_CHUNKS", "MASK_CACHE_SIZE", "Backend", "Chunk", "ChunkIndex", "ChunkStore",
+           "IndexLoadError", "LongChunks", "Rows", "ScoredChunk", "VectorFormat", "search_rows", "weighs_pairs"]
+"""The names importers take from here, those of `versions` and `index_folder` included."""
+
 Backend = Literal["torch", "faiss"]
-T = TypeVar("T")
-VectorFormat = Literal["safetensors", "numpy"]
 LongChunks = Literal["windows", "cut"]
 LONG_CHUNKS: tuple[LongChunks, ...] = ("windows", "cut")
 
-INDEX_FORMAT = "qrag-chunk-index"
-INDEX_VERSION = 1
-INDEX_FILE = "index.json"
-LEXICAL_DIR = "lexical"  # the BM25 index of the texts, when the index holds one
-_VECTOR_FILES: dict[str, str] = {"safetensors": "vectors.safetensors", "numpy": "vectors.npy"}
-_WINDOW_FILES: dict[str, tuple[str, ...]] = {"safetensors": ("windows.safetensors",),
-                                             "numpy": ("window_vectors.npy", "window_owner.npy")}
 PROGRESS_MIN_CHUNKS = 10_000  # show a progress bar by default from this corpus size on
-MASK_CACHE_SIZE = 64
-"""Filter masks an index version keeps (least recently used dropped first): at most this many N-row bool masks,
-64 × N bytes (6.4 MB at 100 000 chunks)."""
 
 
 def weighs_pairs(model: object) -> bool:
@@ -79,10 +85,6 @@ def weighs_pairs(model: object) -> bool:
     lexical index it searches must hold them."""
     settings = getattr(model, "hop_settings", None)
     return settings is not None and settings.pair_weight > 0
-
-
-class IndexLoadError(ValueError):
-    """A saved index folder is missing, incomplete or corrupt; the message names the file and the fix."""
 
 
 @dataclass(frozen=True)
@@ -134,183 +136,6 @@ def search_rows(
         skip = exclude[b] if exclude else ()
         out.append([(c, s) for c, s in fetch(vector, k + len(skip)) if c.id not in skip][:k])
     return out
-
-
-class Rows(Sequence[T]):
-    """The first `count` items of a list that later versions of the index only append to: what a version's `texts`,
-    `ids` and `metadatas` are (a read-only sequence; `list(...)` copies it). Comparing with a list compares items.
-    `copy` makes what is handed out the caller's own (the metadata dicts: `own_json`), so no caller can change a
-    stored item."""
-
-    __slots__ = ("_copy", "_count", "_items")
-
-    def __init__(self, items: list[T], count: int, copy: Callable[[T], T] | None = None) -> None:
-        self._items, self._count, self._copy = items, count, copy
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[T]: ...
-    def __getitem__(self, i: int | slice) -> T | list[T]:
-        if isinstance(i, slice):
-            items = self._items[slice(*i.indices(self._count))]
-            return items if self._copy is None else [self._copy(x) for x in items]
-        j = i + self._count if i < 0 else i
-        if not 0 <= j < self._count:
-            raise IndexError(f"row {i} is outside this version's {self._count} chunks.")
-        return self._items[j] if self._copy is None else self._copy(self._items[j])
-
-    def __iter__(self) -> Iterator[T]:
-        items = itertools.islice(self._items, self._count)
-        return items if self._copy is None else map(self._copy, items)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
-            return NotImplemented
-        mine = itertools.islice(self._items, self._count)
-        return len(other) == self._count and all(a == b for a, b in zip(mine, other, strict=False))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Rows({self._items[: min(self._count, 20)]!r:.200})"
-
-
-def own_json(value: Any) -> Any:
-    """A copy of JSON-like metadata whose lists and dicts are new all the way down: what the index keeps of what a
-    caller passed, and what it hands out, so neither side's later edits reach the other."""
-    if isinstance(value, dict):
-        return {k: own_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(own_json(v) for v in value)
-    return value
-
-
-def _own_metadatas(metadatas: Iterable[Mapping[str, Any]] | None, n: int) -> list[dict[str, Any]]:
-    return [own_json(m) for m in check_metadatas(metadatas, n)]
-
-
-class _Bits:
-    """A mask's buffer with spare room: the bits of added rows are written into it (no copy of the bits before).
-    `used` bits are claimed; only a mask that ends there may write past them."""
-
-    __slots__ = ("buffer", "lock", "used")
-
-    def __init__(self, buffer: torch.Tensor, used: int) -> None:
-        self.buffer, self.used, self.lock = buffer, used, threading.Lock()  # buffer: (capacity,) bool
-
-
-class MaskCache:
-    """The filter masks of one index version: an LRU of at most `size` bool masks, keyed by the filter's canonical
-    text (`Filter.key`); thread-safe. A predicate has no key and is evaluated at every search.
-
-    A mask covers the version's first rows, all of them once `ChunkIndex.mask` has read it: the next version starts
-    with this one's masks (`carried`), so after an add the filter is evaluated on the added rows only (their bits
-    written into the mask's spare room, `extended`), and after a delete the survivors keep their bits."""
-
-    def __init__(self, size: int = MASK_CACHE_SIZE,
-                 masks: Iterable[tuple[str, tuple[torch.Tensor, _Bits | None]]] = ()) -> None:
-        self.size = size
-        self._masks: OrderedDict[str, tuple[torch.Tensor, _Bits | None]] = OrderedDict(masks)
-        self._lock = threading.Lock()
-
-    def carried(self, keep: torch.Tensor | None = None) -> MaskCache:
-        """The masks for the next version, least recently used first: after an add (`keep` None) these ones (they
-        cover its first rows; the new rows are evaluated when a search asks), after a delete (`keep`: (N,) bool over
-        this version's rows) the kept rows' bits of each."""
-        with self._lock:
-            masks = list(self._masks.items())
-        if keep is not None:
-            masks = [(key, (mask[keep[: len(mask)].to(mask.device)], None)) for key, (mask, _) in masks]
-        return MaskCache(self.size, masks)
-
-    def __len__(self) -> int:
-        return len(self._masks)
-
-    def get(self, key: str) -> torch.Tensor | None:
-        """The mask of `key`, over the version's first rows (all of them, or those of the version it came from)."""
-        with self._lock:
-            entry = self._masks.get(key)
-            if entry is None:
-                return None
-            self._masks.move_to_end(key)
-            return entry[0]
-
-    def put(self, key: str, mask: torch.Tensor, bits: _Bits | None = None) -> None:
-        with self._lock:
-            self._masks[key] = (mask, bits)
-            self._masks.move_to_end(key)
-            while len(self._masks) > self.size:
-                self._masks.popitem(last=False)
-
-    def extended(self, key: str, mask: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        """`mask` (this cache's for `key`) then the bits `new` of the rows after it, kept for `key`: written into
-        the mask's spare room when it ends where its buffer is claimed, else into a new buffer with room for an
-        eighth more rows (at least 64)."""
-        with self._lock:
-            entry = self._masks.get(key)
-        bits = entry[1] if entry is not None and entry[0] is mask else None
-        n, m = len(mask), len(new)
-        if bits is not None:
-            with bits.lock:
-                if bits.used == n and n + m <= len(bits.buffer):
-                    bits.buffer[n : n + m] = new.to(bits.buffer.device)
-                    bits.used = n + m
-                    out = bits.buffer[: n + m]
-                    self.put(key, out, bits)
-                    return out
-        buffer = torch.empty(n + m + max(64, (n + m) // 8), dtype=torch.bool, device=mask.device)
-        buffer[:n], buffer[n : n + m] = mask, new.to(mask.device)
-        out = buffer[: n + m]
-        self.put(key, out, _Bits(buffer, n + m))
-        return out
-
-
-@dataclass(frozen=True, eq=False)
-class _Version:
-    """One immutable state of a `ChunkIndex`. `rows` is shared between versions that only added to it (append-only:
-    an id is this version's when its row is below `count` and names it here)."""
-
-    storage: torch.Tensor  # (capacity, D): rows [0, count) are this version's vectors; later rows are the next's
-    count: int
-    all_texts: list[str]  # shared like `rows`: items [0, count) are this version's, later ones the next's
-    all_ids: list[str]
-    all_metadatas: list[dict[str, Any]]
-    rows: dict[str, int]
-    lexical: LexicalIndex | None
-    masks: MaskCache
-    lexical_shared: bool = False  # the BM25 index came from `corpus_lexical` (forgotten there when replaced)
-    faiss: _FaissRows = field(default_factory=lambda: _FaissRows())  # shared with the versions it only added to
-    windows: Windows | None = None  # the later windows of chunks longer than the chunk tower reads (windows.py)
-
-    @property
-    def vectors(self) -> torch.Tensor:
-        return self.storage[: self.count]
-
-    @property
-    def texts(self) -> Rows[str]:
-        return Rows(self.all_texts, self.count)
-
-    @property
-    def ids(self) -> Rows[str]:
-        return Rows(self.all_ids, self.count)
-
-    @property
-    def metadatas(self) -> Rows[dict[str, Any]]:
-        """The metadata dicts, each handed out as the caller's own copy."""
-        return Rows(self.all_metadatas, self.count, own_json)
-
-    @property
-    def stored_metadatas(self) -> Rows[dict[str, Any]]:
-        """The metadata dicts as stored: for the index's own reads (masks, saves), never handed to a caller."""
-        return Rows(self.all_metadatas, self.count)
-
-    def row(self, cid: str) -> int | None:
-        r = self.rows.get(cid)
-        return r if r is not None and r < self.count and self.all_ids[r] == cid else None
 
 
 class ChunkIndex:
@@ -376,7 +201,7 @@ class ChunkIndex:
             raise ValueError(f"ChunkIndex backend must be 'torch' or 'faiss', got {backend!r}.")
         self.backend: Backend = backend
         if backend == "faiss":
-            _faiss_module()  # refuse at once where faiss is missing
+            faiss_module()  # refuse at once where faiss is missing
         if lexical is not None and len(lexical) != n:
             raise ValueError(f"the lexical index covers {len(lexical)} chunks but the index holds {n}; build it from "
                              "the same texts.")
@@ -389,7 +214,7 @@ class ChunkIndex:
         ids_ = check_ids(ids, n)
         self._writer = threading.Lock()  # one change at a time; readers never wait
         self._frozen = False
-        self._version = _Version(_with_room(vectors.float(), n), n, texts, ids_, _own_metadatas(metadatas, n),
+        self._version = Version(with_room(vectors.float(), n), n, texts, ids_, own_metadatas(metadatas, n),
                                  {cid: i for i, cid in enumerate(ids_)}, lexical, MaskCache(mask_cache_size),
                                  windows=None if windows is None else windows.to(vectors.device))
 
@@ -403,7 +228,7 @@ class ChunkIndex:
         view._writer = threading.Lock()
         return view
 
-    def _publish(self, version: _Version) -> None:
+    def _publish(self, version: Version) -> None:
         """Make `version` the index's current one (one assignment: readers see the old version or the new one)."""
         old = self._version
         self._version = version
@@ -551,7 +376,7 @@ class ChunkIndex:
             v = self._version
             if v.storage.device != torch.device(device):
                 self._version = replace(v, storage=v.vectors.to(device), masks=MaskCache(self.mask_cache_size),
-                                        faiss=_FaissRows(), windows=None if v.windows is None else v.windows.to(device))
+                                        faiss=FaissRows(), windows=None if v.windows is None else v.windows.to(device))
         return self
 
     def chunk(self, row: int) -> Chunk:
@@ -625,7 +450,7 @@ class ChunkIndex:
         self._check_writable()
         texts = check_texts(texts)
         new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
-        return texts, new_ids, _own_metadatas(metadatas, len(texts))
+        return texts, new_ids, own_metadatas(metadatas, len(texts))
 
     def _append(self, vectors: torch.Tensor, texts: list[str], new_ids: list[str],
                 metas: list[dict[str, Any]], windows: Windows | None = None) -> list[str]:
@@ -639,7 +464,7 @@ class ChunkIndex:
             lexical = v.lexical.added(texts) if v.lexical is not None else None  # first: it may refuse the texts
             storage = v.storage
             if n + m > storage.shape[0]:
-                storage = _with_room(storage[:n], 2 * (n + m))
+                storage = with_room(storage[:n], 2 * (n + m))
             storage[n : n + m] = vectors.to(storage.device, storage.dtype)  # rows no published version reads
             # Append-only, past every published version's `count`: no version sees these items but the new one.
             del v.all_texts[n:], v.all_ids[n:], v.all_metadatas[n:]  # what a failed add left (nothing, normally)
@@ -647,7 +472,7 @@ class ChunkIndex:
             v.all_ids.extend(new_ids)
             v.all_metadatas.extend(metas)
             v.rows.update((cid, n + i) for i, cid in enumerate(new_ids))
-            self._publish(_Version(storage, n + m, v.all_texts, v.all_ids, v.all_metadatas, v.rows,
+            self._publish(Version(storage, n + m, v.all_texts, v.all_ids, v.all_metadatas, v.rows,
                                    lexical, v.masks.carried(), faiss=v.faiss,  # a moved buffer holds the same rows
                                    windows=_joined(v.windows, windows, n, storage.device)))
         return new_ids
@@ -684,14 +509,14 @@ class ChunkIndex:
             keep = torch.ones(v.count, dtype=torch.bool)
             keep[dropped] = False
             kept = keep.nonzero().squeeze(1)  # (N - d,)
-            storage = _with_room(v.vectors.index_select(0, kept.to(v.storage.device)), len(kept))  # no version reads it yet
+            storage = with_room(v.vectors.index_select(0, kept.to(v.storage.device)), len(kept))  # no version reads it yet
             flags = keep.tolist()
             texts = [t for t, k in zip(v.texts, flags, strict=True) if k]
             new_ids = [t for t, k in zip(v.ids, flags, strict=True) if k]
             metas = [t for t, k in zip(v.stored_metadatas, flags, strict=True) if k]
             lexical = v.lexical.deleted(dropped) if v.lexical is not None else None
             windows = None if v.windows is None else v.windows.kept(keep)
-            self._publish(_Version(storage, len(texts), texts, new_ids, metas, {c: i for i, c in enumerate(new_ids)},
+            self._publish(Version(storage, len(texts), texts, new_ids, metas, {c: i for i, c in enumerate(new_ids)},
                                    lexical, v.masks.carried(keep), windows=windows))
 
     def with_metadatas(self, metadatas: Sequence[Mapping[str, Any]]) -> ChunkIndex:
@@ -699,7 +524,7 @@ class ChunkIndex:
         self._check_writable()
         with self._writer:
             v = self._version
-            self._version = replace(v, all_metadatas=_own_metadatas(metadatas, v.count),
+            self._version = replace(v, all_metadatas=own_metadatas(metadatas, v.count),
                                     masks=MaskCache(self.mask_cache_size))
         return self
 
@@ -769,7 +594,7 @@ class ChunkIndex:
         return top, torch.where(torch.isinf(top), torch.full_like(rows_, -1), rows_)
 
     def _faiss_topk(
-        self, v: _Version, queries: torch.Tensor, k: int, exclude: Sequence[Collection[int]] | None, width: int
+        self, v: Version, queries: torch.Tensor, k: int, exclude: Sequence[Collection[int]] | None, width: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # FAISS cannot mask, so over-fetch by the largest exclusion set and drop taken rows afterwards.
         fetch = min(v.count, k + width)
@@ -800,57 +625,20 @@ class ChunkIndex:
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path, vector_format: VectorFormat = "safetensors") -> Path:
-        """Write `index.json` (texts, ids, metadata) and the vectors; atomic (temp folder renamed).
+        """Write `index.json` (texts, ids, metadata) and the vectors; atomic (temp folder renamed; `index_folder`).
 
         Raises:
             ValueError: metadata that JSON cannot hold (the message names the chunk), or an unknown format.
         """
-        if vector_format not in _VECTOR_FILES:
-            raise ValueError(f"vector_format must be one of {sorted(_VECTOR_FILES)}, got {vector_format!r}.")
-        target = Path(folder)
-        v = self.snapshot()  # one version throughout, whatever other threads change meanwhile
-        header = {
-            "format": INDEX_FORMAT,
-            "version": INDEX_VERSION,
-            "count": len(v),
-            "dim": v.dim,
-            "backend": self.backend,
-            "encoder": self.encoder,
-            "ordered": self.ordered,
-            "chunk_tower": self.chunk_tower,
-            "vector_file": _VECTOR_FILES[vector_format],
-            "lexical": v.lexical is not None,
-            "precision": self.precision,
-            "long_chunks": self.long_chunks,
-            "windows": None if v.windows is None else len(v.windows),
-            "ids": list(v.ids),
-            "texts": list(v.texts),
-            "metadatas": list(v._version.stored_metadatas),
-        }
-        try:
-            blob = json.dumps(header, ensure_ascii=False)
-        except (TypeError, ValueError) as e:
-            bad = next((i for i, m in enumerate(v._version.stored_metadatas) if not json_ok(m)), None)
-            raise ValueError(
-                f"cannot save the index: metadata of chunk {bad} ({v.ids[bad] if bad is not None else '?'!r}) is "
-                f"not JSON-serialisable ({e}); keep metadata to strings, numbers, lists and dicts."
-            ) from None
-        with atomic_dir(target, replace=_replaceable) as tmp:
-            vectors = v.vectors.detach().cpu().contiguous()  # (N, D)
-            if vector_format == "safetensors":
-                save_file({"vectors": vectors}, str(tmp / _VECTOR_FILES["safetensors"]))
-            else:
-                np.save(tmp / _VECTOR_FILES["numpy"], vectors.numpy(), allow_pickle=False)
-            if v.lexical is not None:
-                v.lexical.save(tmp / LEXICAL_DIR)
-            if v.windows is not None:
-                _save_windows(v.windows, tmp, vector_format)
-            (tmp / INDEX_FILE).write_text(blob, encoding="utf-8")
-        return target
+        v = self.snapshot()._version  # one version throughout, whatever other threads change meanwhile
+        settings = {"backend": self.backend, "encoder": self.encoder, "ordered": self.ordered,
+                    "chunk_tower": self.chunk_tower, "precision": self.precision, "long_chunks": self.long_chunks}
+        return write_index(folder, SavedIndex(v.vectors, list(v.texts), list(v.ids), list(v.stored_metadatas),
+                                              v.lexical, v.windows, settings), vector_format)
 
     @classmethod
     def load(cls, folder: str | Path, *, backend: Backend | None = None, device: str | None = None) -> ChunkIndex:
-        """Read a folder written by `save` (no pickle: JSON + safetensors or `.npy`).
+        """Read a folder written by `save` (no pickle: JSON + safetensors or `.npy`; `index_folder`).
 
         Args:
             folder: The index folder.
@@ -860,97 +648,14 @@ class ChunkIndex:
         Raises:
             IndexLoadError: the folder or a file is missing, or the files disagree with each other.
         """
-        d = Path(folder)
-        recover(d)
-        head_path = d / INDEX_FILE
-        if not head_path.is_file():
-            raise IndexLoadError(
-                f"{str(d)!r} is not a saved ChunkIndex: {INDEX_FILE} is missing (write one with ChunkIndex.save)."
-            )
+        saved = read_index(folder)
         try:
-            head = json.loads(head_path.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as e:  # JSONDecodeError, UnicodeDecodeError, PermissionError
-            raise IndexLoadError(f"{head_path} is corrupt (not valid JSON: {e}); rebuild and save the index.") from None
-        if not isinstance(head, dict) or head.get("format") != INDEX_FORMAT:
-            raise IndexLoadError(f"{head_path} is not a qrag chunk-index header; rebuild and save the index.")
-        if not isinstance(head.get("version", 0), int) or head.get("version", 0) > INDEX_VERSION:
-            raise IndexLoadError(f"{str(d)!r} was written by a newer qrag (index version {head['version']}); upgrade qrag.")
-        vec_name = str(head.get("vector_file"))
-        vec_path = d / vec_name
-        if vec_name not in _VECTOR_FILES.values() or not vec_path.is_file():
-            raise IndexLoadError(f"{str(d)!r}: the vector file {vec_name!r} is missing; rebuild and save the index.")
-        try:
-            if vec_name.endswith(".npy"):
-                vectors = torch.from_numpy(np.load(vec_path, allow_pickle=False))  # (N, D)
-            else:
-                vectors = load_file(str(vec_path))["vectors"]  # (N, D)
-        except Exception as e:  # noqa: BLE001 - any reader failure means a corrupt file
-            raise IndexLoadError(f"{vec_path} is corrupt ({type(e).__name__}: {e}); rebuild and save the index.") from None
-        texts, ids, metas = head.get("texts"), head.get("ids"), head.get("metadatas")
-        count = head.get("count")
-        if not (isinstance(texts, list) and isinstance(ids, list) and isinstance(metas, list)):
-            raise IndexLoadError(f"{head_path} lacks its texts, ids or metadatas lists; rebuild and save the index.")
-        if not (len(texts) == len(ids) == len(metas) == count == vectors.shape[0]) or vectors.dim() != 2:
-            raise IndexLoadError(
-                f"{str(d)!r} is inconsistent: {count} chunks in the header, {len(texts)} texts, {len(ids)} ids, "
-                f"vectors of shape {tuple(vectors.shape)}; rebuild and save the index."
-            )
-        if vectors.is_floating_point() and not bool(torch.isfinite(vectors).all()):
-            raise IndexLoadError(f"{vec_path} holds NaN or infinite vectors (damaged file or a diverged model); "
-                                 "rebuild and save the index.")
-        lexical = None
-        if head.get("lexical", False):  # absent in indexes saved before lexical evidence
-            try:
-                lexical = LexicalIndex.load(d / LEXICAL_DIR, count=len(texts), texts=texts)
-            except LexicalLoadError as e:
-                raise IndexLoadError(str(e)) from None
-        windows = _load_windows(d, vec_name, head.get("windows"))  # absent in indexes saved before windows
-        try:
-            index = cls(vectors, texts, ids, metas, backend=backend or head.get("backend", "torch"),
-                        encoder=head.get("encoder"), chunk_tower=head.get("chunk_tower"),
-                        ordered=bool(head.get("ordered", False)), lexical=lexical,
-                        precision=head.get("precision", "fp32"),  # absent in indexes saved before `add`
-                        windows=windows, long_chunks=head.get("long_chunks", "cut"))
+            index = cls(saved.vectors, saved.texts, saved.ids, saved.metadatas, lexical=saved.lexical,
+                        windows=saved.windows, **{**saved.settings, "backend": backend or saved.settings["backend"]})
         except (ValueError, TypeError) as e:
-            raise IndexLoadError(f"{head_path} holds invalid chunks ({e}); rebuild and save the index.") from None
+            raise IndexLoadError(f"{Path(folder) / INDEX_FILE} holds invalid chunks ({e}); rebuild and save the "
+                                 "index.") from None
         return index.to(device) if device else index
-
-
-def _replaceable(folder: Path) -> bool:
-    """A folder `ChunkIndex.save` may replace: empty, or an earlier index."""
-    return (folder / INDEX_FILE).is_file() or not any(folder.iterdir())
-
-
-def _faiss_module() -> Any:
-    try:
-        import faiss  # lazy: an optional dependency
-    except ImportError:
-        raise ImportError("backend='faiss' needs faiss: pip install 'qrag[faiss]' (or use backend='torch').") from None
-    return faiss
-
-
-class _FaissRows:
-    """A FAISS `IndexFlatIP` over the first rows of a vector buffer, shared by the versions that only added to one
-    another (their rows below each one's count are the same): the first search that needs it builds it, a later
-    version's first search adds the rows added since (O(added), no rebuild), and a version searches its own rows only
-    (an id range). A delete or a move starts a new one. FAISS may move its storage while adding, so adding and
-    searching take turns."""
-
-    def __init__(self) -> None:
-        self.index: Any = None
-        self._lock = threading.Lock()
-
-    def search(self, vectors: torch.Tensor, queries: Any, fetch: int) -> tuple[Any, Any]:
-        """FAISS's (scores, rows) of `queries` (B, D) among `vectors` (N, D), the searching version's rows."""
-        faiss, count = _faiss_module(), len(vectors)
-        with self._lock:
-            if self.index is None:
-                self.index = faiss.IndexFlatIP(int(vectors.shape[1]))
-            have = int(self.index.ntotal)
-            if have < count:
-                self.index.add(np.ascontiguousarray(vectors[have:].detach().float().cpu().numpy()))  # (count - have, D)
-            params = faiss.SearchParameters(sel=faiss.IDSelectorRange(0, count)) if have > count else None
-            return self.index.search(queries, fetch, params=params)
 
 
 def _check_vectors(vectors: Any, n: int, dim: int | None = None) -> None:
@@ -976,14 +681,6 @@ def _embed(model: QNetwork, texts: list[str], batch_size: int | None, show: bool
         if precision == "fp32":  # duck-typed models need not take a precision
             return model.embed_chunks(texts, batch_size=batch_size, show_progress=show)
         return model.embed_chunks(texts, batch_size=batch_size, show_progress=show, precision=precision)
-
-
-def _with_room(vectors: torch.Tensor, rows: int) -> torch.Tensor:
-    """A new buffer holding `vectors` in its first rows, with room for `rows` rows and an eighth more (at least 64):
-    the adds that follow write into the spare rows instead of copying the index."""
-    buffer = torch.empty((rows + max(64, rows // 8), vectors.shape[1]), dtype=vectors.dtype, device=vectors.device)
-    buffer[: len(vectors)] = vectors
-    return buffer
 
 
 def _check_cache_size(size: Any) -> None:
@@ -1022,37 +719,3 @@ def _check_windows(windows: Windows | None, n: int, dim: int) -> None:
 def _check_long_chunks(long_chunks: Any) -> None:
     if long_chunks not in LONG_CHUNKS:
         raise ValueError(f"long_chunks must be one of {list(LONG_CHUNKS)}, got {long_chunks!r}.")
-
-
-def _save_windows(windows: Windows, folder: Path, vector_format: VectorFormat) -> None:
-    vectors, owner = windows.vectors.detach().cpu().contiguous(), windows.owner.cpu().contiguous()
-    if vector_format == "safetensors":
-        save_file({"vectors": vectors, "owner": owner}, str(folder / _WINDOW_FILES["safetensors"][0]))
-    else:
-        np.save(folder / _WINDOW_FILES["numpy"][0], vectors.numpy(), allow_pickle=False)
-        np.save(folder / _WINDOW_FILES["numpy"][1], owner.numpy(), allow_pickle=False)
-
-
-def _load_windows(folder: Path, vector_file: str, count: Any) -> Windows | None:
-    """The windows a saved index holds (None where it holds none), in the format of its vectors."""
-    if count is None:
-        return None
-    names = _WINDOW_FILES["numpy" if vector_file.endswith(".npy") else "safetensors"]
-    missing = [n for n in names if not (folder / n).is_file()]
-    if missing:
-        raise IndexLoadError(f"{str(folder)!r}: the window file {missing[0]!r} is missing; rebuild and save the index.")
-    try:
-        if len(names) == 2:
-            vectors = torch.from_numpy(np.load(folder / names[0], allow_pickle=False))
-            owner = torch.from_numpy(np.load(folder / names[1], allow_pickle=False))
-        else:
-            got = load_file(str(folder / names[0]))
-            vectors, owner = got["vectors"], got["owner"]
-        windows = Windows(vectors.float(), owner.long())
-    except Exception as e:  # noqa: BLE001 - a missing tensor, a bad shape or a damaged file all mean the same
-        raise IndexLoadError(f"{folder / names[0]} is corrupt ({type(e).__name__}: {e}); rebuild and save the "
-                             "index.") from None
-    if len(windows) != count:
-        raise IndexLoadError(f"{str(folder)!r} is inconsistent: {count} windows in the header, {len(windows)} in "
-                             f"{names[0]}; rebuild and save the index.")
-    return windows
