@@ -36,14 +36,16 @@ import torch
 
 from qrag.training.model.config import StateOrder
 from qrag.training.model.positions import ROTATE_BUDGET, budget_rows, fused_scoring, rotate_halves
-from qrag.training.model.qnet import QNetwork, model_lock
+from qrag.training.model.qnet import QNetwork
 from qrag.training.search.filters import Filter
 from qrag.training.search.index import Chunk, ChunkStore
 from qrag.training.search.lexical import LexicalIndex, lexical_evidence, state_text
 from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
+from qrag.training.search.state_batcher import state_batcher
 from qrag.training.search.windows import Windows, best_window_scores
 
-__all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FromModel", "Hopped", "Item", "Order",
+__all__ = ["FROM_MODEL", "ROTATE_BUDGET", "Beam", "Corpora", "Expand", "FirstRanking", "FromModel", "Hopped", "Item",
+           "Order",
            "SearchConfig", "SearchError", "beam_hops", "check_finite_q", "corpus_expand", "encode_states",
            "fill_up", "greedy_hops", "hop_scores", "q_values", "question_cut", "question_fill",
            "question_ranking", "state_pieces", "stop_point", "stops", "store_expand", "top_up"]
@@ -136,10 +138,10 @@ def state_pieces(texts: Sequence[str], positions: Sequence[int | None], order: S
 
 def encode_states(model: QNetwork, questions: Sequence[str], pieces: Sequence[Sequence[str]],
                   batch_size: int = 128) -> torch.Tensor:
-    """(R, D) state vectors f_θ(q [SEP] c_1 [SEP] …) of rendered states, under the model's lock (serving
-    threads share one model)."""
-    with model_lock(model):
-        return model.embed_states(questions, pieces, batch_size=batch_size)  # (R, D)
+    """(R, D) state vectors f_θ(q [SEP] c_1 [SEP] …) of rendered states, under the model's lock; serving threads
+    share one model, and the states of callers that ask while a pass runs are encoded together in the next one
+    (`state_batcher.StateBatcher`)."""
+    return state_batcher(model).encode(questions, pieces, batch_size)  # (R, D)
 
 
 def q_values(
@@ -240,7 +242,7 @@ class Hopped:
 def greedy_hops(
     model: QNetwork, questions: Sequence[str], corpora: Corpora, horizons: Sequence[int], *,
     threshold: float | None = None, min_hops: int = 1, done: Callable[[int, list[int]], bool] | None = None,
-    batch_size: int = 128, lexical_weight: float = 0.0,
+    batch_size: int = 128, lexical_weight: float = 0.0, first: FirstRanking | None = None,
 ) -> list[Hopped]:
     """Greedy hops (§4): per question, the corpus rows taken hop by hop with their Q-values and scores.
 
@@ -248,6 +250,7 @@ def greedy_hops(
     its ranking score (`hop_scores`: Q, plus `lexical_weight` × the lexical evidence). A question stops after
     `horizons[b]` hops, before a hop the stop rule refuses (`threshold` against that chunk's Q-value, live; None:
     no rule), or after a hop where `done(b, taken)` holds (evaluation ends an episode once its facts are in).
+    `first` keeps the first hop's ranking of each question (its bare state's), for a question fill.
     """
     order = model.config.state_order
     out = [Hopped([], [], []) for _ in questions]
@@ -258,6 +261,8 @@ def greedy_hops(
             break
         q, rank = hop_scores(model, questions, corpora, rows, [out[b].taken for b in rows], order, batch_size,
                              lexical_weight)  # (R, N) each
+        if first is not None and t == 0:
+            first.keep(rows, q, rank)
         best, idx = rank.max(dim=1)  # (R,), (R,)
         q_best = q.gather(1, idx[:, None]).squeeze(1)  # (R,)
         for b, score, value, i in zip(rows, best.tolist(), q_best.tolist(), idx.tolist(), strict=True):
@@ -270,6 +275,27 @@ def greedy_hops(
             if done is not None and done(b, out[b].taken):
                 live[b] = False
     return out
+
+
+class FirstRanking:
+    """The first hop's ranking of each question, kept for a question fill (§4.4): the `width` best (row, Q, score)
+    triples of its bare state, which `question_ranking` would otherwise encode and score again. One search's: the
+    hops and the fill read the same corpora."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.rows: dict[int, list[tuple[int, float, float]]] = {}
+
+    def keep(self, rows: Sequence[int], q: torch.Tensor, rank: torch.Tensor) -> None:
+        """Keep the bare states' (R, N) Q-values and ranking scores of questions `rows`."""
+        for b, best in zip(rows, _best_items(q, rank, self.width), strict=True):
+            self.rows[b] = best
+
+    def get(self, rows: Sequence[int], width: int) -> list[list[tuple[int, float, float]]] | None:
+        """The kept rankings of questions `rows`, when every one is kept and `width` is the width kept; else None."""
+        if width != self.width or any(b not in self.rows for b in rows):
+            return None
+        return [self.rows[b] for b in rows]
 
 
 @dataclass(frozen=True)
@@ -410,12 +436,18 @@ def top_up(
 
 
 def corpus_expand(model: QNetwork, questions: Sequence[str], corpora: Corpora, batch_size: int = 128,
-                  lexical_weight: float = 0.0) -> Expand[int]:
-    """The `Expand` of the hop engine's corpora: items are corpus rows, ranked by `hop_scores`."""
+                  lexical_weight: float = 0.0, first: FirstRanking | None = None) -> Expand[int]:
+    """The `Expand` of the hop engine's corpora: items are corpus rows, ranked by `hop_scores`. With `first`, the
+    bare states' rankings are kept there and read back from it (`question_ranking` after the first hop)."""
     order = model.config.state_order
 
     def expand(rows: Sequence[int], taken: Sequence[Sequence[int]], width: int) -> list[list[tuple[int, float, float]]]:
+        bare = first is not None and not any(taken)
+        if bare and first is not None and (kept := first.get(rows, width)) is not None:
+            return kept
         q, rank = hop_scores(model, questions, corpora, rows, taken, order, batch_size, lexical_weight)  # (R, N)
+        if bare and first is not None:
+            first.keep(rows, q, rank)
         return _best_items(q, rank, width)
 
     return expand

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ from qrag.training.search.hops import (
     Beam,
     Corpora,
     Expand,
+    FirstRanking,
     Hopped,
     Item,
     beam_hops,
@@ -72,11 +73,11 @@ from qrag.training.search.hops import (
     question_ranking,
     stop_point,
     store_expand,
-    top_up,
 )
 from qrag.training.search.index import Chunk, ChunkIndex, ChunkStore, weighs_pairs
 from qrag.training.search.searcher_folder import read_searcher, write_searcher
 from qrag.training.search.settings import FROM_MODEL, FromModel, Order, SearchConfig, SearchError
+from qrag.training.search.state_batcher import state_batcher
 from qrag.training.search.windows import Windows
 
 __all__ = ["FROM_MODEL", "CorpusOrderWarning", "FromModel", "Hit", "LexicalFallbackWarning", "MultiHopSearcher",
@@ -277,8 +278,9 @@ class MultiHopSearcher:
         # the texts, BM25 and the chunks named all come from it, whatever other threads add or delete meanwhile.
         store = self.store.snapshot() if isinstance(self.store, ChunkIndex) else self.store
         allowed = store.mask(where) if where is not None and isinstance(store, ChunkIndex) else None
-        for start in range(0, len(asked), cfg.batch_size):
-            out.extend(self._search_group(store, asked[start : start + cfg.batch_size], cfg, where, allowed))
+        with state_batcher(self.model).searching():  # concurrent searches' states may share its passes
+            for start in range(0, len(asked), cfg.batch_size):
+                out.extend(self._search_group(store, asked[start : start + cfg.batch_size], cfg, where, allowed))
         return out
 
     # ------------------------------------------------------------------ the hops
@@ -292,8 +294,9 @@ class MultiHopSearcher:
                                      _windows_for(self.model, index))
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
-            return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight), questions,
-                                 corpora.size(0), index.chunk, self.model.config.state_order == "document", cfg)
+            first = FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None  # the fill's ranking, kept
+            return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight, first=first),
+                                 questions, corpora.size(0), index.chunk, self.model.config.state_order == "document", cfg)
         return _beam_results(store_expand(self.model, questions, store, where=where, lexical_weight=cfg.weight),
                              questions, None,
                              lambda c: c, self.model.config.state_order == "document", cfg)
@@ -356,31 +359,43 @@ def search_corpora(model: QNetwork, questions: Sequence[str], corpora: Corpora,
 
 def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chunk: Sequence[Callable[[int], Chunk]],
                     cfg: SearchConfig) -> list[SearchResult]:
-    """Greedy search results from the hop engine: hops (the stop rule live when adaptive or guarded), then, for an
-    explicit `k` beyond the hops, the top-up: the last state's ranking, or under a question fill the bare question's
-    state ranked as the first hop ranks it (`hops.question_ranking`: Q plus the question's lexical evidence, the
-    hops' scale), after the guard ends the hops at the first one that ranking outscores (`hops.question_cut`);
-    `chunk[b](row)` is the chunk at a row of question b's corpus."""
+    """Greedy search results from the hop engine: hops (the stop rule live when adaptive or guarded), then what
+    `_past_hops` fills them with; `chunk[b](row)` is the chunk at a row of question b's corpus. Under a question fill
+    the first hop's ranking is kept (`hops.FirstRanking`): it is the question's own ranking, not encoded again."""
     horizons = [_horizon(cfg, corpora.size(b)) for b in range(len(questions))]
     live_stop = cfg.k is None or cfg.guarded  # the stop rule ends the hops (else it only flags them)
+    first = FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None
     hopped = greedy_hops(model, questions, corpora, horizons, threshold=cfg.threshold if live_stop else None,
-                         min_hops=cfg.min_hops, lexical_weight=cfg.weight)
+                         min_hops=cfg.min_hops, lexical_weight=cfg.weight, first=first)
+    expand = corpus_expand(model, questions, corpora, lexical_weight=cfg.weight, first=first)
+    kept, extra = _past_hops(expand, [h.taken for h in hopped], [h.scores for h in hopped],
+                             [corpora.size(b) for b in range(len(questions))], cfg)
+    return [_result(questions[b], _hop_beam(_kept(h, n), chunk[b]), [(chunk[b](i), q, sc) for i, q, sc in more], cfg)
+            for b, (h, n, more) in enumerate(zip(hopped, kept, extra, strict=True))]
+
+
+def _past_hops(expand: Expand[Item], taken: Sequence[Sequence[Item]], scores: Sequence[Sequence[float]],
+               sizes: Sequence[int | None], cfg: SearchConfig, key: Callable[[Item], Hashable] | None = None
+               ) -> tuple[list[int], list[list[tuple[Item, float, float]]]]:
+    """How many of each question's hops a search keeps, and the (item, Q, score) triples that fill its `k` results
+    past them (greedy and beam search alike; `sizes[b]`: question b's corpus, None: unknown; `key(item)` names an
+    item, None: the item itself).
+
+    Adaptive search (`k` None) keeps its hops and fills nothing. A question fill ranks the rest by the bare question's
+    state as the first hop ranks it (`hops.question_ranking`: Q plus the question's lexical evidence, the hops'
+    scale); under the guard a hop that ranking outscores ends the hops (`hops.question_cut`). The state fill ranks
+    the rest by the state after the last hop (`hops.fill_up`)."""
+    kept = [len(t) for t in taken]
     if cfg.k is None:
-        extra: list[list[tuple[int, float, float]]] = [[] for _ in questions]
-    elif cfg.by_question and (cfg.guarded or any(len(h.taken) < cfg.k for h in hopped)):
-        # the question's own ranking, on the hops' scale (Q plus the question's lexical evidence)
-        ranking = question_ranking(corpus_expand(model, questions, corpora, lexical_weight=cfg.weight), len(questions),
-                                   cfg.k)
-        if cfg.guarded:  # a hop the question's own next passage outscores ends the hops
-            hopped = [_kept(h, question_cut(row, h.taken, h.scores, cfg.min_hops))
-                      for h, row in zip(hopped, ranking, strict=True)]
-        extra = question_fill(ranking, [h.taken for h in hopped], cfg.k, [corpora.size(b) for b in range(len(questions))])
-    elif cfg.by_question:  # every question holds its k hops: nothing to fill
-        extra = [[] for _ in questions]
-    else:
-        extra = top_up(model, questions, corpora, [h.taken for h in hopped], cfg.k, lexical_weight=cfg.weight)
-    return [_result(questions[b], _hop_beam(h, chunk[b]), [(chunk[b](i), q, sc) for i, q, sc in more], cfg)
-            for b, (h, more) in enumerate(zip(hopped, extra, strict=True))]
+        return kept, [[] for _ in taken]
+    if not cfg.by_question:
+        return kept, fill_up(expand, taken, cfg.k, sizes)
+    if not cfg.guarded and all(len(t) >= cfg.k for t in taken):  # every question holds its k hops: nothing to fill
+        return kept, [[] for _ in taken]
+    ranking = question_ranking(expand, len(taken), cfg.k)
+    if cfg.guarded:  # a hop the question's own next passage outscores ends the hops
+        kept = [question_cut(row, t, sc, cfg.min_hops, key=key) for row, t, sc in zip(ranking, taken, scores, strict=True)]
+    return kept, question_fill(ranking, [t[:n] for t, n in zip(taken, kept, strict=True)], cfg.k, sizes, key=key)
 
 
 def _kept(hopped: Hopped, n: int) -> Hopped:
@@ -395,36 +410,26 @@ def _hop_beam(hopped: Hopped, chunk: Callable[[int], Chunk]) -> Beam[Chunk]:
 
 def _beam_results(expand: Expand[Item], questions: list[str], size: int | None, chunk: Callable[[Item], Chunk],
                   distinct: bool, cfg: SearchConfig) -> list[SearchResult]:
-    """Beam search results from the hop engine (greedy when `beam_size=1`): the best beam of each question, then,
-    for an explicit `k` beyond its hops, the top-up (under a question fill, the bare question's state ranked by
-    `expand`, the beam cut where the stop rule does under the guard); `size` is the corpus size (None: an external
-    store's, unknown), `chunk(item)` the chunk an item names, `distinct` whether beams must hold distinct sets of
-    chunks (states in document order)."""
+    """Beam search results from the hop engine (greedy when `beam_size=1`): the best beam of each question (a wider
+    beam ran its whole horizon: under the guard it is cut where the stop rule does), then what `_past_hops` fills it
+    with; `size` is the corpus size (None: an external store's, unknown), `chunk(item)` the chunk an item names,
+    `distinct` whether beams must hold distinct sets of chunks (states in document order)."""
     live_stop = cfg.k is None or cfg.guarded
     beams = beam_hops(expand, len(questions), [_horizon(cfg, size)] * len(questions), cfg.beam_size,
                       threshold=cfg.threshold if live_stop else None, min_hops=cfg.min_hops,
                       distinct=(lambda item: chunk(item).id) if distinct else None)
-    if cfg.k is not None and cfg.guarded:  # a wider beam ran its whole horizon: cut it where the stop rule does
-        kept = [stop_point(beam.q_values, cfg.threshold, cfg.min_hops) for beam in beams]
-        beams = [Beam(beam.taken[:n], beam.q_values[:n], beam.scores[:n]) for beam, n in zip(beams, kept, strict=True)]
-    if cfg.k is None:
-        extra: list[list[tuple[Item, float, float]]] = [[] for _ in questions]
-    elif cfg.by_question and (cfg.guarded or any(len(b.taken) < cfg.k for b in beams)):
-        # the bare question's state ranked by `expand`: the hops' scale, lexical evidence included
-        ranking = question_ranking(expand, len(questions), cfg.k)
-        name: Callable[[Item], str] = lambda item: chunk(item).id  # noqa: E731
-        if cfg.guarded:  # a hop the question's own next passage outscores ends the hops
-            cut = [question_cut(row, beam.taken, beam.scores, cfg.min_hops, key=name)
-                   for beam, row in zip(beams, ranking, strict=True)]
-            beams = [Beam(beam.taken[:n], beam.q_values[:n], beam.scores[:n]) for beam, n in zip(beams, cut, strict=True)]
-        extra = question_fill(ranking, [b.taken for b in beams], cfg.k, [size] * len(questions), key=name)
-    elif cfg.by_question:  # every question holds its k hops: nothing to fill
-        extra = [[] for _ in questions]
-    else:
-        extra = fill_up(expand, [b.taken for b in beams], cfg.k, [size] * len(questions))
-    return [_result(question, Beam(tuple(chunk(i) for i in beam.taken), beam.q_values, beam.scores),
+    if cfg.k is not None and cfg.guarded:
+        beams = [_cut(beam, stop_point(beam.q_values, cfg.threshold, cfg.min_hops)) for beam in beams]
+    kept, extra = _past_hops(expand, [b.taken for b in beams], [b.scores for b in beams], [size] * len(questions), cfg,
+                             key=lambda item: chunk(item).id)
+    return [_result(question, _cut(Beam(tuple(chunk(i) for i in beam.taken), beam.q_values, beam.scores), n),
                     [(chunk(i), q, sc) for i, q, sc in more], cfg)
-            for question, beam, more in zip(questions, beams, extra, strict=True)]
+            for question, beam, n, more in zip(questions, beams, kept, extra, strict=True)]
+
+
+def _cut(beam: Beam[Item], n: int) -> Beam[Item]:
+    """The first `n` hops of a beam."""
+    return Beam(beam.taken[:n], beam.q_values[:n], beam.scores[:n])
 
 
 def _horizon(cfg: SearchConfig, size: int | None) -> int:

@@ -72,7 +72,8 @@ def test_the_refused_hop_is_not_taken_and_the_rest_is_the_questions_ranking() ->
     s = MultiHopSearcher(model, index)  # type: ignore[arg-type]
     r = s.search_one("q", k=3)
     assert _view(r) == [("A", 0, 0.9, False), ("B", 1, 0.7, True), ("C", 1, 0.1, True)] and r.hops_kept == 1
-    assert model.state_calls == [1, 1, 1] and model.question_calls == []  # hop 1, the refused hop, the question
+    # hop 1 and the refused hop; the question's ranking is hop 1's, not encoded again
+    assert model.state_calls == [1, 1] and model.question_calls == []
     # A lower threshold keeps B (.8); hop 3's best, C at .4, is refused; C (.1 for the question) fills the third.
     model, index = _guarded(0.5)
     s = MultiHopSearcher(model, index)  # type: ignore[arg-type]

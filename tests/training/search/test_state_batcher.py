@@ -1,0 +1,111 @@
+"""Concurrent searches share encoder passes (`state_batcher`): the same hits as searching one at a time, fewer passes
+than requests, a caller alone never waits, and an encoder error reaches every caller of its pass."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from qrag.training.search.index import ChunkIndex
+from qrag.training.search.searcher import MultiHopSearcher
+from qrag.training.search.state_batcher import StateBatcher, state_batcher
+from tests.training.search.test_search import QUESTIONS, TEXTS
+
+CALLERS = 6
+
+
+class SlowPasses:
+    """Wraps `embed_states` so that each pass takes a while: the other callers queue meanwhile (no timing asserted)."""
+
+    def __init__(self, model: Any, seconds: float = 0.05) -> None:
+        self.inner, self.seconds, self.calls = model.embed_states, seconds, 0
+
+    def __call__(self, questions: Sequence[str], pieces: Sequence[Sequence[str]], batch_size: int = 128) -> torch.Tensor:
+        self.calls += 1
+        time.sleep(self.seconds)
+        return self.inner(questions, pieces, batch_size=batch_size)  # type: ignore[no-any-return]
+
+
+def ask_together(searcher: MultiHopSearcher, questions: list[str], **overrides: Any) -> list[Any]:
+    out: list[Any] = [None] * len(questions)
+    start = threading.Barrier(len(questions))
+
+    def work(i: int) -> None:
+        start.wait()
+        out[i] = searcher.search_one(questions[i], **overrides)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(questions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+@pytest.mark.parametrize("overrides", [{"k": 4, "max_hops": 3}, {"k": 4, "max_hops": 2, "fill": "question"}])
+def test_concurrent_searches_share_passes_and_return_what_one_at_a_time_does(tiny_qnet, overrides) -> None:  # type: ignore[no-untyped-def]
+    searcher = MultiHopSearcher(tiny_qnet, ChunkIndex.from_texts(tiny_qnet, TEXTS))
+    questions = [QUESTIONS[i % len(QUESTIONS)] + ("" if i < len(QUESTIONS) else " Now?") for i in range(CALLERS)]
+    alone = [searcher.search_one(q, **overrides) for q in questions]
+    batcher = state_batcher(tiny_qnet)
+    batcher.passes = batcher.requests = 0
+    tiny_qnet.embed_states = SlowPasses(tiny_qnet)
+    together = ask_together(searcher, questions, **overrides)
+    assert batcher.passes < batcher.requests  # some pass encoded several callers' states
+    for a, b in zip(alone, together, strict=True):
+        assert [(h.chunk.id, h.hop) for h in a.hits] == [(h.chunk.id, h.hop) for h in b.hits]
+        for x, y in zip(a.hits, b.hits, strict=True):
+            assert x.q_value == pytest.approx(y.q_value, abs=1e-5)
+            assert x.score == pytest.approx(y.score, abs=1e-5)
+
+
+def test_a_caller_alone_never_waits(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+    batcher = StateBatcher(tiny_qnet, batch_wait_ms=60_000)
+
+    def no_wait(timeout: float | None = None) -> bool:
+        raise AssertionError("a caller alone waited for company")
+
+    batcher._cond.wait = no_wait  # type: ignore[method-assign]
+    with batcher.searching():
+        got = batcher.encode(["Where is the milk?"], [["Mary took the milk there."]])
+    want = tiny_qnet.embed_states(["Where is the milk?"], [["Mary took the milk there."]])
+    assert torch.equal(got, want)
+
+
+def test_an_encoder_error_reaches_every_caller_of_its_pass(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+    batcher = StateBatcher(tiny_qnet, batch_wait_ms=0)
+    gate = threading.Event()
+    calls = 0
+
+    def failing(questions: Sequence[str], pieces: Sequence[Sequence[str]], batch_size: int = 128) -> torch.Tensor:
+        nonlocal calls
+        calls += 1
+        gate.wait(5)  # the first pass holds the queue until every caller has asked
+        raise RuntimeError("encoder broke")
+
+    tiny_qnet.embed_states = failing
+    errors: list[BaseException] = []
+
+    def work(q: str) -> None:
+        try:
+            batcher.encode([q], [[]])
+        except RuntimeError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(q,)) for q in QUESTIONS]
+    threads[0].start()
+    while calls < 1:  # the first caller's pass is running
+        time.sleep(0.005)
+    for t in threads[1:]:
+        t.start()
+    while len(batcher._queue) < len(QUESTIONS) - 1:  # the others queue behind it
+        time.sleep(0.005)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert len(errors) == len(QUESTIONS) and calls == 2
