@@ -126,6 +126,7 @@ class QRAGRetriever(BaseRetriever):
     # The floor as every search applies it and as a save writes it (a dict's copy), both taken at construction.
     _floor: Filter | None = PrivateAttr(default=None)
     _floor_dict: dict[str, Any] | None = PrivateAttr(default=None)
+    _floor_taken: bool = PrivateAttr(default=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -135,10 +136,17 @@ class QRAGRetriever(BaseRetriever):
 
     @model_validator(mode="after")
     def _check_args(self) -> QRAGRetriever:
-        self._floor = Filter.coerce(self.filter)  # later edits of the dict given change neither
-        self._floor_dict = copy.deepcopy(self.filter) if isinstance(self.filter, dict) else None
-        self._search_args({})
+        self._search_args({})  # takes the floor
         return self
+
+    def _taken_floor(self) -> Filter | None:
+        """The floor, taken from `filter` once: at construction, or at the first search of a retriever pydantic built
+        without validating it (`model_construct`). Later edits of the dict change neither the floor nor a save."""
+        if not self._floor_taken:
+            self._floor = Filter.coerce(self.filter)
+            self._floor_dict = copy.deepcopy(self.filter) if isinstance(self.filter, dict) else None
+            self._floor_taken = True
+        return self._floor
 
     # ------------------------------------------------------------------ the floor
     def __setattr__(self, name: str, value: Any) -> None:
@@ -260,7 +268,7 @@ class QRAGRetriever(BaseRetriever):
         self.searcher.config.with_overrides(args)  # validates k ≥ 1, ... with a message
         # The field's filter is a floor: a call's filter narrows it (None: nothing more), never replaces it. A
         # malformed filter is refused here, before any search.
-        floor, narrower = self._floor, Filter.coerce(call_kwargs.get("filter"))
+        floor, narrower = self._taken_floor(), Filter.coerce(call_kwargs.get("filter"))
         args["filter"] = floor if narrower is None else narrower if floor is None else Filter((floor, narrower), "and")
         return args
 
@@ -391,6 +399,7 @@ class QRAGRetriever(BaseRetriever):
         written, so the save records that it had one (`"floor": "function"`) and `load_local` refuses it until the
         floor is given again (`load_local(folder, filter=...)`)."""
         fields = self.model_dump(exclude={"searcher", "filter"})
+        self._taken_floor()
         if self.filter is None:
             floor, fields["filter"] = None, None
         elif self._floor_dict is not None:
@@ -476,4 +485,6 @@ def _check_search_fields(fields: dict[str, Any]) -> dict[str, Any]:
     fields = _with_search_kwargs(fields)
     SearchConfig().with_overrides({k: fields[k] for k in SEARCH_ARGS if k in fields})
     Filter.coerce(fields.get("filter"))
+    if isinstance(fields.get("filter"), Mapping):
+        fields["filter"] = copy.deepcopy(dict(fields["filter"]))  # the retriever's own: the caller's edits change nothing
     return fields

@@ -56,7 +56,10 @@ def test_the_floor_is_taken_when_the_retriever_is_built(searcher: MultiHopSearch
     spec: dict[str, Any] = {"n": [0, 1]}
     r = QRAGRetriever(searcher=searcher, k=ALL, max_hops=2, filter=spec)
     spec["n"].extend(range(2, ALL))  # the caller's dict, edited afterwards
-    assert _ns(r.invoke(questions[0])) == {0, 1}
+    assert _ns(r.invoke(questions[0])) == {0, 1} and r.filter == {"n": [0, 1]}
+    # pydantic's unvalidated constructor builds a retriever whose floor holds all the same.
+    unchecked = QRAGRetriever.model_construct(searcher=searcher, k=ALL, max_hops=2, filter={"n": [3]})
+    assert _ns(unchecked.invoke(questions[0])) == {3}
 
 
 def test_with_floor_makes_a_new_retriever_over_the_same_searcher(searcher: MultiHopSearcher, questions: list[str]) -> None:
