@@ -85,8 +85,8 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
     `filters` (LlamaIndex `MetadataFilters`: `==`, `!=`, `in`, `nin`, `>`, `>=`, `<`, `<=`, joined by `and` / `or`,
     nested) restricts every hop to the nodes it allows, and the rest of `similarity_top_k` comes from inside it,
     so fewer come back when fewer match; over a vector store the filters go to the store's own query. They are
-    the retriever's floor: a copy taken at construction, which cannot be assigned (`persist` keeps it, and
-    `from_persist_dir(path, filters=...)` narrows it). Returned nodes are copies: editing one changes nothing held.
+    the retriever's floor: a copy taken at construction, which cannot be assigned (`with_floor(new)` makes another
+    retriever over the same nodes; `persist` keeps it, and `from_persist_dir(path, filters=...)` narrows it). Returned nodes are copies: editing one changes nothing held.
     `score_threshold` drops the nodes whose score is below it (possibly all). Nodes come in hop order (or document
     order), not score order. `insert_nodes` and `delete_nodes` change the node set without a rebuild, and publish
     the index and its nodes as one version: a retrieval (its hits and node bodies) and a `persist` read one.
@@ -143,8 +143,17 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
     @filters.setter
     def filters(self, value: MetadataFilters | None) -> None:
         raise AttributeError("a retriever's filters are its floor (a tenant's access) and cannot change on the live "
-                             "object, where every thread's next retrieval would run under the new one; build another "
-                             "retriever (from_defaults, or from_persist_dir(path, filters=...), which narrows).")
+                             "object, where every thread's next retrieval would run under the new one; make another "
+                             "retriever with retriever.with_floor(new_filters).")
+
+    def with_floor(self, filters: MetadataFilters | None) -> QRAGLlamaIndexRetriever:
+        """Another retriever over the same searcher and nodes (nothing copied; each sees the other's inserts and
+        deletes) with `filters` as its floor in place of this one's (None: no floor); this retriever is unchanged."""
+        where = from_metadata_filters(filters)  # a malformed filter is refused before anything is made
+        other = copy.copy(self)
+        other._filters = None if filters is None else filters.model_copy(deep=True)
+        other._where = where
+        return other
 
     @property
     def _version(self) -> Version | None:

@@ -161,6 +161,10 @@ def test_the_floor_cannot_be_replaced_on_the_live_object(texts: list[str], adapt
     narrower = MetadataFilters(filters=[MetadataFilter(key="n", value=[2, 3], operator="in")])
     narrowed = QRAGLlamaIndexRetriever.from_persist_dir(folder, filters=narrower)
     assert {n.node.metadata["n"] for n in narrowed.retrieve("milk")} == {2}
+    other = r.with_floor(narrower)  # another tenant over the same nodes
+    r.insert_nodes([_node(13, "The milk is cold.", n=3), _node(14, "The milk is warm.", n=0)])
+    assert {n.node.node_id for n in other.retrieve("milk")} == {"x2", "x3", "x13"}
+    assert {n.node.node_id for n in r.retrieve("milk")} == {"x0", "x1", "x2", "x14"}
 
 
 def test_retrievers_over_one_index_see_each_others_changes(retriever: QRAGLlamaIndexRetriever) -> None:
