@@ -14,15 +14,14 @@ import torch
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
 
+from qrag.eval.existing_collections import MiniLMEmbeddings
 from qrag.integrations import MetricError, QRAGLlamaIndexRetriever, QRAGRetriever
-from qrag.training.model.encoders import bundled_minilm_path
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import load_model
 from qrag.training.search.searcher import LexicalFallbackWarning
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.slow]  # all-MiniLM-L6-v2 embeds every collection and the shipped model hops over it
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 MODEL = "qrag/hotpotqa-minilm"  # its chunk tower is the untrained, normalised all-MiniLM-L6-v2
 TEXTS = [
     "Paris is the capital and most populous city of France.",
@@ -41,27 +40,6 @@ TEXTS = [
 IDS = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"doc-{i}")) for i in range(len(TEXTS))]  # Qdrant takes UUIDs
 QUESTIONS = ["Who designed the tower built for the 1889 fair?", "Which beekeeper first climbed the highest mountain?",
              "In which museum does Leonardo's most famous painting hang?"]
-
-
-class MiniLMEmbeddings(Embeddings):
-    """What a user passes (sentence-transformers' all-MiniLM-L6-v2: mean pooling, normalised, 256 tokens), written
-    here with transformers alone, independently of qrag's towers."""
-
-    def __init__(self) -> None:
-        from transformers import AutoModel, AutoTokenizer
-
-        path = str(bundled_minilm_path())
-        self.tokenizer, self.model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        with torch.no_grad():
-            batch = self.tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
-            hidden = self.model(**batch).last_hidden_state  # (B, L, D)
-            mask = batch["attention_mask"].unsqueeze(-1).float()  # (B, L, 1)
-            return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).tolist()  # type: ignore[no-any-return]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embed_documents([text])[0]
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +97,17 @@ def _same(expected: list[Any], got: list[Any]) -> None:
     assert [d.metadata["past_stop"] for d in got] == [d.metadata["past_stop"] for d in expected]
 
 
+def test_an_in_memory_minilm_store_gives_what_from_texts_gives_and_another_encoder_is_refused(
+        embeddings: Embeddings, qnet: QNetwork, exact: QRAGRetriever) -> None:
+    """The default suite's share: one cosine store of 12 passages, the shipped paragraph model with its BM25."""
+    retriever = QRAGRetriever.from_vector_store(_in_memory(embeddings), qnet)
+    for q in QUESTIONS:
+        _same(exact.invoke(q), retriever.invoke(q))
+    with pytest.raises(MetricError, match="another encoder"):
+        QRAGRetriever.from_vector_store(_in_memory(DeterministicFakeEmbedding(size=384)), qnet)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(MAKERS))
 def test_a_minilm_collection_gives_what_from_texts_gives(kind: str, embeddings: Embeddings, qnet: QNetwork,
                                                          exact: QRAGRetriever) -> None:
@@ -128,13 +117,15 @@ def test_a_minilm_collection_gives_what_from_texts_gives(kind: str, embeddings: 
             _same(exact.invoke(q, **opts), retriever.invoke(q, **opts))
 
 
-def test_through_a_chroma_server(server: tuple[int, Any],  # noqa: F811 embeddings: Embeddings, qnet: QNetwork,
-                                 exact: QRAGRetriever) -> None:
+@pytest.mark.slow
+def test_through_a_chroma_server(server: tuple[int, Any], embeddings: Embeddings,  # noqa: F811 (the fixture)
+                                 qnet: QNetwork, exact: QRAGRetriever) -> None:
     retriever = QRAGRetriever.from_vector_store(_chroma(embeddings, host="127.0.0.1", port=server[0]), qnet)
     for q in QUESTIONS:
         _same(exact.invoke(q), retriever.invoke(q))
 
 
+@pytest.mark.slow
 def test_llama_index_over_a_default_chroma_collection(embeddings: Embeddings, qnet: QNetwork) -> None:
     pytest.importorskip("llama_index.vector_stores.chroma")
     from llama_index.core.schema import TextNode
@@ -152,6 +143,7 @@ def test_llama_index_over_a_default_chroma_collection(embeddings: Embeddings, qn
         assert [n.node.metadata["q_value"] for n in b] == pytest.approx([n.node.metadata["q_value"] for n in a], abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(MAKERS))
 def test_a_collection_another_encoder_filled_is_refused_before_any_query(kind: str, qnet: QNetwork) -> None:
     store = MAKERS[kind](DeterministicFakeEmbedding(size=384))
@@ -159,6 +151,7 @@ def test_a_collection_another_encoder_filled_is_refused_before_any_query(kind: s
         QRAGRetriever.from_vector_store(store, qnet)
 
 
+@pytest.mark.slow
 def test_a_store_that_does_not_say_its_metric_is_probed(embeddings: Embeddings, qnet: QNetwork,
                                                         exact: QRAGRetriever) -> None:
     class MyStore(InMemoryVectorStore):  # a class qrag does not know: its metric is read off its scores
@@ -191,6 +184,7 @@ def test_chunk_towers_that_cannot_read_a_cosine_store_are_refused_by_name(tiny_e
                                                                       position_mode="relative"))
 
 
+@pytest.mark.slow
 def test_bm25_over_the_store_keeps_in_step_with_adds_and_deletes(embeddings: Embeddings, qnet: QNetwork) -> None:
     retriever = QRAGRetriever.from_vector_store(_in_memory(embeddings), qnet)
     more = ["The Mona Lisa was stolen from the Louvre in 1911 by Vincenzo Peruggia."]
