@@ -1,8 +1,9 @@
-"""The versions of an in-process index's LlamaIndex nodes: each a snapshot of the index and the node of each of its rows,
-published together, so a retrieval's node bodies and a persist's docstore are those of the rows it searched or saved.
+"""The versions of an in-process index's LlamaIndex nodes, which its retrievers read, persist and change.
 
-Every `QRAGLlamaIndexRetriever` over one index shares its `Shelf` (one writer at a time, readers never wait), so a
-node inserted or deleted through any of them is seen by all.
+Each version is a snapshot of the index and the node of each of its rows, published together, so that a retrieval's
+node bodies and a persist's docstore are those of the rows it searched or saved. Every `QRAGLlamaIndexRetriever`
+over one index shares its `Shelf` (one writer at a time, readers never wait), so a node inserted or deleted through
+any of them is seen by all.
 """
 
 from __future__ import annotations
