@@ -10,9 +10,11 @@ drops the low-precision copy and the graphs and refuses a network whose adapters
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -79,6 +81,7 @@ CHUNK_BATCH = 128
 """Chunks per encoder pass when indexing on a CPU."""
 QUESTION_VECTORS = 4096
 """Questions whose frozen-base vector `f_0(q)` a network keeps for its state anchor (the least recently used goes)."""
+_QUESTION_VECTORS_LOCK = threading.Lock()  # the kept f_0(q) of every network: passes may run in several threads
 GPU_CHUNK_BATCH = 1024
 """Chunks per encoder pass when indexing on a GPU: 51 000 chunks/s of 32-34 tokens in bf16 on one H200
 (docs/RESULTS.md, "Position-aware scoring")."""
@@ -363,14 +366,24 @@ class QNetwork(nn.Module):
         questions: Sequence[str],
         selected_chunks: Sequence[Sequence[str]],
         batch_size: int = 128,
+        *,
+        tokenize_lock: contextlib.AbstractContextManager[Any] | None = None,
     ) -> torch.Tensor:
-        """State-tower vectors f_θ(q [SEP] c_i1 [SEP] …), (B, D); chunks in the order to render."""
+        """State-tower vectors f_θ(q [SEP] c_i1 [SEP] …), (B, D); chunks in the order to render.
+
+        `tokenize_lock`, when given, is held while the states are tokenised and released for the passes (the fast
+        tokenizers refuse concurrent calls; gradient-free passes of one network may run at once)."""
         if len(questions) != len(selected_chunks):
             raise ValueError(f"got {len(questions)} questions but {len(selected_chunks)} lists of selected chunks.")
         lengths = [len(q) + sum(len(c) for c in sel) for q, sel in zip(questions, selected_chunks, strict=True)]
+
+        def tokenize(idx: list[int]) -> dict[str, torch.Tensor]:
+            with tokenize_lock or contextlib.nullcontext():
+                return self.tokenize_states([questions[i] for i in idx], [selected_chunks[i] for i in idx])
+
         return self._embed(
             self._state_pass(),
-            lambda idx: self.tokenize_states([questions[i] for i in idx], [selected_chunks[i] for i in idx]),
+            tokenize,
             lengths,
             batch_size,
             False,
@@ -633,24 +646,28 @@ class QNetwork(nn.Module):
         question (`QUESTION_VECTORS` of them, while the chunk tower's weights stay as they are), so a search's later
         hops and a training episode's later steps do not encode the question again."""
         stamp = tuple((id(t), t._version, t.device) for t in self.chunk_tower.parameters())
-        if stamp != self._question_stamp:
-            self._question_vectors.clear()
-            self._question_stamp = stamp
         lengths = question["attention_mask"].sum(dim=1).tolist()
         keys = [tuple(row[:n]) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
-        missing = [b for b, key in enumerate(keys) if key not in self._question_vectors]
+        with _QUESTION_VECTORS_LOCK:
+            if stamp != self._question_stamp:
+                self._question_vectors.clear()
+                self._question_stamp = stamp
+            kept = {key: self._question_vectors.get(key) for key in keys}
+        missing = [b for b, key in enumerate(keys) if kept[key] is None]
         if missing:
             idx = torch.tensor(missing, device=question["input_ids"].device)
             width = int(max(lengths[b] for b in missing))
             with eval_mode(self.chunk_tower):
                 new = self.chunk_tower(**{k: v[idx][:, :width] for k, v in question.items()})  # (B', D)
             for b, vector in zip(missing, new, strict=True):
-                self._question_vectors[keys[b]] = vector
-        for key in keys:
-            self._question_vectors.move_to_end(key)
-        while len(self._question_vectors) > QUESTION_VECTORS:
-            self._question_vectors.popitem(last=False)
-        return torch.stack([self._question_vectors[key] for key in keys])  # (B, D)
+                kept[keys[b]] = vector
+        with _QUESTION_VECTORS_LOCK:
+            for key, vector in kept.items():
+                self._question_vectors[key] = vector  # type: ignore[assignment]
+                self._question_vectors.move_to_end(key)
+            while len(self._question_vectors) > QUESTION_VECTORS:
+                self._question_vectors.popitem(last=False)
+        return torch.stack([kept[key] for key in keys])  # type: ignore[misc]  # (B, D)
 
     def _state_tower_for_pass(self) -> Tower:
         """The serving copy in a gradient-free pass, moved to the network's device if the network moved; else the

@@ -8,6 +8,11 @@ of other callers wait, and the next pass encodes all of them at once (up to `max
 length so a bare question is not padded to a state holding passages), then hands each caller its rows. Callers at
 different hops of their searches share passes.
 
+With one intra-op thread (`torch.set_num_threads(1)`, the serving advice for one process per core) a pass leaves
+the machine's other cores idle, so up to `parallel` passes run at once (default: the cores over torch's intra-op
+threads, at most `MAX_PARALLEL`); only the tokenisation holds the model's lock (a network's gradient-free passes
+may run in several threads). With torch's default threads one pass runs at a time, as before.
+
 A caller alone never waits: it finds no pass running and encodes at once. `batch_wait_ms` (default 2, 0: never)
 lets a pass wait that long for company, and only while another search is under way that has not yet asked (a
 search is counted from `searching()`, which `MultiHopSearcher.search` enters): the company it gathers saves a pass.
@@ -21,6 +26,7 @@ Shape legend: R state rows, D vector dim.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import weakref
@@ -30,12 +36,15 @@ from typing import Any
 
 import torch
 
+from qrag.training.model.qnet import QNetwork
 from qrag.training.model.towers import model_lock
 
 BATCH_WAIT_MS = 2.0
 """How long a pass waits for other searches' states (only while one is under way and has not asked yet)."""
 MAX_BATCH = 64
 """Most states one shared pass encodes."""
+MAX_PARALLEL = 4
+"""Most passes of one model that run at once (fewer where the cores are fewer: `parallel`)."""
 LENGTH_RATIO = 2.0
 """States of one pass are encoded in groups whose longest is at most this many times their shortest (in characters,
 the order `embed_states` sorts by): a bare question is not padded to a state holding passages."""
@@ -58,19 +67,24 @@ class StateBatcher:
         model: The network whose `embed_states` encodes (a `QNetwork`, or anything with that method).
         batch_wait_ms: How long a pass may wait for other searches' states, in milliseconds (0: never waits).
         max_batch: Most states one pass encodes.
+        parallel: Most passes at once; None: the cores over torch's intra-op threads (at most `MAX_PARALLEL`), read
+            at every pass (a server sets its threads after loading the model).
 
     Example:
         >>> from qrag.training.search.state_batcher import state_batcher
         >>> state_batcher(model).batch_wait_ms = 0  # doctest: +SKIP  (share passes, never wait)
     """
 
-    def __init__(self, model: Any, batch_wait_ms: float = BATCH_WAIT_MS, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, model: Any, batch_wait_ms: float = BATCH_WAIT_MS, max_batch: int = MAX_BATCH,
+                 parallel: int | None = None) -> None:
         self.model = model
         self.batch_wait_ms = batch_wait_ms
         self.max_batch = max_batch
+        self.parallel = parallel
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
-        self._busy = False
+        self._running = 0  # passes under way
+        self._encoding = 0  # requests those passes encode
         self._searching: dict[int, int] = {}  # thread id → searches it has under way
         self.passes = 0  # shared passes run (how many requests they served: `requests`)
         self.requests = 0
@@ -97,19 +111,22 @@ class StateBatcher:
         with self._cond:
             self._queue.append(req)
             while not req.done:
-                if self._busy:
-                    self._cond.wait()
+                if req not in self._queue or self._running >= self._passes():
+                    self._cond.wait()  # its pass is under way, or as many passes as may run
                     continue
-                self._busy = True
+                self._running += 1
+                batch: list[_Request] = []
                 try:
                     batch = self._gather()
+                    self._encoding += len(batch)
                     self._cond.release()
                     try:
                         self._run(batch)
                     finally:
                         self._cond.acquire()
                 finally:
-                    self._busy = False
+                    self._running -= 1
+                    self._encoding -= len(batch)
                     self._cond.notify_all()
         if req.error is not None:
             raise req.error
@@ -137,19 +154,21 @@ class StateBatcher:
         return sum(len(r.questions) for r in self._queue)
 
     def _absent(self) -> int:
-        """Searches under way beyond those with a request queued (threads, not counting the queued ones)."""
-        return max(0, sum(self._searching.values()) - len(self._queue))
+        """Searches under way that have no request queued or being encoded."""
+        return max(0, sum(self._searching.values()) - len(self._queue) - self._encoding)
+
+    def _passes(self) -> int:
+        """How many passes may run at once."""
+        if self.parallel is not None:
+            return max(1, self.parallel)
+        return max(1, min(MAX_PARALLEL, (os.cpu_count() or 1) // max(1, torch.get_num_threads())))
 
     def _run(self, batch: list[_Request]) -> None:
         """Encode every request of `batch` in passes of similar length, and hand each its rows."""
         questions = [q for r in batch for q in r.questions]
         pieces = [p for r in batch for p in r.pieces]
         try:
-            with model_lock(self.model):
-                if len(batch) == 1:  # a caller alone: its states exactly as `embed_states` batches them
-                    vectors = self.model.embed_states(questions, pieces, batch_size=batch[0].batch_size)
-                else:
-                    vectors = _encode_grouped(self.model, questions, pieces, max(r.batch_size for r in batch))
+            vectors = _encode_grouped(self.model, questions, pieces, max(r.batch_size for r in batch), len(batch) > 1)
         except BaseException as e:  # every caller of the pass sees its error
             for r in batch:
                 r.error, r.done = e, True
@@ -162,8 +181,20 @@ class StateBatcher:
             start += len(r.questions)
 
 
-def _encode_grouped(model: Any, questions: list[str], pieces: list[Sequence[str]], batch_size: int) -> torch.Tensor:
-    """(R, D) `model.embed_states` of the rows, in groups whose character lengths are within `LENGTH_RATIO`."""
+def _encode_grouped(model: Any, questions: list[str], pieces: list[Sequence[str]], batch_size: int,
+                    group: bool) -> torch.Tensor:
+    """(R, D) `model.embed_states` of the rows, with `group` in groups whose character lengths are within
+    `LENGTH_RATIO` (a caller alone: its states exactly as `embed_states` batches them). A `QNetwork` holds its lock
+    only to tokenise; anything else holds it throughout."""
+    if isinstance(model, QNetwork):
+        def embed(qs: list[str], ps: list[Sequence[str]]) -> torch.Tensor:
+            return model.embed_states(qs, ps, batch_size=batch_size, tokenize_lock=model_lock(model))
+    else:
+        def embed(qs: list[str], ps: list[Sequence[str]]) -> torch.Tensor:
+            with model_lock(model):
+                return model.embed_states(qs, ps, batch_size=batch_size)  # type: ignore[no-any-return]
+    if not group:
+        return embed(questions, pieces)
     lengths = [len(q) + sum(len(c) for c in p) for q, p in zip(questions, pieces, strict=True)]
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     groups: list[list[int]] = []
@@ -173,10 +204,10 @@ def _encode_grouped(model: Any, questions: list[str], pieces: list[Sequence[str]
         else:
             groups.append([i])
     if len(groups) == 1:
-        return model.embed_states(questions, pieces, batch_size=batch_size)  # type: ignore[no-any-return]
+        return embed(questions, pieces)
     out: torch.Tensor | None = None
     for g in groups:
-        v = model.embed_states([questions[i] for i in g], [pieces[i] for i in g], batch_size=batch_size)  # (G, D)
+        v = embed([questions[i] for i in g], [pieces[i] for i in g])  # (G, D)
         if out is None:
             out = v.new_empty(len(questions), v.shape[1])
         out[torch.tensor(g, device=v.device)] = v

@@ -24,11 +24,21 @@ class SlowPasses:
 
     def __init__(self, model: Any, seconds: float = 0.05) -> None:
         self.inner, self.seconds, self.calls = model.embed_states, seconds, 0
+        self.running = self.most_at_once = 0
+        self._lock = threading.Lock()
 
-    def __call__(self, questions: Sequence[str], pieces: Sequence[Sequence[str]], batch_size: int = 128) -> torch.Tensor:
-        self.calls += 1
+    def __call__(self, questions: Sequence[str], pieces: Sequence[Sequence[str]], batch_size: int = 128,
+                 **options: Any) -> torch.Tensor:
+        with self._lock:
+            self.calls += 1
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
         time.sleep(self.seconds)
-        return self.inner(questions, pieces, batch_size=batch_size)  # type: ignore[no-any-return]
+        try:
+            return self.inner(questions, pieces, batch_size=batch_size, **options)  # type: ignore[no-any-return]
+        finally:
+            with self._lock:
+                self.running -= 1
 
 
 def ask_together(searcher: MultiHopSearcher, questions: list[str], **overrides: Any) -> list[Any]:
@@ -64,6 +74,18 @@ def test_concurrent_searches_share_passes_and_return_what_one_at_a_time_does(tin
             assert x.score == pytest.approx(y.score, abs=1e-5)
 
 
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_at_most_parallel_passes_run_at_once(tiny_qnet, parallel: int) -> None:  # type: ignore[no-untyped-def]
+    searcher = MultiHopSearcher(tiny_qnet, ChunkIndex.from_texts(tiny_qnet, TEXTS))
+    alone = [searcher.search_one(q, k=3, max_hops=2) for q in QUESTIONS]
+    state_batcher(tiny_qnet).parallel = parallel
+    state_batcher(tiny_qnet).batch_wait_ms = 0  # the first pass goes alone: the others queue behind it
+    passes = tiny_qnet.embed_states = SlowPasses(tiny_qnet)
+    together = ask_together(searcher, QUESTIONS, k=3, max_hops=2)
+    assert passes.most_at_once == parallel
+    assert [[h.chunk.id for h in r.hits] for r in together] == [[h.chunk.id for h in r.hits] for r in alone]
+
+
 def test_a_caller_alone_never_waits(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
     batcher = StateBatcher(tiny_qnet, batch_wait_ms=60_000)
 
@@ -82,7 +104,8 @@ def test_an_encoder_error_reaches_every_caller_of_its_pass(tiny_qnet) -> None:  
     gate = threading.Event()
     calls = 0
 
-    def failing(questions: Sequence[str], pieces: Sequence[Sequence[str]], batch_size: int = 128) -> torch.Tensor:
+    def failing(questions: Sequence[str], pieces: Sequence[Sequence[str]], batch_size: int = 128,
+                **options: Any) -> torch.Tensor:
         nonlocal calls
         calls += 1
         gate.wait(5)  # the first pass holds the queue until every caller has asked
