@@ -62,3 +62,12 @@ def test_kept_question_vectors_follow_the_base_weights(tiny_encoder_path: Path) 
     after = qnet.embed_states(QUESTIONS[:1], [[]])  # the bare question is f_0(q) itself: it must move
     assert not torch.allclose(before, after, atol=1e-4)
     torch.testing.assert_close(after, qnet.state_vectors(qnet.tokenize_states(QUESTIONS[:1], [[]])), atol=1e-5, rtol=0)
+
+
+def test_state_parts_anchor_is_the_frozen_term_and_zero_on_bare_questions(tiny_encoder_path: Path) -> None:
+    qnet = trained(tiny_encoder_path, "question")
+    inputs = qnet.tokenize_states(QUESTIONS, TAKEN)
+    parts = qnet.state_parts(inputs, top=1)
+    want = qnet.state_vectors(inputs)  # f_θ(s) + f_0(q) − f_0(s), every term over the whole batch
+    assert parts.anchor is not None and torch.equal(parts.anchor[2], torch.zeros_like(parts.anchor[2]))  # s = q
+    torch.testing.assert_close(qnet.state_vectors(parts), want, atol=1e-5, rtol=0)
