@@ -38,6 +38,7 @@ from qrag.training.search import (
     check_delete_ids,
     check_metadatas,
     check_query,
+    check_retriever_backend,
     check_texts,
     check_trace_keys,
     load_model,
@@ -188,7 +189,7 @@ class QRAGRetriever(BaseRetriever):
         metadatas: Iterable[dict[str, Any]] | None = None,
         ids: Iterable[str] | None = None,
         *,
-        backend: Literal["torch", "faiss"] = "torch",
+        backend: Literal["torch"] = "torch",
         show_progress: bool | None = None,
         ordered: bool = False,
         precision: Precision = "fp32",
@@ -202,13 +203,14 @@ class QRAGRetriever(BaseRetriever):
         `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
         state passes from a bf16 copy of the state tower: `QNetwork.serve_in`). Texts longer than the model reads are
         searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
+        check_retriever_backend(backend, "QRAGRetriever.from_texts")
         kwargs = cls._constructor_fields(kwargs)  # a bad argument is refused before anything is embedded
         texts = check_texts(texts)
         metas = check_metadatas(metadatas, len(texts))
         for i, meta in enumerate(metas):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         qnet = load_model(model, precision=precision)
-        index = ChunkIndex.from_texts(qnet, texts, ids, metas, backend=backend, show_progress=show_progress,
+        index = ChunkIndex.from_texts(qnet, texts, ids, metas, show_progress=show_progress,
                                       ordered=ordered, precision=precision, long_chunks=long_chunks)
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
 

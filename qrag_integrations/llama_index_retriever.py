@@ -33,6 +33,7 @@ from qrag.training.search import (
     check_delete_ids,
     check_json_metadata,
     check_query,
+    check_retriever_backend,
     check_trace_keys,
     load_model,
     recover_folder,
@@ -178,7 +179,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         model: QNetwork | str | Path | None = None,
         similarity_top_k: int | None = 2,
         node_parser: NodeParser | None = None,
-        backend: Literal["torch", "faiss"] = "torch",
+        backend: Literal["torch"] = "torch",
         ordered: bool = False,
         precision: Precision = "fp32",
         long_chunks: LongChunks = "windows",
@@ -190,6 +191,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
         state passes from a bf16 copy of the state tower: `QNetwork.serve_in`). Nodes longer than the model reads are
         searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
+        check_retriever_backend(backend, "QRAGLlamaIndexRetriever.from_defaults")
         if model is None:
             raise ValueError("from_defaults needs model=: a QNetwork, a checkpoint folder or an encoder name.")
         if (nodes is None) == (documents is None):
@@ -204,7 +206,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], [n.metadata for n in nodes],
-                                      backend=backend, ordered=ordered, precision=precision, long_chunks=long_chunks)
+                                      ordered=ordered, precision=precision, long_chunks=long_chunks)
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
     @classmethod

@@ -410,3 +410,16 @@ def test_a_failed_atomic_text_write_keeps_the_old_file(tmp_path: Path) -> None:
         write_text_atomic(path, SURROGATE)  # fails while writing the temporary file
     assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["speed.json"]
 
+
+
+@pytest.mark.parametrize("backend", ["faiss", "annoy"])
+def test_a_retriever_refuses_a_backend_its_hops_would_not_use(tiny_qnet: QNetwork, backend: str) -> None:
+    """The hops score every chunk with the model: backend='faiss' would change nothing but the dependency."""
+    from llama_index.core.schema import TextNode
+
+    from qrag.integrations import QRAGLlamaIndexRetriever, QRAGRetriever
+
+    with pytest.raises(ValueError, match=f"backend={backend!r}" if backend != "faiss" else "FAISS is never asked"):
+        QRAGRetriever.from_texts(["a b", "c d"], model=tiny_qnet, backend=backend)
+    with pytest.raises(ValueError, match="backend="):
+        QRAGLlamaIndexRetriever.from_defaults(nodes=[TextNode(text="a b")], model=tiny_qnet, backend=backend)

@@ -214,3 +214,17 @@ def check_delete_ids(ids: Any, who: str) -> list[str]:
     if bad is not None:
         raise ValueError(f"{who} takes ids as strings, got {type(bad).__name__} {bad!r:.60}; pass [{str(bad)!r}].")
     return out
+
+
+def check_retriever_backend(backend: Any, who: str) -> None:
+    """Refuse `backend='faiss'` on a retriever: its hops score every chunk with the model (Q plus lexical evidence,
+    windows, positions and the floor's mask all need every score), so FAISS would change nothing but the dependency.
+    FAISS serves `ChunkIndex.search` / `topk`, the one-step search of a bare vector."""
+    if backend == "torch":
+        return
+    if backend == "faiss":
+        raise ValueError(f"{who}(backend='faiss') would search exactly as backend='torch' does: every hop scores "
+                         "every chunk with the model (its lexical evidence, windows and the filter's mask need every "
+                         "score), so FAISS is never asked. Drop backend=; for a one-step FAISS search of vectors use "
+                         "ChunkIndex.from_texts(model, texts, backend='faiss').search(...).")
+    raise ValueError(f"{who} got backend={backend!r}; the only backend is 'torch' (the default).")

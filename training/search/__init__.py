@@ -27,6 +27,7 @@ from qrag.training.input_checks import (  # stdlib only: imported as it is
     check_json_metadata,
     check_metadatas,
     check_query,
+    check_retriever_backend,
     check_text_list,
     check_texts,
     check_trace_keys,
@@ -66,4 +67,4 @@ __getattr__, __dir__, _lazy = lazy_loader.attach(__name__, submod_attrs={
     "settings": ["FILLS", "FROM_MODEL", "Fill", "FromModel", "Order", "SearchConfig", "SearchError"],
 })
 __all__ = [*_lazy, "check_delete_ids", "check_ids", "check_json_metadata", "check_metadatas", "check_query",
-           "check_text_list", "check_texts", "check_trace_keys"]
+           "check_retriever_backend", "check_text_list", "check_texts", "check_trace_keys"]
