@@ -28,6 +28,7 @@ from qrag.integrations.metric import (
 )
 from qrag.integrations.store_filters import langchain_store_kind, store_filter
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
+from qrag.integrations.store_writes import writer_lock
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
     Chunk,
@@ -60,27 +61,27 @@ def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, ScoreMap 
         MetricError: a metric no score map reads (Qdrant MANHATTAN).
         TypeError: the store cannot search by vector with scores.
     """
-    kind = type(store).__name__
-    if langchain_store_kind(store) == "chroma":  # a subclass too
+    kind = langchain_store_kind(store)  # a subclass too
+    if kind == "chroma":
         space = chroma_space(store._collection)  # type: ignore[attr-defined]
         search = store.similarity_search_by_vector_with_relevance_scores  # type: ignore[attr-defined]
         return search, ScoreMap(CHROMA_CONVENTIONS[space]) if space in CHROMA_CONVENTIONS else None
     search = getattr(store, "similarity_search_with_score_by_vector", None)
     if not callable(search):
         raise TypeError(
-            f"{kind} has no similarity_search_with_score_by_vector(); qrag needs the raw scores of a vector search "
+            f"{type(store).__name__} has no similarity_search_with_score_by_vector(); qrag needs the raw scores of a vector search "
             "(e.g. Chroma, Qdrant, FAISS or LangChain's InMemoryVectorStore)."
         )
-    if kind == "QdrantVectorStore":
+    if kind == "qdrant":
         distance = str(getattr(getattr(store, "distance", ""), "name", getattr(store, "distance", ""))).upper()
         name = next((c for d, c in QDRANT_CONVENTIONS.items() if distance.endswith(d)), None)
         if name is None:
             raise MetricError(f"the Qdrant collection uses {distance!r}, whose scores give no inner product; create it "
                               "with distance=Distance.DOT (or COSINE for unit vectors).")
         return search, ScoreMap(name)
-    if kind == "InMemoryVectorStore":
+    if kind == "in-memory":
         return search, ScoreMap("cosine")
-    if kind == "FAISS":
+    if kind == "faiss":
         strategy = str(getattr(getattr(store, "distance_strategy", ""), "name", "")).upper()
         return search, ScoreMap("ip" if strategy == "MAX_INNER_PRODUCT" else "l2_squared",
                                 normalizes_query=bool(getattr(store, "_normalize_L2", False)))
@@ -92,22 +93,22 @@ def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[A
     them, and their stored vectors; None for a store qrag cannot read (its search alone is used then)."""
     from langchain_core.documents import Document
 
-    kind = type(store).__name__
-    if kind == "Chroma":
+    kind = langchain_store_kind(store)
+    if kind == "chroma":
         got = store._collection.get(limit=limit, include=["documents", "metadatas", "embeddings"])  # type: ignore[attr-defined]
         docs = [Document(page_content=t or "", metadata=m or {}, id=i)
                 for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
         return docs, [list(map(float, v)) for v in got["embeddings"]]
-    if kind == "InMemoryVectorStore":
+    if kind == "in-memory":
         items = list(store.store.values())[:limit]  # type: ignore[attr-defined]
         return ([Document(page_content=d["text"], metadata=d.get("metadata") or {}, id=d["id"]) for d in items],
                 [list(d["vector"]) for d in items])
-    if kind == "FAISS":
+    if kind == "faiss":
         rows = sorted(store.index_to_docstore_id.items())[:limit]  # type: ignore[attr-defined]
         docs = [store.docstore.search(cid) for _, cid in rows]  # type: ignore[attr-defined]
         docs = [Document(page_content=d.page_content, metadata=d.metadata, id=cid) for d, (_, cid) in zip(docs, rows, strict=True)]
         return docs, [store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
-    if kind == "QdrantVectorStore":
+    if kind == "qdrant":
         points: list[Any] = []
         docs, vectors, offset = [], [], None
         while limit is None or len(points) < limit:
@@ -127,12 +128,12 @@ def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[A
 
 def store_name(store: VectorStore) -> str:
     """How messages name a store: a Chroma or Qdrant collection by its name, any other by its class."""
-    kind = type(store).__name__
-    if kind == "Chroma":
+    kind = langchain_store_kind(store)
+    if kind == "chroma":
         return f"the Chroma collection {store._collection.name!r}"  # type: ignore[attr-defined]
-    if kind == "QdrantVectorStore":
+    if kind == "qdrant":
         return f"the Qdrant collection {store.collection_name!r}"  # type: ignore[attr-defined]
-    return kind
+    return type(store).__name__
 
 
 class QRAGEmbeddings(Embeddings):
@@ -176,9 +177,7 @@ def store_metric(store: VectorStore) -> str | None:
     """The similarity a LangChain vector store ranks by, lower-cased ('dot', 'cosine', 'euclidean', ...), or
     None when it cannot be told (Qdrant `distance`, FAISS/PGVector `distance_strategy`, Chroma `hnsw:space`;
     `InMemoryVectorStore` is always cosine)."""
-    from langchain_core.vectorstores import InMemoryVectorStore
-
-    if isinstance(store, InMemoryVectorStore):
+    if langchain_store_kind(store) == "in-memory":
         return "cosine"
     for attr in ("distance", "distance_strategy", "_distance_strategy"):
         value = getattr(store, attr, None)
@@ -298,44 +297,55 @@ class LangChainChunkStore:
     def add_texts(self, texts: list[str], metadatas: list[dict[str, Any]], ids: Sequence[str] | None) -> list[str]:
         """Add checked texts to the store under `ids` (default: new random ids); returns the ids.
 
+        The check and the add hold the store's writer lock (`store_writes.writer_lock`, one per store object, shared
+        by every qrag retriever over it), so two adds of one id in this process give one add and one refusal.
+        Writers in other processes are not covered: the database must enforce unique ids itself.
+
         Raises:
             ValueError: an id the store already holds (named; nothing is added: stores differ, Chroma would
                 overwrite it, so qrag refuses as its own index does), or a store that cannot look ids up.
         """
         new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
-        held = stored_ids(self.store, new_ids)
-        taken = [i for i in new_ids if i in held]
-        if taken:
-            raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__} store; delete them "
-                             "first to replace them, or add the texts under new ids. Nothing was added.")
-        added = list(self.store.add_texts(texts, metadatas, ids=new_ids))
+        with writer_lock(self.store):
+            held = stored_ids(self.store, new_ids)
+            taken = [i for i in new_ids if i in held]
+            if taken:
+                raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__} store; delete "
+                                 "them first to replace them, or add the texts under new ids. Nothing was added.")
+            added = list(self.store.add_texts(texts, metadatas, ids=new_ids))
+            self._added_lexical(texts, metadatas, added)
+        return added
+
+    def _added_lexical(self, texts: list[str], metadatas: list[dict[str, Any]], added: list[str]) -> None:
+        """Keep the BM25 index of the store's documents in step with an add."""
         if self.text_index is not None:
-            qdrant = type(self.store).__name__ == "QdrantVectorStore"  # its search names a point by metadata `_id`
+            qdrant = langchain_store_kind(self.store) == "qdrant"  # its search names a point by metadata `_id`
             chunks = [self._chunk(Document(page_content=t, metadata={**(m or {}), "_id": _uuid_form(i)} if qdrant
                                            else dict(m or {}), id=None if qdrant else i))
                       for t, m, i in zip(texts, metadatas, added, strict=True)]
             self.text_index.added([c.id for c in chunks], [c.text for c in chunks], [c.metadata for c in chunks])
-        return added
 
     def delete(self, ids: list[str]) -> None:
-        """Delete these ids from the store.
+        """Delete these ids from the store, the check and the delete under the store's writer lock (as `add_texts`).
 
         Raises:
             ValueError: an id the store does not hold (named; nothing is deleted: Chroma and Qdrant would ignore
                 it), a deletion that would empty the store, or a store that cannot look ids up.
         """
-        kind = type(self.store).__name__
-        held = stored_ids(self.store, ids)
-        missing = sorted({i for i in ids if i not in held})
-        if missing:
-            raise ValueError(f"ids {missing[:5]} are not in this {kind} store; nothing was deleted.")
-        size = store_size(self.store)
-        if size is not None and ids and len(set(ids)) >= size:
-            raise ValueError(f"cannot delete every document of this {kind} store; build a new one for a new corpus.")
-        if ids:
-            self.store.delete(ids=ids)
-            if self.text_index is not None:
-                self.text_index.deleted(set(ids) | {_uuid_form(i) for i in ids})
+        name = type(self.store).__name__
+        with writer_lock(self.store):
+            held = stored_ids(self.store, ids)
+            missing = sorted({i for i in ids if i not in held})
+            if missing:
+                raise ValueError(f"ids {missing[:5]} are not in this {name} store; nothing was deleted.")
+            size = store_size(self.store)
+            if size is not None and ids and len(set(ids)) >= size:
+                raise ValueError(f"cannot delete every document of this {name} store; build a new one for a new "
+                                 "corpus.")
+            if ids:
+                self.store.delete(ids=ids)
+                if self.text_index is not None:
+                    self.text_index.deleted(set(ids) | {_uuid_form(i) for i in ids})
 
     def _chunk(self, doc: Any) -> Chunk:
         meta = dict(doc.metadata or {})
@@ -360,7 +370,8 @@ def stored_ids(store: VectorStore, ids: Sequence[str]) -> set[str]:
     """
     if not ids:
         return set()
-    if type(store).__name__ == "Chroma":
+    kind = langchain_store_kind(store)
+    if kind == "chroma":
         return set(store._collection.get(ids=list(ids), include=[])["ids"])  # type: ignore[attr-defined]
     try:
         found = store.get_by_ids(list(ids))
@@ -370,7 +381,7 @@ def stored_ids(store: VectorStore, ids: Sequence[str]) -> set[str]:
             "id is new and a deleted one exists; add to and delete from that store through its own API."
         ) from None
     held = {str(d.id if d.id is not None else d.metadata.get("_id")) for d in found}  # Qdrant: metadata `_id`
-    if type(store).__name__ == "QdrantVectorStore":  # it returns a UUID in its dashed form whatever form was given
+    if kind == "qdrant":  # it returns a UUID in its dashed form whatever form was given
         return {i for i in ids if _uuid_form(i) in held}
     return held & set(ids)
 
@@ -384,11 +395,11 @@ def _uuid_form(cid: str) -> str:
 
 def store_size(store: VectorStore) -> int | None:
     """How many documents a LangChain vector store holds, where it can be told (Chroma, Qdrant, in-memory)."""
-    kind = type(store).__name__
-    if kind == "Chroma":
+    kind = langchain_store_kind(store)
+    if kind == "chroma":
         return int(store._collection.count())  # type: ignore[attr-defined]
-    if kind == "QdrantVectorStore":
+    if kind == "qdrant":
         return int(store.client.count(store.collection_name, exact=True).count)  # type: ignore[attr-defined]
-    if kind == "InMemoryVectorStore":
+    if kind == "in-memory":
         return len(store.store)  # type: ignore[attr-defined]
     return None

@@ -18,7 +18,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from qrag.integrations.llama_index_filters import metadata_filters_for
+from qrag.integrations.llama_index_filters import is_chroma_store, metadata_filters_for
 from qrag.integrations.metric import (
     SAMPLE,
     Convention,
@@ -29,6 +29,7 @@ from qrag.integrations.metric import (
     fresh_unit_vectors,
 )
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
+from qrag.integrations.store_writes import writer_lock
 from qrag.training.model import QNetwork
 from qrag.training.search import Chunk, Filter, ScoredChunk, check_ids, search_rows
 
@@ -42,8 +43,8 @@ def llama_index_score_map(store: BasePydanticVectorStore) -> ScoreMap | None:
     """How a LlamaIndex store's query similarity (after `distance`) gives ⟨query, x⟩; None where it does not say.
 
     `ChromaVectorStore` reports `exp(−distance)` with Chroma's distance for its space ('ip' 1 − ⟨q, x⟩, 'cosine'
-    1 − cos, 'l2' squared L2); `distance` takes the logarithm back."""
-    if type(store).__name__ == "ChromaVectorStore":
+    1 − cos, 'l2' squared L2); `distance` takes the logarithm back. A subclass of a store is read as the store."""
+    if is_chroma_store(store):
         space = chroma_space(store._collection)  # type: ignore[attr-defined]
         return ScoreMap(CHROMA_CONVENTIONS[space]) if space in CHROMA_CONVENTIONS else None
     return None
@@ -53,7 +54,7 @@ def llama_index_inner_product(store: BasePydanticVectorStore) -> Callable[[float
     """Map a LlamaIndex store's query similarity to ⟨query, g_φ(c)⟩ for an inner-product store (unit queries: use
     `LlamaIndexChunkStore`, which knows each query's norm, for cosine and L2 stores)."""
     found = llama_index_score_map(store) or ScoreMap("ip")
-    exp = type(store).__name__ == "ChromaVectorStore"
+    exp = is_chroma_store(store)
     return lambda s: found.inner(_distance(s) if exp else s, 1.0) if not exp or s > 0 else -math.inf
 
 
@@ -87,7 +88,7 @@ class LlamaIndexChunkStore:
                             "from the store (use a store with stores_text=True, e.g. ChromaVectorStore).")
         self.store = store
         self.position_key = position_key
-        self._exp = type(store).__name__ == "ChromaVectorStore"
+        self._exp = is_chroma_store(store)
         self.text_index: StoreLexical | None = None
         where = (f"the Chroma collection {store._collection.name!r}" if self._exp  # type: ignore[attr-defined]
                  else type(store).__name__)
@@ -162,43 +163,55 @@ class LlamaIndexChunkStore:
         """Add `nodes` to the store, those without a vector embedded by `embed` (texts as `MetadataMode.EMBED`
         renders them) once their ids are checked.
 
+        The ids are checked again, and the nodes added, under the store's writer lock (`store_writes.writer_lock`,
+        one per store object, shared by every qrag retriever over it; embedding runs outside it), so two inserts of
+        one id in this process give one insert and one refusal. Writers in other processes are not covered: the
+        database must enforce unique ids itself.
+
         Raises:
             ValueError: a node id the store already holds, or one given twice (named; nothing is added: stores
                 differ, Chroma would overwrite it), or a store that cannot look ids up.
         """
         ids = check_ids([n.node_id for n in nodes], len(nodes))
+        self._check_new(ids)  # before embedding: a refused insert costs no encoder pass
+        todo = [n for n in nodes if n.embedding is None]
+        vectors = dict(zip([n.node_id for n in todo],
+                           embed([n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]), strict=True))
+        with writer_lock(self.store):
+            self._check_new(ids)  # another writer may have added one meanwhile
+            self.store.add([n.model_copy(update={"embedding": vectors[n.node_id]}) if n.node_id in vectors else n
+                            for n in nodes])
+            if self.text_index is not None:
+                self.text_index.added([n.node_id for n in nodes], _embed_texts(nodes),
+                                      [dict(n.metadata or {}) for n in nodes])
+
+    def _check_new(self, ids: Sequence[str]) -> None:
         held = self.stored_ids(ids)
         taken = [i for i in ids if i in held]
         if taken:
             raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__}; delete them first to "
                              "replace them, or insert the nodes under new ids. Nothing was added.")
-        todo = [n for n in nodes if n.embedding is None]
-        vectors = dict(zip([n.node_id for n in todo],
-                           embed([n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]), strict=True))
-        self.store.add([n.model_copy(update={"embedding": vectors[n.node_id]}) if n.node_id in vectors else n
-                        for n in nodes])
-        if self.text_index is not None:
-            self.text_index.added([n.node_id for n in nodes], _embed_texts(nodes), [dict(n.metadata or {}) for n in nodes])
 
     def delete(self, node_ids: list[str]) -> None:
-        """Delete these node ids from the store.
+        """Delete these node ids from the store, the check and the delete under the store's writer lock (as `add`).
 
         Raises:
             ValueError: an id the store does not hold (named; nothing is deleted), a deletion that would empty
                 the store, or a store that cannot look ids up.
         """
-        kind = type(self.store).__name__
-        held = self.stored_ids(node_ids)
-        missing = sorted({i for i in node_ids if i not in held})
-        if missing:
-            raise ValueError(f"ids {missing[:5]} are not in this {kind}; nothing was deleted.")
-        size = self.size()
-        if size is not None and node_ids and len(set(node_ids)) >= size:
-            raise ValueError(f"cannot delete every node of this {kind}; build a new one for a new corpus.")
-        if node_ids:
-            self.store.delete_nodes(node_ids)
-            if self.text_index is not None:
-                self.text_index.deleted(set(node_ids))
+        name = type(self.store).__name__
+        with writer_lock(self.store):
+            held = self.stored_ids(node_ids)
+            missing = sorted({i for i in node_ids if i not in held})
+            if missing:
+                raise ValueError(f"ids {missing[:5]} are not in this {name}; nothing was deleted.")
+            size = self.size()
+            if size is not None and node_ids and len(set(node_ids)) >= size:
+                raise ValueError(f"cannot delete every node of this {name}; build a new one for a new corpus.")
+            if node_ids:
+                self.store.delete_nodes(node_ids)
+                if self.text_index is not None:
+                    self.text_index.deleted(set(node_ids))
 
     def ref_doc_node_ids(self, ref_doc_id: str) -> list[str]:
         """The ids of the stored nodes whose source document is `ref_doc_id` (LlamaIndex stores it in each node's
@@ -213,7 +226,7 @@ class LlamaIndexChunkStore:
     def size(self) -> int | None:
         """How many nodes the store holds, where it can be told (Chroma)."""
         collection = getattr(self.store, "_collection", None)
-        return int(collection.count()) if type(self.store).__name__ == "ChromaVectorStore" and collection else None
+        return int(collection.count()) if is_chroma_store(self.store) and collection else None
 
     def _get_nodes(self, **query: Any) -> list[BaseNode]:
         try:

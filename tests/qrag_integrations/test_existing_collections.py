@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
-from langchain_core.vectorstores import InMemoryVectorStore
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from qrag.eval.existing_collections import MiniLMEmbeddings
 from qrag.integrations import MetricError, QRAGLlamaIndexRetriever, QRAGRetriever
@@ -154,8 +154,22 @@ def test_a_collection_another_encoder_filled_is_refused_before_any_query(kind: s
 @pytest.mark.slow
 def test_a_store_that_does_not_say_its_metric_is_probed(embeddings: Embeddings, qnet: QNetwork,
                                                         exact: QRAGRetriever) -> None:
-    class MyStore(InMemoryVectorStore):  # a class qrag does not know: its metric is read off its scores
-        pass
+    class MyStore(VectorStore):  # a store qrag does not know (a subclass of a known one is read as that one)
+        def __init__(self, embedding: Embeddings) -> None:
+            self.inner = InMemoryVectorStore(embedding)
+
+        def add_texts(self, texts: Any, metadatas: Any = None, **kwargs: Any) -> list[str]:
+            return self.inner.add_texts(texts, metadatas, **kwargs)
+
+        def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> Any:
+            return self.inner.similarity_search(query, k, **kwargs)
+
+        def similarity_search_with_score_by_vector(self, embedding: Any, k: int = 4, **kwargs: Any) -> Any:
+            return self.inner.similarity_search_with_score_by_vector(embedding, k, **kwargs)
+
+        @classmethod
+        def from_texts(cls, texts: Any, embedding: Any, metadatas: Any = None, **kwargs: Any) -> Any:
+            raise NotImplementedError
 
     store = MyStore(embeddings)
     store.add_texts(TEXTS, ids=IDS)
