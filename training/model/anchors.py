@@ -26,6 +26,7 @@ import torch
 
 from qrag.training.model.config import StateAnchor
 from qrag.training.model.towers import Tower, eval_mode, passage_inputs, question_inputs
+from qrag.training.model.trunk import layers_of
 
 Inputs = dict[str, torch.Tensor]
 
@@ -45,14 +46,17 @@ def anchored_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_in
 
 
 def served_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_inputs: Inputs, sep_id: int,
-                  question_vectors: Callable[[Inputs], torch.Tensor]) -> torch.Tensor:
+                  question_vectors: Callable[[Inputs], torch.Tensor], shared: int = 0) -> torch.Tensor:
     """(B, D) `anchored_states` of tokenised states (B, L) in a gradient-free pass, each term computed only where it
     does not cancel: a bare question (the first hop, s = q) is `f_θ(q)` under 'question' and `f_0(q)` under
     'first_hop' and 'passages', exactly what the full expressions reduce to; on the rows holding passages each
     pass runs over those rows, cut to their longest. `question_vectors(question)` gives `f_0(q)` of tokenised
-    question pieces (B', Lq)."""
+    question pieces (B', Lq). Under 'question', `shared` bottom layers the two towers have in common
+    (`trunk.shared_layers`) run once for `f_θ(s)` and `f_0(s)`."""
     if mode == "none":
         return state_tower(**state_inputs)  # (B, D)
+    if mode == "question" and shared:
+        return _question_on_shared_trunk(state_tower, base, state_inputs, sep_id, question_vectors, shared)
     if mode == "question":
         s = state_tower(**state_inputs)  # (B, D): f_θ(s)
         return s + served_anchor(base, state_inputs, sep_id, question_vectors).to(s.dtype)
@@ -69,6 +73,30 @@ def served_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_inpu
         rows = _rows(passage_inputs(state_inputs, sep_id), later)
         correction = state_tower(**rows) - _frozen(base, rows)  # (B', D)
     return out.index_put((later.nonzero().squeeze(1),), out[later] + correction.to(out.dtype))
+
+
+def _question_on_shared_trunk(state_tower: Tower, base: Tower, state_inputs: Inputs, sep_id: int,
+                              question_vectors: Callable[[Inputs], torch.Tensor], shared: int) -> torch.Tensor:
+    """Anchor 'question' where the towers share their `shared` bottom layers: the trunk runs once over every row,
+    the state tower's top layers over every row, the base's top layers over the rows holding passages."""
+    top = _layers(state_tower) - shared
+    ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
+    later = question_inputs(state_inputs, sep_id)["attention_mask"].sum(dim=1) < mask.sum(dim=1)  # (B,)
+    hidden = state_tower.trunk(ids, mask, top)  # (B, L, H)
+    s = state_tower.from_trunk(hidden, mask, top)  # (B, D): f_θ(s)
+    if not bool(later.any()):
+        return s
+    rows = _rows(state_inputs, later)  # (B', L')
+    with eval_mode(base):
+        f0_s = base.from_trunk(hidden[later][:, : rows["input_ids"].shape[1]], rows["attention_mask"], top)  # (B', D)
+    anchor = question_vectors(_rows(question_inputs(state_inputs, sep_id), later)) - f0_s  # (B', D)
+    return s.index_put((later.nonzero().squeeze(1),), s[later] + anchor.to(s.dtype))
+
+
+def _layers(tower: Tower) -> int:
+    found = layers_of(tower.encoder)
+    assert found is not None, "shared_layers found layers"
+    return len(found[1])
 
 
 @torch.no_grad()

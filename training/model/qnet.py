@@ -66,7 +66,7 @@ from qrag.training.model.towers import (
     token_rows_and_lengths,
     window_rows,
 )
-from qrag.training.model.trunk import StateParts, check_splittable
+from qrag.training.model.trunk import StateParts, check_splittable, shared_layers
 from qrag.training.overlay import ConfigError
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "CheckpointError", "ChunkLengthWarning", "QNetwork", "Tower", "eval_mode",
@@ -124,6 +124,7 @@ class QNetwork(nn.Module):
         # f_0(q) by the question piece's token ids, valid while the chunk tower's tensors are these (`_base_stamp`)
         self._question_vectors: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self._question_stamp: tuple[Any, ...] = ()
+        self._shared: tuple[tuple[Any, ...], int] | None = None  # `_shared_layers`: (weights' stamp, layers shared)
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -637,8 +638,20 @@ class QNetwork(nn.Module):
         """(B, D) `state_vectors` of tokenised states (B, L) in a gradient-free pass, at the floor of its cost
         (`anchors.served_states`): a bare question's anchor terms that cancel are skipped, and `f_0(q)` is encoded
         once per question (`frozen_questions`), not at every hop."""
-        return served_states(self.config.state_anchor, self._state_tower_for_pass(), self.chunk_tower, state_inputs,
-                             self.tokenizer.sep_token_id, self.frozen_questions)
+        tower = self._state_tower_for_pass()
+        return served_states(self.config.state_anchor, tower, self.chunk_tower, state_inputs,
+                             self.tokenizer.sep_token_id, self.frozen_questions, self._shared_layers(tower))
+
+    def _shared_layers(self, tower: Tower) -> int:
+        """How many bottom layers the state tower `tower` shares with the frozen base under anchor 'question'
+        (`trunk.shared_layers`; 0 otherwise), found again whenever a weight of either changes."""
+        if self.config.state_anchor != "question":
+            return 0
+        stamp = tuple((id(t), t._version, t.dtype) for m in (tower, self.chunk_tower) for t in m.parameters())
+        cached = self._shared
+        if cached is None or cached[0] != stamp:
+            cached = self._shared = (stamp, shared_layers(tower.encoder, self.chunk_tower.encoder))
+        return cached[1]
 
     @torch.no_grad()
     def frozen_questions(self, question: dict[str, torch.Tensor]) -> torch.Tensor:

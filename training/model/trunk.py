@@ -131,3 +131,42 @@ def run_top(encoder: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tens
     for layer in layers[len(layers) - top :]:
         hidden = layer(hidden, mask)
     return hidden
+
+
+def shared_layers(encoder: nn.Module, other: nn.Module) -> int:
+    """How many bottom transformer layers two BERT-like encoders share, embeddings included: each weight equal, in
+    the same dtype (0 when their embeddings differ or either cannot be split). A state tower whose lower layers never
+    trained (`trainer.train_layers`, LoRA adapters merged or still zero there) shares them with its frozen base."""
+    a, b = layers_of(encoder), layers_of(other)
+    if a is None or b is None or len(a[1]) != len(b[1]) or not _same(a[0], b[0]):
+        return 0
+    n = 0
+    for la, lb in zip(a[1], b[1], strict=True):
+        if not _same(la, lb):
+            break
+        n += 1
+    return n
+
+
+def _same(a: nn.Module, b: nn.Module) -> bool:
+    """Whether two modules compute the same function with the same weights (their merged state, LoRA folded in)."""
+    sa, sb = _effective(a), _effective(b)
+    return sa.keys() == sb.keys() and all(sa[k].dtype == sb[k].dtype and torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def _effective(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A module's weights with any LoRA adapter folded in (`W + B·A·scale`), by their base names."""
+    state = {k.replace("base_layer.", ""): v for k, v in module.state_dict().items() if "lora_" not in k}
+    for name, sub in module.named_modules():
+        lora_a, lora_b = getattr(sub, "lora_A", None), getattr(sub, "lora_B", None)
+        if not isinstance(lora_a, nn.ModuleDict) or not lora_a or getattr(sub, "merged", False):
+            continue
+        assert isinstance(lora_b, nn.ModuleDict)
+        key = f"{name}.weight" if name else "weight"
+        for adapter in lora_a:
+            w_b, w_a = lora_b[adapter].weight, lora_a[adapter].weight  # (out, r), (r, in)
+            assert isinstance(w_b, torch.Tensor) and isinstance(w_a, torch.Tensor)
+            delta = w_b @ w_a * sub.scaling[adapter]  # (out, in)
+            state[key] = state[key] + delta.to(state[key].dtype)
+    return state
+

@@ -71,3 +71,21 @@ def test_state_parts_anchor_is_the_frozen_term_and_zero_on_bare_questions(tiny_e
     want = qnet.state_vectors(inputs)  # f_θ(s) + f_0(q) − f_0(s), every term over the whole batch
     assert parts.anchor is not None and torch.equal(parts.anchor[2], torch.zeros_like(parts.anchor[2]))  # s = q
     torch.testing.assert_close(qnet.state_vectors(parts), want, atol=1e-5, rtol=0)
+
+
+def test_towers_sharing_their_lower_layers_run_them_once(tiny_encoder_path: Path) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="question").eval()
+    found = layers_of(qnet.state_tower.encoder)
+    assert found is not None
+    torch.manual_seed(2)
+    with torch.no_grad():  # only the top layer trains (trainer.train_layers=1): the trunk is the base's
+        for p in found[1][-1].parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    assert qnet._shared_layers(qnet.state_tower) == len(found[1]) - 1
+    full = qnet.state_vectors(qnet.tokenize_states(QUESTIONS, TAKEN))
+    base_layers = {"runs": 0}
+    for layer in layers_of(qnet.chunk_tower.encoder)[1]:  # type: ignore[index]
+        layer.register_forward_hook(lambda *_: base_layers.__setitem__("runs", base_layers["runs"] + 1))
+    torch.testing.assert_close(qnet.embed_states(QUESTIONS, TAKEN), full, atol=1e-5, rtol=0)
+    # f_0(q) once (every layer), f_0(s) from the shared trunk: the base's top layer alone
+    assert base_layers["runs"] == len(found[1]) + 1
