@@ -113,6 +113,65 @@ def test_a_llama_index_chroma_subclass_is_searched_and_changed_as_chroma(
     assert collection.count() == len(TEXTS) - 1
 
 
+def _in_memory_kind(texts: list[str], ids: list[str]) -> Any:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    class MyInMemory(InMemoryVectorStore):
+        pass
+
+    store = MyInMemory(DeterministicFakeEmbedding(size=16))
+    store.add_texts(texts, ids=ids)
+    return store
+
+
+def _faiss_kind(texts: list[str], ids: list[str]) -> Any:
+    pytest.importorskip("faiss")
+    from langchain_community.vectorstores import FAISS
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    class MyFAISS(FAISS):
+        pass
+
+    return MyFAISS.from_texts(texts, DeterministicFakeEmbedding(size=16), ids=ids)
+
+
+def _qdrant_kind(texts: list[str], ids: list[str]) -> Any:
+    pytest.importorskip("qdrant_client")
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_qdrant import QdrantVectorStore
+    from qdrant_client.http.models import Distance
+
+    class MyQdrant(QdrantVectorStore):
+        pass
+
+    return MyQdrant.from_texts(texts, DeterministicFakeEmbedding(size=16), ids=ids, location=":memory:",
+                               collection_name="kinds", distance=Distance.COSINE)
+
+
+@pytest.mark.parametrize(("make", "kind", "convention", "size"), [
+    (_in_memory_kind, "in-memory", "cosine", len(TEXTS)), (_faiss_kind, "faiss", "l2_squared", None),
+    (_qdrant_kind, "qdrant", "cosine", len(TEXTS))], ids=["in_memory", "faiss", "qdrant"])
+def test_a_subclass_of_a_known_langchain_store_is_read_as_that_store(make: Any, kind: str, convention: str,
+                                                                    size: int | None) -> None:
+    from qrag.integrations.langchain_embeddings import (
+        langchain_vector_search,
+        read_documents,
+        store_size,
+        stored_ids,
+    )
+    from qrag.integrations.store_filters import langchain_store_kind
+
+    ids = [str(uuid.uuid5(uuid.NAMESPACE_URL, i)) for i in IDS]  # Qdrant takes UUIDs
+    store = make(TEXTS, ids)
+    assert langchain_store_kind(store) == kind
+    known = langchain_vector_search(store)[1]
+    assert known is not None and known.convention == convention  # the store's metric, not a probe of its scores
+    read = read_documents(store)
+    assert read is not None and sorted(d.page_content for d in read[0]) == sorted(TEXTS)
+    assert stored_ids(store, [ids[0], str(uuid.uuid4())]) == {ids[0]} and store_size(store) == size
+
+
 def _race(add: Callable[[str], Any]) -> tuple[list[str], list[BaseException]]:
     """Two threads calling `add(text)` at once, one text each; the texts that were added, and what was raised."""
     start, added, raised = threading.Barrier(2), [], []
