@@ -1,4 +1,4 @@
-"""qrag over collections a user already has, against `QRAGRetriever.from_texts` over the same passages (issue 76).
+"""qrag over collections a user already has, against `QRAGRetriever.from_texts` over the same passages.
 
 Shape legend: B questions, N passages, D vector dim.
 
