@@ -644,8 +644,9 @@ class QNetwork(nn.Module):
 
     def _shared_layers(self, tower: Tower) -> int:
         """How many bottom layers the state tower `tower` shares with the frozen base under anchor 'question'
-        (`trunk.shared_layers`; 0 otherwise), found again whenever a weight of either changes."""
-        if self.config.state_anchor != "question":
+        (`trunk.shared_layers`; 0 otherwise), found again whenever a weight of either changes. A tower that can train
+        shares none: its weights move at every step, and acting keeps the passes it was trained with."""
+        if self.config.state_anchor != "question" or any(p.requires_grad for p in tower.parameters()):
             return 0
         stamp = tuple((id(t), t._version, t.dtype) for m in (tower, self.chunk_tower) for t in m.parameters())
         cached = self._shared

@@ -81,6 +81,8 @@ def test_towers_sharing_their_lower_layers_run_them_once(tiny_encoder_path: Path
     with torch.no_grad():  # only the top layer trains (trainer.train_layers=1): the trunk is the base's
         for p in found[1][-1].parameters():
             p.add_(0.05 * torch.randn_like(p))
+    assert qnet._shared_layers(qnet.state_tower) == 0  # a tower that trains shares nothing
+    qnet.requires_grad_(False)  # served (load_model merges and freezes)
     assert qnet._shared_layers(qnet.state_tower) == len(found[1]) - 1
     full = qnet.state_vectors(qnet.tokenize_states(QUESTIONS, TAKEN))
     base_layers = {"runs": 0}
