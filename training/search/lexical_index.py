@@ -235,7 +235,7 @@ class LexicalIndex:
         # All the postings at once where they fit in a block (one bincount, the fastest sum); else block by block,
         # each added in place. Either way every sum gathers its postings in the same order: the same scores.
         whole = sum(int(ends[-1]) for *_, ends, _ in parts) <= POSTINGS
-        flat = None if whole else np.zeros(n_q * self.count, dtype=np.float64)  # (R · N,)
+        flat: np.ndarray | None = None if whole else np.zeros(n_q * self.count, dtype=np.float64)  # (R · N,)
         keys, values = [], []
         for seg, first, length, ends, start in parts:
             total = int(ends[-1])
