@@ -2,17 +2,34 @@
 
     python scripts/bench_query_cost.py --passages 2000 --queries 30 --threads 1 --callers 8
 
+    python scripts/bench_query_cost.py --sizes 2000,10033,20000,100000 --queries 30 --threads 1 \
+        --saved <folder> --out results/query_cost/sizes.json
+
 `QRAGRetriever.from_texts(summaries, model="qrag/hotpotqa-minilm", k=5)` with the model's own search settings, and
 LangChain's `InMemoryVectorStore` over the bundled all-MiniLM-L6-v2 (`QRAGEmbeddings`, cosine) as the plain
-retriever, k=5, over the first `--passages` Wikipedia summaries (FanOutQA's test questions' evidence pages first;
-the summaries FanOutQA's questions are asked over), asked FanOutQA's test questions (never its dev set, which is
-evaluation only). Torch runs `--threads` intra-op threads.
+retriever, k=5, over the first `--passages` Wikipedia summaries (the FanOutQA summaries, `Title. text`), the pages
+of the questions asked first. The questions are qrag-adapt's, built from the summaries alone
+(`qrag.training.data.synthetic.make_questions`, seed 0): fan-outs and in-links over pages that name one another,
+with no labels and no evaluation-only set read (FanOutQA's questions are not asked). Torch runs `--threads`
+intra-op threads.
 
 - one query at a time: qrag and the plain retriever take turns question by question, so a change of the machine's
   load falls on both; p50 / p90 latency and their ratio;
 - `--callers` threads at once, each asking its own questions, qrag and plain alternating round by round:
   throughput and p50 latency;
-- per qrag query: encoder passes, and the token-layers they ran (rows × padded tokens × layers: the encoder's work).
+- per qrag query: encoder passes, the token-layers they ran (rows × padded tokens × layers: the encoder's work) and
+  the documents taken by hops (not past the stop; the model's guard can stop early), with their histogram.
+
+`--sizes`: qrag (with the model's words and pairs BM25) and the plain retriever one query at a time at each size,
+over one index grown in place (`ChunkIndex.add_vectors`: nothing is embedded twice). The 10 033 summaries are
+embedded once (`--saved` keeps their index for the next run); a size up to 10 033 is the first summaries, a larger
+one is built by repetition: copy c of each summary (c = 1, 2, ...) with " (copy c)" appended to its text, so BM25
+counts it as a document of its own, and its vector perturbed by Gaussian noise of norm `PERTURB` × its own and
+renormalised (near-duplicates, no ties). The plain store holds the same vectors (qrag's chunk tower is the
+normalised base MiniLM; the JSON records the largest difference from the store's own embedder). Per size: p50 /
+p90, encoder passes and hops per query, and the resident memory of `--memory-queries` searches of each retriever
+(the peak, VmHWM after a reset, and its rise over the start; tracemalloc's peak of their Python and NumPy
+allocations).
 
 Writes JSON (`--out`, default results/query_cost/query_cost.json) with the machine (CPU flags, cores, load average,
 torch).
@@ -21,22 +38,36 @@ torch).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import os
 import platform
+import resource
 import statistics
 import threading
 import time
+import tracemalloc
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from langchain_core.embeddings import Embeddings
 
 from qrag.integrations import QRAGEmbeddings, QRAGRetriever
-from qrag.training.data import fanoutqa
+from qrag.training.data.corpus import Corpus
+from qrag.training.data.synthetic import make_questions
 from qrag.training.data.wiki import read_pages
 from qrag.training.model.trunk import layers_of
+from qrag.training.search import ChunkIndex, MultiHopSearcher
+from qrag.training.search.index import weighs_pairs
+from qrag.training.search.lexical import LexicalIndex
+from qrag.training.search.windows import Windows
+
+PERTURB = 0.05
+"""The norm of the noise on a repeated passage's vector, as a share of the vector's own."""
 
 
 def cpu_flags() -> list[str]:
@@ -48,13 +79,22 @@ def cpu_flags() -> list[str]:
     return sorted(f for f in flags if f.startswith(("avx", "amx")))
 
 
-def corpus(passages: int, queries: int) -> tuple[list[str], list[str]]:
-    """The first `passages` summaries, the evidence pages of the first `queries` FanOutQA test questions first."""
+def corpus(passages: int, queries: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """The first `passages` summaries (`Title. text`), the pages of the first `queries` built questions first.
+
+    The questions are qrag-adapt's, built from the summaries alone (`qrag.training.data.synthetic.make_questions`,
+    seed 0: fan-outs and in-links over the pages that name one another; no labels, nothing evaluation-only read),
+    each with its own pages' titles."""
     pages = read_pages()
-    asked = fanoutqa.questions("test")[:queries]
+    titles = list(pages)
+    built = make_questions(Corpus(ids=tuple(titles), texts=tuple(f"{t}. {pages[t].text}" for t in titles),
+                                  source="the Wikipedia summaries", titles=tuple(titles)), seed=0)
+    asked = [{"question": q.question, "kind": q.kind, "supporting": [titles[r] for r in q.supporting]}
+             for q in built[:queries]]
     gold = list(dict.fromkeys(t for q in asked for t in q["supporting"]))
-    titles = (gold + [t for t in pages if t not in set(gold)])[:passages]
-    return [f"{t}. {pages[t].text}" for t in titles], [q["question"] for q in asked]
+    taken = set(gold)
+    order = (gold + [t for t in titles if t not in taken])[:passages]
+    return [f"{t}. {pages[t].text}" for t in order], asked
 
 
 class PassCounter:
@@ -119,6 +159,262 @@ def summary(xs: list[float]) -> dict[str, float]:
     return {"p50_ms": 1e3 * statistics.median(s), "p90_ms": 1e3 * s[int(0.9 * (len(s) - 1))], "calls": len(s)}
 
 
+def counted(retriever: QRAGRetriever, hops: list[int], counter: PassCounter | None = None,
+            passes: list[int] | None = None, **call: Any) -> Callable[[str], Any]:
+    """`retriever.invoke(q, **call)`, appending to `hops` each call's documents taken by hops (those not past the
+    stop) and, with a `counter`, to `passes` the encoder passes it ran."""
+
+    def ask(q: str) -> Any:
+        before = counter.passes if counter is not None else 0
+        docs = retriever.invoke(q, **call)
+        hops.append(sum(not d.metadata.get("past_stop", False) for d in docs))
+        if counter is not None and passes is not None:
+            passes.append(counter.passes - before)
+        return docs
+
+    return ask
+
+
+def pass_counter(qrag: QRAGRetriever) -> PassCounter:
+    qnet = qrag.searcher.model
+    serving: Any = getattr(qnet, "_serving", None)  # a served copy of the state tower (bf16), when there is one
+    return PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None]
+                       + ([serving[1].encoder] if serving else []))
+
+
+def rss_kb(field: str) -> int:
+    """VmRSS or VmHWM (peak resident memory since the last `reset_peak`) of this process, in kB (-1 if unread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def reset_peak() -> bool:
+    """Start VmHWM again from the present resident memory (Linux `clear_refs` 5); False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc `malloc_trim`), so a search's transient allocations
+    show in the resident peak instead of reusing pages an earlier search left resident."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def search_memory(fn: Callable[[str], Any], questions: list[str]) -> dict[str, Any]:
+    """The resident memory around these searches: before (the C heap trimmed), the peak during them (VmHWM after a
+    reset), the peak above the start, and tracemalloc's peak of the Python and NumPy allocations they made (torch's own allocator
+    is not traced) in a second pass over the same questions."""
+    gc.collect()
+    trim_heap()
+    before = rss_kb("VmRSS")
+    reset = reset_peak()
+    for q in questions:
+        fn(q)
+    peak = rss_kb("VmHWM") if reset else -1
+    tracemalloc.start()
+    for q in questions:
+        fn(q)
+    _, traced = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {"rss_before_mb": before / 1024, "rss_peak_mb": peak / 1024 if reset else None,
+            "peak_above_start_mb": (peak - before) / 1024 if reset else None,
+            "tracemalloc_peak_mb": traced / 2**20, "questions": len(questions)}
+
+
+class KnownVectors(Embeddings):
+    """A LangChain embedder returning the vectors given for known texts (`known`) and `base`'s for the rest:
+    the plain store of a large index is filled with the vectors qrag's index already holds."""
+
+    def __init__(self, base: Embeddings) -> None:
+        self.base = base
+        self.known: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in texts if t not in self.known]
+        for t, v in zip(missing, self.base.embed_documents(missing) if missing else [], strict=True):
+            self.known[t] = v
+        return [self.known.pop(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.base.embed_query(text)
+
+
+def copy_text(text: str, copy: int) -> str:
+    """A repeated passage's text: the original with a copy marker, so BM25 counts it as a document of its own."""
+    return f"{text} (copy {copy})"
+
+
+def perturbed(vectors: torch.Tensor, seed: int, scale: float = PERTURB) -> torch.Tensor:
+    """`vectors` plus Gaussian noise of norm about `scale` times theirs, each row renormalised to its own norm."""
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.randn(vectors.shape, generator=g) / vectors.shape[1] ** 0.5
+    norms = vectors.norm(dim=1, keepdim=True)
+    moved = vectors + scale * norms * noise
+    return moved * norms / moved.norm(dim=1, keepdim=True)
+
+
+def reordered(full: ChunkIndex, texts: list[str]) -> tuple[torch.Tensor, Windows | None]:
+    """The chunk vectors and later windows of `full` in the order of `texts` (the same texts, in any order)."""
+    row = {t: i for i, t in enumerate(full.texts)}
+    if len(row) != len(texts) or any(t not in row for t in texts):
+        raise SystemExit(f"the saved index holds other texts than these {len(texts)} summaries; pass another --saved.")
+    perm = torch.tensor([row[t] for t in texts])
+    windows = full.windows
+    if windows is not None and len(windows):
+        new = torch.empty_like(perm)
+        new[perm] = torch.arange(len(perm))
+        owner = new[windows.owner.cpu()]
+        order = torch.argsort(owner, stable=True)
+        windows = Windows(windows.vectors.cpu()[order].float(), owner[order])
+    return full.vectors.cpu()[perm].float(), windows
+
+
+def rows_of(vectors: torch.Tensor, windows: Windows | None, texts: list[str], start: int,
+            stop: int) -> tuple[torch.Tensor, list[str], Windows | None]:
+    """Rows start..stop of the index built by repetition of the N `texts` (they, then copy 1 of each, copy 2, ...):
+    their vectors (copies' perturbed), texts (copies' marked) and later windows (owners from 0 over these rows)."""
+    n = len(texts)
+    vecs, out, win_v, win_o = [], [], [], []
+    at = start
+    while at < stop:
+        copy, first = divmod(at, n)
+        last = min(n, first + stop - at)
+        v = vectors[first:last]
+        vecs.append(v if copy == 0 else perturbed(v, seed=at))
+        out += [texts[r] if copy == 0 else copy_text(texts[r], copy) for r in range(first, last)]
+        if windows is not None and len(windows):
+            keep = (windows.owner >= first) & (windows.owner < last)
+            wv = windows.vectors[keep]
+            win_v.append(wv if copy == 0 else perturbed(wv, seed=-at - 1))
+            win_o.append(windows.owner[keep] - first + (at - start))
+        at += last - first
+    joined = (Windows(torch.cat(win_v), torch.cat(win_o)) if windows is not None and win_v
+              else (Windows.empty(vectors.shape[1]) if windows is not None else None))
+    return torch.cat(vecs), out, joined
+
+
+def sizes_run(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
+    """qrag (and the plain retriever, up to `--plain-up-to`) one query at a time at each size, the index grown in
+    place: the summaries first (size <= 10 033: the first `size`), then copies of them (module docstring)."""
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    texts, asked = corpus(10**9, args.queries)
+    questions = [q["question"] for q in asked]
+    n = len(texts)
+    if sizes != sorted(sizes) or sizes[0] > n or sizes[0] < 1:
+        raise SystemExit(f"--sizes must ascend from at most the {n} summaries, got {sizes}.")
+    t0 = time.perf_counter()
+    if args.saved is not None and args.saved.exists():
+        full_retriever = QRAGRetriever.load_local(args.saved)
+    else:
+        full_retriever = QRAGRetriever.from_texts(texts, model=args.model, k=args.k, show_progress=True)
+        if args.saved is not None:
+            full_retriever.save_local(args.saved)
+    embed_s = time.perf_counter() - t0
+    full = full_retriever.searcher.store
+    if not isinstance(full, ChunkIndex):
+        raise SystemExit(f"the retriever in {args.saved} is not over an in-process index; pass another --saved.")
+    qnet = full_retriever.searcher.model
+    vectors, windows = reordered(full, texts)
+    first_v, first_t, first_w = rows_of(vectors, windows, texts, 0, sizes[0])
+    index = ChunkIndex(first_v, first_t, [str(r) for r in range(sizes[0])], encoder=full.encoder,
+                       chunk_tower=full.chunk_tower, precision=full.precision, long_chunks=full.long_chunks,
+                       windows=first_w, lexical=LexicalIndex.from_texts(first_t, pairs=weighs_pairs(qnet)))
+    qrag = QRAGRetriever(searcher=MultiHopSearcher(qnet, index), k=args.k)
+    known = KnownVectors(QRAGEmbeddings("sentence-transformers/all-MiniLM-L6-v2"))
+    check = known.base.embed_documents(texts[:8])  # the plain store's own vectors of a few summaries
+    same_vectors = float((torch.tensor(check) - vectors[:8]).abs().max())
+    known.known.update(zip(first_t, first_v.tolist(), strict=True))
+    plain: Any = InMemoryVectorStore(known)
+    plain.add_texts(first_t, ids=[str(r) for r in range(sizes[0])])
+    torch.set_num_threads(args.threads)
+    counter = pass_counter(qrag)
+    rows: list[dict[str, Any]] = []
+    for size in sizes:
+        if len(index) < size:
+            v, t, w = rows_of(vectors, windows, texts, len(index), size)
+            ids = [str(r) for r in range(len(index), size)]
+            t1 = time.perf_counter()
+            index.add_vectors(v, t, ids, windows=w)
+            add_s = time.perf_counter() - t1
+            if plain is not None:
+                known.known.update(zip(t, v.tolist(), strict=True))
+                plain.add_texts(t, ids=ids)
+        else:
+            add_s = 0.0
+        with_plain = plain is not None and size <= args.plain_up_to
+        hops: list[int] = []
+        passes: list[int] = []
+        hops_all: list[int] = []
+        passes_all: list[int] = []
+        ask: dict[str, Callable[[str], Any]] = {
+            "qrag": counted(qrag, hops, counter, passes),
+            "qrag_no_stop": counted(qrag, hops_all, counter, passes_all, stop_threshold=None)}
+        if with_plain:
+            ask["plain"] = plain.as_retriever(search_kwargs={"k": args.k}).invoke
+        for fn in ask.values():
+            for q in questions[:3]:  # warm-up, outside the timing
+                fn(q)
+        for xs in (hops, passes, hops_all, passes_all):
+            xs.clear()
+        lat = alone(ask, questions)
+        row: dict[str, Any] = {
+            "passages": size, "by_repetition": size > n, "add_s": add_s,
+            "one_at_a_time": {name: summary(xs) for name, xs in lat.items()},
+            "qrag_encoder_passes_per_query": statistics.mean(passes),
+            "qrag_hops_per_query": statistics.mean(hops), "qrag_hops_histogram": dict(sorted(Counter(hops).items())),
+            "qrag_no_stop_encoder_passes_per_query": statistics.mean(passes_all),
+            "qrag_no_stop_hops_per_query": statistics.mean(hops_all),
+            "memory": {name: search_memory(fn, questions[: args.memory_queries]) for name, fn in ask.items()},
+            "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+        if with_plain:
+            row["p50_ratio"] = row["one_at_a_time"]["qrag"]["p50_ms"] / row["one_at_a_time"]["plain"]["p50_ms"]
+        rows.append(row)
+        plain_p50 = row["one_at_a_time"]["plain"]["p50_ms"] if with_plain else float("nan")
+        print(f"| {size} | qrag p50 {row['one_at_a_time']['qrag']['p50_ms']:.1f} ms | plain p50 {plain_p50:.1f} ms | "
+              f"qrag peak {row['memory']['qrag']['rss_peak_mb']} MB (+{row['memory']['qrag']['peak_above_start_mb']}) "
+              f"| hops {row['qrag_hops_per_query']:.2f} | passes {row['qrag_encoder_passes_per_query']:.2f} | "
+              f"no stop: p50 {row['one_at_a_time']['qrag_no_stop']['p50_ms']:.1f} ms, "
+              f"hops {row['qrag_no_stop_hops_per_query']:.2f}, passes {row['qrag_no_stop_encoder_passes_per_query']:.2f} |",
+              flush=True)
+        if plain is not None and size >= args.plain_up_to:
+            plain = None  # free its vectors before the larger sizes
+            known.known.clear()
+            gc.collect()
+    for name in ("qrag", "qrag_no_stop"):
+        base = rows[0]["one_at_a_time"][name]["p50_ms"]
+        for row in rows:
+            row[f"{name}_p50_over_first_size"] = row["one_at_a_time"][name]["p50_ms"] / base
+    return {
+        "mode": "sizes", "summaries": n, "embed_or_load_s": embed_s,
+        "plain_store": ("InMemoryVectorStore filled with qrag's chunk vectors (its chunk tower is the normalised base "
+                        "MiniLM); the largest |difference| from the store's own embedder on the first 8 summaries: "
+                        f"{same_vectors:.2e}"),
+        "plain_up_to": args.plain_up_to,
+        "built_by_repetition": (
+            f"sizes above {n} are built by repetition: the {n} summaries, then copy c of each (c = 1, 2, ...) with "
+            f"' (copy c)' appended to its text (BM25 counts each copy as a document of its own) and its chunk vector "
+            f"(and later windows) perturbed by Gaussian noise of norm {PERTURB} x its own and renormalised "
+            "(near-duplicates, not identical, so no ties)"),
+        "qrag_no_stop": ("qrag with stop_threshold=None (no stop rule: every hop the model's horizon allows), timed "
+                         "beside it: the same work per query at every size, where the copies' near-duplicates make "
+                         "the stop rule end a search sooner"),
+        "questions_asked": asked, "sizes": rows,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--passages", type=int, default=2000)
@@ -131,11 +427,31 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results/query_cost/query_cost.json"))
     ap.add_argument("--saved", type=Path, default=None,
                     help="a folder to keep qrag's index in: loaded when it exists (of the same passages), else saved")
+    ap.add_argument("--sizes", default=None,
+                    help="comma-separated passage counts (e.g. 2000,10033,20000,100000): qrag one query at a time at "
+                         "each, the counts past the 10 033 summaries built by repetition; --saved then keeps the "
+                         "index of all the summaries")
+    ap.add_argument("--plain-up-to", type=int, default=100_000, help="--sizes: time the plain retriever up to here")
+    ap.add_argument("--memory-queries", type=int, default=10, help="--sizes: questions the memory pass asks")
     args = ap.parse_args()
+    machine = {"cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
+               "cores": os.cpu_count(), "torch": torch.__version__}
+    command = "python scripts/bench_query_cost.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)
+    if args.sizes is not None:
+        sizes = [int(x) for x in args.sizes.split(",")]
+        result = {"command": command, "model": args.model, "k": args.k, "queries": args.queries,
+                  "threads": args.threads, **sizes_run(args, sizes),
+                  "machine": {**machine, "load_average": os.getloadavg()}}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+        return
 
     from langchain_core.vectorstores import InMemoryVectorStore
 
-    texts, questions = corpus(args.passages, max(args.queries, args.callers))
+    texts, asked = corpus(args.passages, max(args.queries, args.callers))
+    questions = [q["question"] for q in asked]
     t0 = time.perf_counter()
     if args.saved is not None and args.saved.exists():
         qrag = QRAGRetriever.load_local(args.saved)
@@ -147,17 +463,18 @@ def main() -> None:
     plain = InMemoryVectorStore.from_texts(texts, QRAGEmbeddings("sentence-transformers/all-MiniLM-L6-v2"))
     plain_retriever = plain.as_retriever(search_kwargs={"k": args.k})
     torch.set_num_threads(args.threads)
-    ask = {"qrag": qrag.invoke, "plain": plain_retriever.invoke}
+    hops: list[int] = []
+    ask = {"qrag": counted(qrag, hops), "plain": plain_retriever.invoke}
     for fn in ask.values():
         for q in questions[:3]:  # warm-up: first-call allocations, outside the timing
             fn(q)
 
-    qnet = qrag.searcher.model
-    counter = PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None]
-                          + ([qnet._serving[1].encoder] if getattr(qnet, "_serving", None) else []))
+    counter = pass_counter(qrag)
     timed = questions[: args.queries]
+    hops.clear()
     lat = alone(ask, timed)
     passes, token_layers = counter.passes / len(timed), counter.token_layers / len(timed)
+    alone_hops = list(hops)
 
     rounds: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in ask}
     for _ in range(args.rounds):
@@ -168,8 +485,7 @@ def main() -> None:
     one = {name: summary(xs) for name, xs in lat.items()}
     many = {name: {**summary(xs), "queries_per_s": len(xs) / wall} for name, (xs, wall) in rounds.items()}
     result = {
-        "command": "python scripts/bench_query_cost.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
+        "command": command,
         "model": args.model, "k": args.k, "passages": len(texts), "queries": len(timed), "threads": args.threads,
         "callers": args.callers, "rounds": args.rounds, "index_s": index_s,
         "one_at_a_time": one,
@@ -178,15 +494,17 @@ def main() -> None:
         "throughput_ratio": many["qrag"]["queries_per_s"] / many["plain"]["queries_per_s"],
         "qrag_encoder_passes_per_query": passes,
         "qrag_token_layers_per_query": token_layers,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
-                    "cores": os.cpu_count(), "load_average": os.getloadavg(), "torch": torch.__version__},
+        "qrag_hops_per_query": statistics.mean(alone_hops),
+        "qrag_hops_histogram": dict(sorted(Counter(alone_hops).items())),
+        "questions_asked": asked[: args.queries],
+        "machine": {**machine, "load_average": os.getloadavg()},
     }
     print(f"| one at a time ({args.threads} thread) | p50 ms | p90 ms |")
     print("|---|---|---|")
     for name, s in one.items():
         print(f"| {name} | {s['p50_ms']:.1f} | {s['p90_ms']:.1f} |")
-    print(f"qrag / plain p50: {result['p50_ratio']:.2f}x; {passes:.1f} encoder passes, {token_layers:.0f} token-layers "
-          "per qrag query")
+    print(f"qrag / plain p50: {result['p50_ratio']:.2f}x; {passes:.1f} encoder passes, {token_layers:.0f} token-layers, "
+          f"{result['qrag_hops_per_query']:.2f} hops per qrag query")
     print(f"| {args.callers} callers at once | queries/s | p50 ms |")
     print("|---|---|---|")
     for name, s in many.items():
