@@ -366,13 +366,17 @@ def sizes_run(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         with_plain = plain is not None and size <= args.plain_up_to
         hops: list[int] = []
         passes: list[int] = []
-        ask: dict[str, Callable[[str], Any]] = {"qrag": counted(qrag, hops, counter, passes)}
+        hops_u: list[int] = []
+        passes_u: list[int] = []
+        ask: dict[str, Callable[[str], Any]] = {
+            "qrag": counted(qrag, hops, counter, passes),
+            "qrag_unguarded": counted(qrag, hops_u, counter, passes_u, fill="question_unguarded", stop_threshold=None)}
         if with_plain:
             ask["plain"] = plain.as_retriever(search_kwargs={"k": args.k}).invoke
         for fn in ask.values():
             for q in questions[:3]:  # warm-up, outside the timing
                 fn(q)
-        for xs in (hops, passes):
+        for xs in (hops, passes, hops_u, passes_u):
             xs.clear()
         lat = alone(ask, questions)
         row: dict[str, Any] = {
@@ -380,6 +384,8 @@ def sizes_run(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
             "one_at_a_time": {name: summary(xs) for name, xs in lat.items()},
             "qrag_encoder_passes_per_query": statistics.mean(passes),
             "qrag_hops_per_query": statistics.mean(hops), "qrag_hops_histogram": dict(sorted(Counter(hops).items())),
+            "qrag_unguarded_encoder_passes_per_query": statistics.mean(passes_u),
+            "qrag_unguarded_hops_per_query": statistics.mean(hops_u),
             "memory": {name: search_memory(fn, questions[: args.memory_queries]) for name, fn in ask.items()},
             "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
@@ -389,15 +395,18 @@ def sizes_run(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         plain_p50 = row["one_at_a_time"]["plain"]["p50_ms"] if with_plain else float("nan")
         print(f"| {size} | qrag p50 {row['one_at_a_time']['qrag']['p50_ms']:.1f} ms | plain p50 {plain_p50:.1f} ms | "
               f"qrag peak {row['memory']['qrag']['rss_peak_mb']} MB (+{row['memory']['qrag']['peak_above_start_mb']}) "
-              f"| hops {row['qrag_hops_per_query']:.2f} | passes {row['qrag_encoder_passes_per_query']:.2f} |",
+              f"| hops {row['qrag_hops_per_query']:.2f} | passes {row['qrag_encoder_passes_per_query']:.2f} | "
+              f"unguarded: p50 {row['one_at_a_time']['qrag_unguarded']['p50_ms']:.1f} ms, "
+              f"hops {row['qrag_unguarded_hops_per_query']:.2f}, passes {row['qrag_unguarded_encoder_passes_per_query']:.2f} |",
               flush=True)
         if plain is not None and size >= args.plain_up_to:
             plain = None  # free its vectors before the larger sizes
             known.known.clear()
             gc.collect()
-    base = rows[0]["one_at_a_time"]["qrag"]["p50_ms"]
-    for row in rows:
-        row["qrag_p50_over_first_size"] = row["one_at_a_time"]["qrag"]["p50_ms"] / base
+    for name in ("qrag", "qrag_unguarded"):
+        base = rows[0]["one_at_a_time"][name]["p50_ms"]
+        for row in rows:
+            row[f"{name}_p50_over_first_size"] = row["one_at_a_time"][name]["p50_ms"] / base
     return {
         "mode": "sizes", "summaries": n, "embed_or_load_s": embed_s,
         "plain_store": ("InMemoryVectorStore filled with qrag's chunk vectors (its chunk tower is the normalised base "
@@ -409,6 +418,9 @@ def sizes_run(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
             f"' (copy c)' appended to its text (BM25 counts each copy as a document of its own) and its chunk vector "
             f"(and later windows) perturbed by Gaussian noise of norm {PERTURB} x its own and renormalised "
             "(near-duplicates, not identical, so no ties)"),
+        "qrag_unguarded": ("qrag with fill='question_unguarded' and no stop rule, timed beside it: every hop of the "
+                           "model's horizon at every size (the off-domain guard ends more searches after one hop as "
+                           "the corpus grows, and the copies' near-duplicates add to that), the same work per query"),
         "questions_asked": asked, "sizes": rows,
     }
 
