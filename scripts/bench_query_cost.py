@@ -20,8 +20,12 @@ intra-op threads.
 - per qrag query: encoder passes, the token-layers they ran (rows × padded tokens × layers: the encoder's work) and
   the documents taken by hops (not past the stop; the model's guard can stop early), with their histogram.
 
-`--sizes`: qrag (with the model's words and pairs BM25) and the plain retriever one query at a time at each size,
-over one index grown in place (`ChunkIndex.add_vectors`: nothing is embedded twice). The 10 033 summaries are
+Every timed qrag call (and each round of callers) starts without the model's kept question vectors, so a question
+asked again costs what a new one does.
+
+`--sizes`: qrag (with the model's words and pairs BM25; as shipped, and with every hop of its horizon:
+`fill='question_unguarded'`, no stop rule) and the plain retriever one query at a time at each size, over one index
+grown in place (`ChunkIndex.add_vectors`: nothing is embedded twice). The 10 033 summaries are
 embedded once (`--saved` keeps their index for the next run); a size up to 10 033 is the first summaries, a larger
 one is built by repetition: copy c of each summary (c = 1, 2, ...) with " (copy c)" appended to its text, so BM25
 counts it as a document of its own, and its vector perturbed by Gaussian noise of norm `PERTURB` × its own and
