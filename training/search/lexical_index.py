@@ -1,5 +1,7 @@
-"""The BM25 index of a corpus, `LexicalIndex`: its versions (`added`, `deleted`, `caught_up`), its scores, and its
-saved form (NumPy arrays and JSON, never pickled); what it is made of: `lexical_segments`; the method: `lexical`.
+"""The BM25 index of a corpus, `LexicalIndex`: its versions, its scores and its saved form.
+
+Versions: `added`, `deleted`, `caught_up`; the saved form: NumPy arrays and JSON, never pickled. What it is made of:
+`lexical_segments`; the method: `lexical`.
 
 Shape legend: R queries (state rows), N chunks, P postings (a word's occurrences counted once per chunk).
 """

@@ -1,5 +1,6 @@
-"""What a hop makes of BM25 scores (METHOD.md §4.5): the state's text, the evidence scaled by the best available
-chunk, and reciprocal-rank fusion.
+"""What a hop makes of BM25 scores (METHOD.md §4.5): the state's text, the scaled evidence, rank fusion.
+
+The evidence is scaled by the best available chunk; rank fusion is reciprocal-rank fusion.
 
 Shape legend: R queries (state rows), N chunks.
 """
