@@ -100,7 +100,7 @@ def test_a_caller_alone_never_waits(tiny_qnet) -> None:  # type: ignore[no-untyp
 
 
 def test_an_encoder_error_reaches_every_caller_of_its_pass(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
-    batcher = StateBatcher(tiny_qnet, batch_wait_ms=0)
+    batcher = StateBatcher(tiny_qnet, batch_wait_ms=0, parallel=1)  # one pass at a time: the others queue behind it
     gate = threading.Event()
     calls = 0
 
@@ -122,12 +122,14 @@ def test_an_encoder_error_reaches_every_caller_of_its_pass(tiny_qnet) -> None:  
 
     threads = [threading.Thread(target=work, args=(q,)) for q in QUESTIONS]
     threads[0].start()
-    while calls < 1:  # the first caller's pass is running
+    deadline = time.monotonic() + 30  # a bound on the waits below, never a timing asserted
+    while calls < 1 and time.monotonic() < deadline:  # the first caller's pass is running
         time.sleep(0.005)
     for t in threads[1:]:
         t.start()
-    while len(batcher._queue) < len(QUESTIONS) - 1:  # the others queue behind it
+    while len(batcher._queue) < len(QUESTIONS) - 1 and time.monotonic() < deadline:  # the others queue behind it
         time.sleep(0.005)
+    assert len(batcher._queue) == len(QUESTIONS) - 1, "the other callers did not queue behind the first pass"
     gate.set()
     for t in threads:
         t.join()
