@@ -19,6 +19,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from qrag.integrations import store_filters
 from qrag.integrations.langchain_embeddings import LangChainChunkStore
 from qrag.integrations.llama_index_filters import from_metadata_filters, to_metadata_filters
 from qrag.integrations.store_filters import chroma_where, qdrant_filter, store_filter
@@ -451,7 +452,10 @@ def _eq(key: str, value: Any) -> dict[str, Any]:
     return {"$or": [{key: {"$eq": value}}, {key: {"$contains": value}}]}
 
 
-def test_chroma_where_by_hand() -> None:
+def test_chroma_where_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The translation for a Chroma that stores list values (chromadb 1.5; `$contains` is sent only when the installed
+    # Chroma takes it, and an environment without chromadb has none to ask).
+    monkeypatch.setattr(store_filters, "_chroma_holds_lists", lambda: True)
     assert chroma_where(Filter((TEAM,))) == _eq("team", "legal")
     years = {"$or": [{"year": {"$in": [2024, 2025]}}, {"year": {"$contains": 2024}}, {"year": {"$contains": 2024.0}},
                      {"year": {"$contains": 2025}}, {"year": {"$contains": 2025.0}}]}
