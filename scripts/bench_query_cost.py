@@ -83,6 +83,16 @@ def cpu_flags() -> list[str]:
     return sorted(f for f in flags if f.startswith(("avx", "amx")))
 
 
+def saved_or_built(texts: list[str], args: argparse.Namespace, *, show_progress: bool) -> QRAGRetriever:
+    """The retriever over `texts`: loaded from `--saved` where that folder exists, else built (and saved there)."""
+    if args.saved is not None and args.saved.exists():
+        return QRAGRetriever.load_local(args.saved)
+    retriever = QRAGRetriever.from_texts(texts, model=args.model, k=args.k, show_progress=show_progress)
+    if args.saved is not None:
+        retriever.save_local(args.saved)
+    return retriever
+
+
 def corpus(passages: int, queries: int) -> tuple[list[str], list[dict[str, Any]]]:
     """The first `passages` summaries (`Title. text`), the pages of the first `queries` built questions first.
 
@@ -329,12 +339,7 @@ def sizes_run(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
     if sizes != sorted(sizes) or sizes[0] > n or sizes[0] < 1:
         raise SystemExit(f"--sizes must ascend from at most the {n} summaries, got {sizes}.")
     t0 = time.perf_counter()
-    if args.saved is not None and args.saved.exists():
-        full_retriever = QRAGRetriever.load_local(args.saved)
-    else:
-        full_retriever = QRAGRetriever.from_texts(texts, model=args.model, k=args.k, show_progress=True)
-        if args.saved is not None:
-            full_retriever.save_local(args.saved)
+    full_retriever = saved_or_built(texts, args, show_progress=True)
     embed_s = time.perf_counter() - t0
     full = full_retriever.searcher.store
     if not isinstance(full, ChunkIndex):
@@ -467,12 +472,7 @@ def main() -> None:
     texts, asked = corpus(args.passages, max(args.queries, args.callers))
     questions = [q["question"] for q in asked]
     t0 = time.perf_counter()
-    if args.saved is not None and args.saved.exists():
-        qrag = QRAGRetriever.load_local(args.saved)
-    else:
-        qrag = QRAGRetriever.from_texts(texts, model=args.model, k=args.k, show_progress=False)
-        if args.saved is not None:
-            qrag.save_local(args.saved)
+    qrag = saved_or_built(texts, args, show_progress=False)
     index_s = time.perf_counter() - t0
     plain = InMemoryVectorStore.from_texts(texts, QRAGEmbeddings("sentence-transformers/all-MiniLM-L6-v2"))
     plain_retriever = plain.as_retriever(search_kwargs={"k": args.k})
