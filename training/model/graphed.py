@@ -7,6 +7,11 @@ and replays it: the inputs are copied into the graph's own tensors, padded with 
 mask (a padding row attends to its first token only, so nothing divides by zero), and the real rows are read back.
 Padding under the attention mask leaves the mean-pooled vectors as they were, up to float rounding (tested).
 
+Each captured shape has one set of input and output tensors, so a fill, its replay and the read-back of the real
+rows hold that shape's lock: concurrent passes of one shape (the state batcher runs several at once) take turns
+through it, and each caller reads its own rows, never another's. Passes of different shapes replay side by side;
+capturing holds a lock of its own.
+
 Serving only: `QNetwork.serve_graphed()` turns it on (`load_model` does on a GPU; `QRAG_CUDA_GRAPHS=0` keeps every
 pass eager), training never replays a graph, and a shape whose capture fails runs eagerly from then on, with one
 warning.
@@ -14,6 +19,7 @@ warning.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -43,6 +49,15 @@ def bucket(n: int, minimum: int = 1) -> int:
 Replay = Callable[[], None]
 
 
+class _Graph:
+    """One captured shape: its replay, the input tensors it reads, the output it writes, and the lock that makes a
+    fill, its replay and the read-back one step."""
+
+    def __init__(self, replay: Replay, inputs: Inputs, output: torch.Tensor) -> None:
+        self.replay, self.inputs, self.output = replay, inputs, output
+        self.lock = threading.Lock()
+
+
 class GraphedPass:
     """`fn(inputs) -> (B, D)` replayed from a CUDA graph per padded (rows, tokens) shape (module docstring).
 
@@ -55,8 +70,9 @@ class GraphedPass:
 
     def __init__(self, fn: Callable[[Inputs], torch.Tensor], pad_id: int) -> None:
         self.fn, self.pad_id = fn, pad_id
-        self._graphs: dict[tuple[int, int, bool, torch.dtype], tuple[Replay, Inputs, torch.Tensor]] = {}
+        self._graphs: dict[tuple[int, int, bool, torch.dtype], _Graph] = {}
         self._pool: object = None
+        self._capturing = threading.Lock()  # one capture at a time (they share the memory pool)
         self.broken: str | None = None
 
     def __call__(self, inputs: Inputs) -> torch.Tensor:
@@ -66,19 +82,26 @@ class GraphedPass:
         b, n = ids.shape
         key = (bucket(b), bucket(n, MIN_TOKENS), torch.is_autocast_enabled(self.device_type),
                torch.get_autocast_dtype(self.device_type))
-        if key not in self._graphs:
-            try:
-                self._graphs[key] = self._capture(self._static(key[0], key[1], ids.device))
-            except Exception as e:  # noqa: BLE001 - a pass that cannot be captured runs eagerly, as before
-                self.broken = f"{type(e).__name__}: {str(e)[:200]}"
-                warnings.warn(f"state passes run eagerly on this GPU: capturing a CUDA graph failed ({self.broken}); "
-                              "the vectors are the same, only slower (QRAG_CUDA_GRAPHS=0 skips the attempt).",
-                              RuntimeWarning, stacklevel=2)
+        graph = self._graphs.get(key)
+        if graph is None:
+            with self._capturing:
+                graph = self._graphs.get(key)
+                if graph is None and self.broken is None:
+                    try:
+                        graph = _Graph(*self._capture(self._static(key[0], key[1], ids.device)))
+                    except Exception as e:  # noqa: BLE001 - a pass that cannot be captured runs eagerly, as before
+                        self.broken = f"{type(e).__name__}: {str(e)[:200]}"
+                        warnings.warn(f"state passes run eagerly on this GPU: capturing a CUDA graph failed "
+                                      f"({self.broken}); the vectors are the same, only slower (QRAG_CUDA_GRAPHS=0 "
+                                      "skips the attempt).", RuntimeWarning, stacklevel=2)
+                    else:
+                        self._graphs[key] = graph
+            if graph is None:
                 return self.fn(inputs)
-        replay, static, out = self._graphs[key]
-        fill_padded(static, inputs, self.pad_id)
-        replay()
-        return out[:b].clone()  # (B, D): the graph's output is overwritten by the next replay
+        with graph.lock:  # the shape's one set of buffers: fill, replay and read back as one step
+            fill_padded(graph.inputs, inputs, self.pad_id)
+            graph.replay()
+            return graph.output[:b].clone()  # (B, D): the graph's output is overwritten by the next replay
 
     def _static(self, rows: int, tokens: int, device: torch.device) -> Inputs:
         """The (rows, tokens) input tensors a graph reads, every row padding until `fill_padded` writes them."""

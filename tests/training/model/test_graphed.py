@@ -5,6 +5,9 @@ on CUDA graphs where a GPU is present."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 
@@ -101,6 +104,55 @@ def test_a_shape_that_cannot_be_captured_runs_the_plain_pass_with_one_warning() 
     with torch.no_grad():
         assert graphed(inputs).shape == (3, 2)  # no second attempt, no second warning
     assert calls == [1, 1] and graphed.broken == "RuntimeError: capture refused"
+
+
+def _own_rows_under_threads(graphed: GraphedPass, device: str, threads: int = 4, rounds: int = 40) -> list[str]:
+    """Run `graphed` from `threads` threads at once, each over its own (3, 5) ids of one padded shape; the rounds
+    where a thread read back rows that were not its own."""
+    wrong: list[str] = []
+    start = threading.Barrier(threads)
+
+    def caller(t: int) -> None:
+        ids = torch.full((3, 5), 100 + t, dtype=torch.long, device=device)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        start.wait()
+        for r in range(rounds):
+            with torch.no_grad():
+                out = graphed(inputs)
+            if not bool(out.eq(100 + t).all()):
+                wrong.append(f"thread {t} round {r}: {out[:, 0].tolist()}")
+
+    workers = [threading.Thread(target=caller, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return wrong
+
+
+def _slow_first_id(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, 2) each row's first id, after a pause that lets other threads run between a fill and its read-back."""
+    time.sleep(0.002)
+    return inputs["input_ids"][:, :1].float().repeat(1, 2)
+
+
+def test_concurrent_passes_of_one_shape_each_read_their_own_rows() -> None:
+    """Several threads replaying one captured shape (the state batcher's `parallel` passes): each gets the vectors
+    of its own inputs, never those another thread filled into the shared buffers."""
+    graphed = RerunPass(_slow_first_id, pad_id=0)
+    assert _own_rows_under_threads(graphed, "cpu") == []
+    assert len(graphed._graphs) == 1  # one shape, captured once
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_concurrent_replays_of_one_cuda_graph_each_read_their_own_rows() -> None:
+    def first_id(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return inputs["input_ids"][:, :1].float().repeat(1, 2) * 1.0
+
+    graphed = GraphedPass(first_id, pad_id=0)
+    assert _own_rows_under_threads(graphed, "cuda", rounds=200) == []
+    assert graphed.broken is None and len(graphed._graphs) == 1
 
 
 @pytest.mark.gpu
