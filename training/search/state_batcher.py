@@ -77,7 +77,7 @@ class StateBatcher:
 
     def __init__(self, model: Any, batch_wait_ms: float = BATCH_WAIT_MS, max_batch: int = MAX_BATCH,
                  parallel: int | None = None) -> None:
-        self.model = model
+        self._model = weakref.ref(model)  # the registry's key: a strong reference would keep every model alive
         self.batch_wait_ms = batch_wait_ms
         self.max_batch = max_batch
         self.parallel = parallel
@@ -88,6 +88,15 @@ class StateBatcher:
         self._searching: dict[int, int] = {}  # thread id → searches it has under way
         self.passes = 0  # shared passes run (how many requests they served: `requests`)
         self.requests = 0
+
+    @property
+    def model(self) -> Any:
+        """The network this batcher encodes with (its searchers and adapters hold it; the batcher does not)."""
+        model = self._model()
+        if model is None:
+            raise RuntimeError("this StateBatcher's model was freed; take the batcher of the model you search with "
+                               "(state_batcher(model)).")
+        return model
 
     @contextlib.contextmanager
     def searching(self) -> Iterator[None]:
@@ -164,15 +173,32 @@ class StateBatcher:
         return max(1, min(MAX_PARALLEL, (os.cpu_count() or 1) // max(1, torch.get_num_threads())))
 
     def _run(self, batch: list[_Request]) -> None:
-        """Encode every request of `batch` in passes of similar length, and hand each its rows."""
+        """Encode every request of `batch` in passes of similar length, and hand each its rows.
+
+        A merged pass that fails is not every caller's failure (a pass of many states can run out of memory where
+        each alone would not): each request is then encoded alone, and gets its own vectors or its own error."""
+        model = self.model
         questions = [q for r in batch for q in r.questions]
         pieces = [p for r in batch for p in r.pieces]
         try:
-            vectors = _encode_grouped(self.model, questions, pieces, max(r.batch_size for r in batch), len(batch) > 1)
-        except BaseException as e:  # every caller of the pass sees its error
-            for r in batch:
-                r.error, r.done = e, True
+            vectors = _encode_grouped(model, questions, pieces, max(r.batch_size for r in batch), len(batch) > 1)
+        except Exception as e:
+            if len(batch) == 1:
+                batch[0].error, batch[0].done = e, True
+                return
+            for r in batch:  # each caller alone: its own vectors, or its own error
+                try:
+                    r.vectors = _encode_grouped(model, list(r.questions), list(r.pieces), r.batch_size, False)
+                except Exception as own:  # noqa: BLE001 - handed to its caller, raised in its thread
+                    r.error = own
+                r.done = True
+                self.passes += 1
+                self.requests += 1
             return
+        except BaseException:  # KeyboardInterrupt, SystemExit: stop every caller of the pass, each with its own
+            for r in batch:
+                r.error, r.done = RuntimeError("the shared state pass was interrupted"), True
+            raise
         self.passes += 1
         self.requests += len(batch)
         start = 0

@@ -1,10 +1,13 @@
 """Concurrent searches share encoder passes (`state_batcher`): the same hits as searching one at a time, fewer passes
-than requests, a caller alone never waits, and an encoder error reaches every caller of its pass."""
+than requests, a caller alone never waits, an encoder error reaches each caller as its own, a merged pass that fails
+falls back to each caller alone, and a batcher never keeps its model alive."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -99,7 +102,7 @@ def test_a_caller_alone_never_waits(tiny_qnet) -> None:  # type: ignore[no-untyp
     assert torch.equal(got, want)
 
 
-def test_an_encoder_error_reaches_every_caller_of_its_pass(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+def test_an_encoder_error_reaches_every_caller_of_its_pass_as_its_own(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
     batcher = StateBatcher(tiny_qnet, batch_wait_ms=0, parallel=1)  # one pass at a time: the others queue behind it
     gate = threading.Event()
     calls = 0
@@ -133,4 +136,63 @@ def test_an_encoder_error_reaches_every_caller_of_its_pass(tiny_qnet) -> None:  
     gate.set()
     for t in threads:
         t.join()
-    assert len(errors) == len(QUESTIONS) and calls == 2
+    # the merged pass failed, then each of its callers was encoded alone: each raised its own error object (a
+    # traceback that grows only in its own thread)
+    assert len(errors) == len(QUESTIONS) and calls == 2 + len(QUESTIONS) - 1
+    assert len({id(e) for e in errors}) == len(QUESTIONS)
+
+
+def test_a_merged_pass_that_fails_gives_each_caller_its_own_result(tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+    """A pass of several callers' states that runs out of memory, where each caller alone would not: every caller
+    still gets its vectors (those of encoding it alone), and one caller whose own pass fails gets only its error."""
+    want = {q: tiny_qnet.embed_states([q], [[]]) for q in QUESTIONS}
+    inner = tiny_qnet.embed_states
+    batcher = StateBatcher(tiny_qnet, batch_wait_ms=0, parallel=1)
+    gate = threading.Event()
+    bad = QUESTIONS[-1]
+
+    def picky(questions: Sequence[str], pieces: Sequence[Sequence[str]], batch_size: int = 128,
+              **options: Any) -> torch.Tensor:
+        gate.wait(5)
+        if len(questions) > 1:
+            raise MemoryError("a pass of several states ran out of memory")
+        if questions[0] == bad:
+            raise ValueError(f"cannot encode {questions[0]!r}")
+        return inner(questions, pieces, batch_size=batch_size, **options)  # type: ignore[no-any-return]
+
+    tiny_qnet.embed_states = picky
+    got: dict[str, Any] = {}
+
+    def work(q: str) -> None:
+        try:
+            got[q] = batcher.encode([q], [[]])
+        except Exception as e:  # noqa: BLE001 - recorded per caller
+            got[q] = e
+
+    threads = [threading.Thread(target=work, args=(q,)) for q in QUESTIONS]
+    threads[0].start()
+    deadline = time.monotonic() + 30  # a bound on the waits below, never a timing asserted
+    while not batcher._running and time.monotonic() < deadline:
+        time.sleep(0.005)
+    for t in threads[1:]:
+        t.start()
+    while len(batcher._queue) < len(QUESTIONS) - 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert isinstance(got[bad], ValueError) and bad in str(got[bad])
+    for q in QUESTIONS[:-1]:
+        assert isinstance(got[q], torch.Tensor), got[q]
+        torch.testing.assert_close(got[q], want[q], atol=1e-5, rtol=1e-5)
+
+
+def test_a_batcher_never_keeps_its_model_alive(tiny_encoder_path) -> None:  # type: ignore[no-untyped-def]
+    from qrag.training.model.qnet import QNetwork
+
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path)).eval()
+    state_batcher(qnet).encode(["Where is the milk?"], [[]])
+    gone = weakref.ref(qnet)
+    del qnet
+    gc.collect()
+    assert gone() is None  # searched once, then freed with its last reference
