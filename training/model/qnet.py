@@ -67,6 +67,7 @@ from qrag.training.model.towers import (
     window_rows,
 )
 from qrag.training.model.trunk import StateParts, check_splittable, shared_layers
+from qrag.training.model.weight_stamp import WatchedTensors
 from qrag.training.overlay import ConfigError
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "CheckpointError", "ChunkLengthWarning", "QNetwork", "Tower", "eval_mode",
@@ -122,9 +123,10 @@ class QNetwork(nn.Module):
         self._serving: tuple[Precision, Tower] | None = None  # `serve_in`: a low-precision copy of the state tower
         self._graphed: GraphedPass | None = None  # `serve_graphed`: state passes replayed as CUDA graphs
         # f_0(q) by the question piece's token ids, valid while the chunk tower's tensors are these (`_base_stamp`)
-        self._question_vectors: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
-        self._question_stamp: tuple[Any, ...] = ()
+        self._question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor] = OrderedDict()
+        self._question_stamp: tuple[Any, ...] | None = None
         self._shared: tuple[tuple[Any, ...], int] | None = None  # `_shared_layers`: (weights' stamp, layers shared)
+        self._tower_tensors: dict[int, tuple[Tower, WatchedTensors]] = {}  # `_watched`
         if self.dim % 4 and config.position_mode != "none":
             raise ConfigError(f"position_mode={config.position_mode!r} needs a vector dim divisible by 4, got {self.dim}.")
         if self.dim % 2:
@@ -513,9 +515,9 @@ class QNetwork(nn.Module):
         so an index is never searched with a chunk tower other than the one that embedded it.
         """
         tensors = sorted(self.chunk_tower.state_dict().items())
-        # Cached until a weight changes: every in-place update (an optimiser step, load_state_dict) bumps _version.
+        # Cached until a weight changes (`weight_stamp`) or a setting does.
         settings = f"tokens={self.config.max_chunk_tokens}:scale={self.config.scale!r}{self._norm_tag}"
-        stamp = (settings, *((id(t), t._version) for _, t in tensors))
+        stamp = (settings, self._watched(self.chunk_tower).stamp())
         cached = self._tower_fp
         if cached is not None and cached[0] == stamp:
             return str(cached[1])
@@ -610,6 +612,7 @@ class QNetwork(nn.Module):
         """
         dtype = low_precision_dtype(self.device, precision)
         self._recapture()
+        self.forget_kept()  # the serving copy replaced is listed no more
         if dtype is None:
             self._serving = None
             return self
@@ -648,7 +651,7 @@ class QNetwork(nn.Module):
         shares none: its weights move at every step, and acting keeps the passes it was trained with."""
         if self.config.state_anchor != "question" or any(p.requires_grad for p in tower.parameters()):
             return 0
-        stamp = tuple((id(t), t._version, t.dtype) for m in (tower, self.chunk_tower) for t in m.parameters())
+        stamp = (self._watched(tower).stamp(), self._watched(self.chunk_tower).stamp())
         cached = self._shared
         if cached is None or cached[0] != stamp:
             cached = self._shared = (stamp, shared_layers(tower.encoder, self.chunk_tower.encoder))
@@ -657,15 +660,19 @@ class QNetwork(nn.Module):
     @torch.no_grad()
     def frozen_questions(self, question: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, D) `f_0(q)`, the frozen base's vectors of tokenised question pieces `[CLS] q [SEP]` (B, Lq): kept per
-        question (`QUESTION_VECTORS` of them, while the chunk tower's weights stay as they are), so a search's later
-        hops and a training episode's later steps do not encode the question again."""
-        stamp = tuple((id(t), t._version, t.device) for t in self.chunk_tower.parameters())
+        question and autocast setting (`QUESTION_VECTORS` of them, while the chunk tower's weights stay as they are:
+        `weight_stamp`), so a search's later hops and a training episode's later steps do not encode the question
+        again. Each kept vector is a copy of its row, never a view holding its whole batch."""
+        device = question["input_ids"].device.type
+        autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         lengths = question["attention_mask"].sum(dim=1).tolist()
-        keys = [tuple(row[:n]) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
+        keys = [(autocast, tuple(row[:n])) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
+        stamp = self._watched(self.chunk_tower).stamp()
         with _QUESTION_VECTORS_LOCK:
             if stamp != self._question_stamp:
                 self._question_vectors.clear()
                 self._question_stamp = stamp
+            current = self._question_stamp
             kept = {key: self._question_vectors.get(key) for key in keys}
         missing = [b for b, key in enumerate(keys) if kept[key] is None]
         if missing:
@@ -674,14 +681,34 @@ class QNetwork(nn.Module):
             with eval_mode(self.chunk_tower):
                 new = self.chunk_tower(**{k: v[idx][:, :width] for k, v in question.items()})  # (B', D)
             for b, vector in zip(missing, new, strict=True):
-                kept[keys[b]] = vector
+                kept[keys[b]] = vector.clone()
         with _QUESTION_VECTORS_LOCK:
-            for key, vector in kept.items():
-                self._question_vectors[key] = vector  # type: ignore[assignment]
-                self._question_vectors.move_to_end(key)
-            while len(self._question_vectors) > QUESTION_VECTORS:
-                self._question_vectors.popitem(last=False)
+            if self._question_stamp is current:  # the weights these were encoded with are still the kept ones
+                for key, vector in kept.items():
+                    self._question_vectors[key] = vector  # type: ignore[assignment]
+                    self._question_vectors.move_to_end(key)
+                while len(self._question_vectors) > QUESTION_VECTORS:
+                    self._question_vectors.popitem(last=False)
         return torch.stack([kept[key] for key in keys])  # type: ignore[misc]  # (B, D)
+
+    def _watched(self, tower: Tower) -> WatchedTensors:
+        """`tower.parameters()`, listed once per tower object (their stamp is read at every served pass; a tower
+        whose modules are replaced is listed again after `forget_kept`)."""
+        listed = self._tower_tensors.get(id(tower))
+        if listed is None or listed[0] is not tower:
+            listed = self._tower_tensors[id(tower)] = (tower, WatchedTensors(list(tower.parameters())))
+        return listed[1]
+
+    def forget_kept(self) -> None:
+        """Drop every vector and layer count kept from the current weights (the kept `f_0(q)`, the shared trunk,
+        the fingerprint, the towers' listed tensors): after an edit `weight_stamp` cannot see, or a tower's modules
+        replaced."""
+        with _QUESTION_VECTORS_LOCK:
+            self._question_vectors.clear()
+            self._question_stamp = None
+        self._shared = None
+        self._tower_fp = None
+        self._tower_tensors = {}
 
     def _state_tower_for_pass(self) -> Tower:
         """The serving copy in a gradient-free pass, moved to the network's device if the network moved; else the
@@ -706,6 +733,7 @@ class QNetwork(nn.Module):
         if self._adapters is None and self.config.train_mode == "lora" and not self.untrained:
             adapters = {k: v.detach().clone() for k, v in self.trainable_state_dict().items()}
             if self.state_tower.merge_adapters():
+                self.forget_kept()  # the state tower's modules were replaced
                 self._adapters = adapters
                 self.requires_grad_(False).eval()
                 self._recapture()  # graphs captured before replay the unmerged weights

@@ -64,6 +64,48 @@ def test_kept_question_vectors_follow_the_base_weights(tiny_encoder_path: Path) 
     torch.testing.assert_close(after, qnet.state_vectors(qnet.tokenize_states(QUESTIONS[:1], [[]])), atol=1e-5, rtol=0)
 
 
+def _bare_frozen(qnet: QNetwork) -> torch.Tensor:
+    """f_0 of the first question, through the kept vectors."""
+    inputs = qnet.tokenizer(QUESTIONS[:1], return_tensors="pt")
+    return qnet.frozen_questions({"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]})
+
+
+def test_kept_question_vectors_see_edits_through_data_and_dtype_moves(tiny_encoder_path: Path) -> None:
+    """Edits the version counters miss: `p.data.mul_` on a base weight, and `chunk_tower.to(dtype)`, each serve the
+    new weights' f_0(q), never the vector kept from the old ones."""
+    qnet = trained(tiny_encoder_path, "question")
+    before = _bare_frozen(qnet).clone()
+    for p in qnet.chunk_tower.parameters():
+        p.data.mul_(0.5)
+    after = _bare_frozen(qnet)
+    with torch.no_grad():
+        inputs = qnet.tokenizer(QUESTIONS[:1], return_tensors="pt")
+        want = qnet.chunk_tower(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    assert not torch.allclose(before, after, atol=1e-3)
+    torch.testing.assert_close(after, want, atol=1e-6, rtol=0)
+    qnet.chunk_tower.to(torch.float64)
+    moved = _bare_frozen(qnet)
+    assert moved.dtype == torch.float64  # not the float32 vector kept before the move
+    for p in qnet.chunk_tower.parameters():  # an edit through .data of the tensors the move made
+        p.data.mul_(2.0)
+    assert not torch.allclose(_bare_frozen(qnet), moved, atol=1e-3)
+
+
+def test_kept_question_vectors_are_keyed_by_autocast_and_hold_only_their_row(tiny_encoder_path: Path) -> None:
+    qnet = trained(tiny_encoder_path, "question")
+    plain = _bare_frozen(qnet).clone()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = _bare_frozen(qnet)
+    again = _bare_frozen(qnet)
+    torch.testing.assert_close(again, plain, atol=0, rtol=0)  # fp32 callers get the fp32 vector
+    assert len(qnet._question_vectors) == 2  # one per autocast setting
+    inputs = qnet.tokenizer(QUESTIONS, return_tensors="pt", padding=True)
+    qnet.frozen_questions({"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]})
+    for vector in qnet._question_vectors.values():  # a copy of its row, not a view of its batch
+        assert vector.untyped_storage().nbytes() == vector.numel() * vector.element_size()
+    assert low.shape == plain.shape
+
+
 def test_state_parts_anchor_is_the_frozen_term_and_zero_on_bare_questions(tiny_encoder_path: Path) -> None:
     qnet = trained(tiny_encoder_path, "question")
     inputs = qnet.tokenize_states(QUESTIONS, TAKEN)
