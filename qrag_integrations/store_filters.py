@@ -2,7 +2,8 @@
 
 Each store has its translator (`filter_translator`, chosen by `isinstance`, so a subclass of a store gets its
 store's): Chroma a `where` clause, Qdrant a `models.Filter` over the `metadata.` payload keys LangChain writes,
-LangChain's FAISS (which filters in the process) qrag's own test of the metadata, and any other store the plain
+LangChain's FAISS and `InMemoryVectorStore` (which filter in the process) qrag's own test of the metadata (FAISS's
+`filter=` takes a function of the metadata, the in-memory store's one of the `Document`), and any other store the plain
 `{key: value}` dict most LangChain stores take (only for conditions that form one: `==` and `in`, joined by `and`).
 Each keeps the rules of `qrag.training.search.filters` (a chunk without the key matches no condition on it; values
 typed as JSON types them; a list value read by its items; a key is one key), and what a store cannot hold is refused
@@ -42,6 +43,8 @@ LANGCHAIN_STORES: tuple[tuple[StoreKind, str, str], ...] = (
     ("in-memory", "langchain_core.vectorstores.in_memory", "InMemoryVectorStore"),
 )
 """The LangChain stores qrag knows: (kind, the module defining the class, the class)."""
+IN_PROCESS: tuple[StoreKind, ...] = ("faiss", "in-memory")
+"""The stores that filter in this process, by a function qrag gives them: they take qrag's own rules, functions too."""
 
 
 def langchain_store_kind(store: Any) -> StoreKind:
@@ -63,6 +66,8 @@ def filter_translator(store: Any) -> Callable[[Filter], Any]:
     kind = langchain_store_kind(store)
     if kind == "faiss":
         return lambda where: where.matches  # qrag's own rules, functions too
+    if kind == "in-memory":  # its filter is a function of a Document
+        return lambda where: lambda doc: where.matches(doc.metadata or {})
     if kind == "chroma":
         return chroma_where
     if kind == "qdrant":
@@ -82,7 +87,7 @@ def store_filter(store: Any, where: Filter) -> Any:
     """
     name = type(store).__name__
     translate = filter_translator(store)
-    if langchain_store_kind(store) == "faiss":
+    if langchain_store_kind(store) in IN_PROCESS:
         return translate(where)
     if where.predicate is not None or where.key is None:
         raise FilterError(f"{name} filters in the database, which cannot run a Python function: pass the filter as "
