@@ -5,6 +5,7 @@ It goes through LlamaIndex's own integration for the database (e.g. `ChromaVecto
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -93,21 +94,29 @@ class LlamaIndexChunkStore:
         where = (f"the Chroma collection {store._collection.name!r}" if self._exp  # type: ignore[attr-defined]
                  else type(store).__name__)
 
-        def sample() -> tuple[list[str], list[list[float]] | None]:
+        def sample(mode: MetadataMode) -> tuple[list[str], list[list[float]] | None]:
             if self._exp:
                 got = store._collection.get(limit=SAMPLE, include=["embeddings"])  # type: ignore[attr-defined]
                 nodes = {n.node_id: n for n in self._get_nodes(node_ids=list(got["ids"]))}
-                return ([nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in got["ids"]],
+                return ([nodes[i].get_content(metadata_mode=mode) for i in got["ids"]],
                         [list(map(float, v)) for v in got["embeddings"]])
             assert model is not None
-            return [t for t, _ in search(fresh_unit_vectors(model, ["?"])[0].tolist(), SAMPLE)], None
+            return [t for t, _ in search(fresh_unit_vectors(model, ["?"])[0].tolist(), SAMPLE, mode)], None
 
-        def search(vector: list[float], n: int) -> list[tuple[str, float]]:
+        def search(vector: list[float], n: int, mode: MetadataMode = MetadataMode.EMBED) -> list[tuple[str, float]]:
             result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=n))
-            return [(node.get_content(metadata_mode=MetadataMode.EMBED), self._raw(float(s)))
+            return [(node.get_content(metadata_mode=mode), self._raw(float(s)))
                     for node, s in zip(result.nodes or [], result.similarities or [], strict=True)]
 
-        self.score_map = checked_score_map(where, model, llama_index_score_map(store), sample, search)
+        known = llama_index_score_map(store)
+        try:  # nodes embedded as LlamaIndex's ingestion renders them (their metadata included) ...
+            self.score_map = checked_score_map(where, model, known, lambda: sample(MetadataMode.EMBED), search)
+        except MetricError as embedded:  # ... or their text alone (vectors given with the nodes)
+            try:
+                self.score_map = checked_score_map(where, model, known, lambda: sample(MetadataMode.NONE),
+                                                   lambda v, n: search(v, n, MetadataMode.NONE))
+            except MetricError:
+                raise embedded from None
 
     def _raw(self, similarity: float) -> float:
         """The store's own score: Chroma's distance under LlamaIndex's exp(−distance)."""
@@ -141,14 +150,28 @@ class LlamaIndexChunkStore:
 
     def with_lexical(self, *, pairs: bool = False) -> bool:
         """Read the store's nodes once and index their texts for BM25 (`MetadataMode.EMBED`, what `from_defaults`
-        indexes); False for a store qrag cannot read whole (only Chroma is read)."""
-        if self.text_index is None or (pairs and not self.text_index.pairs):
-            if not self._exp:
-                return False
-            nodes = self._get_nodes(node_ids=None)
-            self.text_index = StoreLexical([n.node_id for n in nodes], _embed_texts(nodes),
-                                           [dict(n.metadata or {}) for n in nodes], pairs=pairs)
+        indexes); False for a store qrag cannot read whole (only Chroma is read). Built under the store's writer lock,
+        as `LangChainChunkStore.with_lexical`."""
+        if self.text_index is not None and (self.text_index.pairs or not pairs):
+            return True
+        if not self._exp:
+            return False
+        with writer_lock(self.store):
+            if self.text_index is None or (pairs and not self.text_index.pairs):
+                nodes = self._get_nodes(node_ids=None)
+                self.text_index = StoreLexical([n.node_id for n in nodes], _embed_texts(nodes),
+                                               [dict(n.metadata or {}) for n in nodes], pairs=pairs)
         return True
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the store for reading from a search's first hop to its last (`store_writes.StoreLock`)."""
+        return writer_lock(self.store).reading()
+
+    def memory(self) -> dict[str, int]:
+        """Bytes qrag holds beside the store: its BM25 index of the nodes (`StoreLexical.memory`)."""
+        if self.text_index is None:
+            return {"lexical": 0, "ids": 0, "metadata": 0}
+        return self.text_index.memory()
 
     def lexical_search(self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]], where: Filter | None,
                        *, texts: Sequence[str], questions: Sequence[str], weight: float,
@@ -156,7 +179,7 @@ class LlamaIndexChunkStore:
         """Per query row: the `k` best (chunk, Q-value, Q + `weight` · lexical evidence), as an in-process index ranks."""
         assert self.text_index is not None, "with_lexical() first"
         return self.text_index.search(lambda q, n, skip, w: self.search(q, n, skip, w), queries, k, exclude, where,
-                                      texts, questions, weight, pair_weight)
+                                      texts, questions, weight, pair_weight, held=self.stored_ids)
 
     # ------------------------------------------------------------------ a living store
     def add(self, nodes: Sequence[BaseNode], embed: Callable[[list[str]], list[list[float]]]) -> None:

@@ -195,18 +195,20 @@ def checked_score_map(where: str, model: Any, known: ScoreMap | None,
                       search: Callable[[list[float], int], list[tuple[str, float]]]) -> ScoreMap:
     """How a store's scores give Q-values, checked before the first query.
 
-    An inner-product store (`known` 'ip') is taken as it is (any chunk tower's `QRAGEmbeddings`). A cosine or L2 one
+    An inner-product store (`known` 'ip') is checked by `checked_inner_product` (any chunk tower's `QRAGEmbeddings`,
+    or the base encoder's unit vectors for a model that reads them). A cosine or L2 one
     needs a model whose chunk tower is the untrained normalised base encoder, and `sample()` (a few stored texts and,
     where the store gives them, their vectors) must be that encoder's: the stored vectors unit-norm and the same as
     this chunk tower's, and the store's scores what the metric gives (`probe_score_map`). A store that does not say
     its metric (`known` None) is probed: first as `QRAGEmbeddings` under a dot product, then as unit vectors under
-    every convention. `model` None: an unknown store is trusted as a dot product, a cosine or L2 one refused.
+    every convention. `model` None: an inner-product or unknown store is trusted as a dot product, a cosine or L2 one
+    refused.
 
     Raises:
         MetricError: named: the store, its metric, and the model's problem or the mismatch found.
     """
     if known is not None and known.metric == "ip" and not known.normalizes_query:
-        return known  # QRAGEmbeddings under a dot product: every chunk tower, as before
+        return known if model is None else checked_inner_product(where, model, known, sample, search)
     if model is None:
         if known is None:
             return ScoreMap("ip")
@@ -232,3 +234,45 @@ def checked_score_map(where: str, model: Any, known: ScoreMap | None,
         check_stored_vectors(where, torch.tensor(stored, dtype=torch.float32), fresh, unit=True)
     found = probe_score_map(where, texts, fresh, search, known)
     return ScoreMap(found.convention, found.normalizes_query, float(model.config.scale))
+
+
+def checked_inner_product(where: str, model: Any, known: ScoreMap,
+                          sample: Callable[[], tuple[list[str], list[list[float]] | None]],
+                          search: Callable[[list[float], int], list[tuple[str, float]]]) -> ScoreMap:
+    """How an inner-product store's scores give Q-values, checked on a few stored documents before the first query:
+    the stored vectors are this chunk tower's `QRAGEmbeddings` vectors of their texts (Q is the store's inner
+    product), or, for a model whose chunk tower is the untrained normalised base encoder, that encoder's unit vectors
+    (Q is the inner product divided by the model's `scale`). A store that gives no vectors is probed by its scores.
+
+    Raises:
+        MetricError: the store was filled by another encoder (named: the cosine or the scores found), or holds this
+            encoder's vectors at a norm neither convention gives.
+    """
+    texts, stored = sample()
+    if not texts:
+        return known  # nothing stored yet: what qrag adds is this chunk tower's
+    from qrag.training.model import model_lock
+
+    with model_lock(model):
+        raw = model.embed_chunks(list(texts)).float().cpu()  # (S, D) what QRAGEmbeddings stores
+    scale = float(model.config.scale)
+    unit_ok = unit_vector_model_problem(model) is None
+    if stored is None:
+        try:
+            return probe_score_map(where, texts, raw, search, known)
+        except MetricError:
+            if not unit_ok:
+                raise
+        found = probe_score_map(where, texts, raw * scale, search, known)
+        return ScoreMap(found.convention, found.normalizes_query, scale)
+    held = torch.tensor(stored, dtype=torch.float32)  # (S, D)
+    check_stored_vectors(where, held, raw, unit=False)  # the same encoder: the same directions
+    ratio = held.double().norm(dim=-1) / raw.double().norm(dim=-1).clamp(min=1e-12)  # (S,)
+    if float((ratio - 1).abs().max()) <= UNIT_NORM:
+        return probe_score_map(where, texts, raw, search, known)
+    if unit_ok and float((ratio - scale).abs().max()) <= UNIT_NORM * max(1.0, scale):
+        found = probe_score_map(where, texts, raw * scale, search, known)
+        return ScoreMap(found.convention, found.normalizes_query, scale)
+    raise MetricError(f"{where} holds this chunk tower's directions at other norms (stored / this model's "
+                      f"{float(ratio.min()):.4f} to {float(ratio.max()):.4f}): its inner products are not Q-values. "
+                      "Rebuild the store with this model's QRAGEmbeddings.")
