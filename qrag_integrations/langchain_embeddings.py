@@ -6,6 +6,7 @@ Together they are the scale-out path: chunk vectors g_φ(c) don't depend on the 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -88,41 +89,62 @@ def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, ScoreMap 
     return search, None
 
 
-def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[Any], list[list[float]] | None] | None:
+READ_PAGE = 1000
+"""Documents read from a store per call while indexing it for BM25 (Chroma, Qdrant): the peak holds one page."""
+
+
+def read_documents(store: VectorStore, limit: int | None = None, *, vectors: bool = True,
+                   ) -> tuple[list[Any], list[list[float]] | None] | None:
     """The documents a LangChain store holds (the first `limit`), as LangChain `Document`s named as its search names
-    them, and their stored vectors; None for a store qrag cannot read (its search alone is used then)."""
+    them, and, with `vectors`, their stored vectors (None without); None for a store qrag cannot read (its search
+    alone is used then). Without `vectors` no vector is asked of the store: reading a store for BM25 costs its texts,
+    ids and metadata, read in pages of `READ_PAGE`."""
     from langchain_core.documents import Document
 
     kind = langchain_store_kind(store)
     if kind == "chroma":
-        got = store._collection.get(limit=limit, include=["documents", "metadatas", "embeddings"])  # type: ignore[attr-defined]
-        docs = [Document(page_content=t or "", metadata=m or {}, id=i)
-                for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
-        return docs, [list(map(float, v)) for v in got["embeddings"]]
+        docs: list[Any] = []
+        stored: list[list[float]] = []
+        include = ["documents", "metadatas", *(["embeddings"] if vectors else [])]
+        while limit is None or len(docs) < limit:
+            page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(docs))
+            got = store._collection.get(limit=page, offset=len(docs), include=include)  # type: ignore[attr-defined]
+            docs += [Document(page_content=t or "", metadata=m or {}, id=i)
+                     for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
+            if vectors:
+                stored += [list(map(float, v)) for v in got["embeddings"]]
+            if len(got["ids"]) < page:
+                break
+        return docs, stored if vectors else None
     if kind == "in-memory":
         items = list(store.store.values())[:limit]  # type: ignore[attr-defined]
         return ([Document(page_content=d["text"], metadata=d.get("metadata") or {}, id=d["id"]) for d in items],
-                [list(d["vector"]) for d in items])
+                [list(d["vector"]) for d in items] if vectors else None)
     if kind == "faiss":
         rows = sorted(store.index_to_docstore_id.items())[:limit]  # type: ignore[attr-defined]
-        docs = [store.docstore.search(cid) for _, cid in rows]  # type: ignore[attr-defined]
-        docs = [Document(page_content=d.page_content, metadata=d.metadata, id=cid) for d, (_, cid) in zip(docs, rows, strict=True)]
-        return docs, [store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
+        found = [store.docstore.search(cid) for _, cid in rows]  # type: ignore[attr-defined]
+        docs = [Document(page_content=d.page_content, metadata=d.metadata, id=cid)
+                for d, (_, cid) in zip(found, rows, strict=True)]
+        return docs, ([store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
+                      if vectors else None)
     if kind == "qdrant":
         points: list[Any] = []
-        docs, vectors, offset = [], [], None
+        docs, offset = [], None
         while limit is None or len(points) < limit:
-            batch, offset = store.client.scroll(store.collection_name, limit=256 if limit is None else limit,  # type: ignore[attr-defined]
-                                                offset=offset, with_payload=True, with_vectors=True)
+            batch, offset = store.client.scroll(  # type: ignore[attr-defined]
+                store.collection_name, limit=READ_PAGE if limit is None else limit,  # type: ignore[attr-defined]
+                offset=offset, with_payload=True, with_vectors=vectors)
             points += batch
             if offset is None:
                 break
+        stored = []
         for p in points[:limit]:
             docs.append(store._document_from_point(p, store.collection_name, store.content_payload_key,  # type: ignore[attr-defined]
                                                    store.metadata_payload_key))  # type: ignore[attr-defined]
-            v = p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector  # type: ignore[attr-defined]
-            vectors.append(list(v or []))
-        return docs, vectors
+            if vectors:
+                v = p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector  # type: ignore[attr-defined]
+                stored.append(list(v or []))
+        return docs, stored if vectors else None
     return None
 
 
@@ -263,26 +285,50 @@ class LangChainChunkStore:
         return search_rows(queries, k, exclude, fetch)
 
     def with_lexical(self, *, pairs: bool = False) -> bool:
-        """Read the store's documents once and index them for BM25 (with word pairs if `pairs`); False for a store
-        qrag cannot read (its hops then rank by Q alone)."""
-        if self.text_index is None or (pairs and not self.text_index.pairs):
-            read = read_documents(self.store)
-            if read is None:
-                return False
-            docs = read[0]
-            chunks = [self._chunk(d) for d in docs]
-            self.text_index = StoreLexical([c.id for c in chunks], [c.text for c in chunks],
-                                           [c.metadata for c in chunks], pairs=pairs)
+        """Read the store's documents once (texts, ids and metadata, no vectors) and index them for BM25 (with word
+        pairs if `pairs`); False for a store qrag cannot read (its hops then rank by Q alone). Built under the store's
+        writer lock: two first searches read the store once, and an add racing them is indexed once."""
+        if self.text_index is not None and (self.text_index.pairs or not pairs):
+            return True
+        with writer_lock(self.store):
+            if self.text_index is None or (pairs and not self.text_index.pairs):
+                read = read_documents(self.store, vectors=False)
+                if read is None:
+                    return False
+                chunks = [self._chunk(d) for d in read[0]]
+                self.text_index = StoreLexical([c.id for c in chunks], [c.text for c in chunks],
+                                               [c.metadata for c in chunks], pairs=pairs)
         return True
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the store for reading (`store_writes.StoreLock`): a search enters it from its first hop to its last,
+        so qrag's writes over this store never land in the middle of one."""
+        return writer_lock(self.store).reading()
+
+    def memory(self) -> dict[str, int]:
+        """Bytes qrag holds beside the store: its BM25 index of the documents (`StoreLexical.memory`; zeros before
+        one is built). The vectors stay in the store."""
+        if self.text_index is None:
+            return {"lexical": 0, "ids": 0, "metadata": 0}
+        return self.text_index.memory()
 
     def lexical_search(self, queries: torch.Tensor, k: int, exclude: Sequence[Collection[str]], where: Filter | None,
                        *, texts: Sequence[str], questions: Sequence[str], weight: float,
                        pair_weight: float) -> list[list[Hybrid]]:
         """Per query row: the `k` best (chunk, Q-value, Q + `weight` · lexical evidence of `texts[r]`), exactly as an
-        in-process index ranks them (`store_lexical.StoreLexical.search`)."""
+        in-process index ranks them (`store_lexical.StoreLexical.search`; a chunk BM25 holds that the store lost is
+        looked up by id and dropped)."""
         assert self.text_index is not None, "with_lexical() first"
         return self.text_index.search(lambda q, n, skip, w: self.search(q, n, skip, w), queries, k, exclude, where,
-                                      texts, questions, weight, pair_weight)
+                                      texts, questions, weight, pair_weight,
+                                      held=self._held)
+
+    def _held(self, ids: Sequence[str]) -> set[str]:
+        """Which of `ids` the store holds; all of them for a store that cannot look ids up (nothing is dropped)."""
+        try:
+            return stored_ids(self.store, ids)
+        except ValueError:
+            return set(ids)
 
     def _filter_args(self, where: Filter) -> dict[str, Any]:
         """The store search's keyword arguments for `where`. LangChain's FAISS filters only the `fetch_k` best

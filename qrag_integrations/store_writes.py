@@ -1,23 +1,81 @@
-"""One writer at a time per vector store object in this process.
+"""One writer at a time per vector store object in this process, and no search while it writes.
 
 qrag's store paths check ids and then change the store (an added id must be new, a deleted one held): the two steps
-hold one lock, shared by every qrag wrapper over that same store object, so two adds of one id cannot both pass the
-check (Chroma would keep the last). Writers in other processes, or through other objects over the same collection,
-are not covered: there the database must enforce unique ids itself.
+hold the store's lock for writing, shared by every qrag wrapper over that same store object, so two adds of one id
+cannot both pass the check (Chroma would keep the last). A search over the store holds it for reading from its first
+hop to its last (`StoreLock.reading`): searches run side by side, a write waits for the searches under way and the
+searches asked after it wait for the write. So a search never sees half an add (the store's rows and qrag's BM25 of
+them apart), and once `delete` has returned no search returns the deleted id. Writers in other processes, or through
+other objects over the same collection, are not covered: there the database must enforce unique ids itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
-_LOCKS: dict[int, threading.Lock] = {}
+
+class StoreLock:
+    """A readers-writer lock that prefers writers: `with lock:` writes (one at a time, no reader inside), `with
+    lock.reading():` reads (many at once). A thread that already reads may read again inside (a search inside a
+    search never waits for a writer that waits for it)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writing = False
+        self._waiting_writers = 0
+        self._mine = threading.local()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Hold the store for reading for the block."""
+        depth = getattr(self._mine, "depth", 0)
+        if depth == 0:
+            with self._cond:
+                while self._writing or self._waiting_writers:
+                    self._cond.wait()
+                self._readers += 1
+        self._mine.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._mine.depth = depth
+            if depth == 0:
+                with self._cond:
+                    self._readers -= 1
+                    if not self._readers:
+                        self._cond.notify_all()
+
+    def __enter__(self) -> StoreLock:
+        if getattr(self._mine, "depth", 0):
+            raise RuntimeError("a write to this store was asked inside a search over it; write after the search.")
+        with self._cond:
+            self._waiting_writers += 1
+            try:
+                while self._writing or self._readers:
+                    self._cond.wait()
+            finally:
+                self._waiting_writers -= 1
+            self._writing = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._writing = False
+            self._cond.notify_all()
+
+
+_LOCKS: dict[int, StoreLock] = {}
 _REGISTRY = threading.Lock()
 
 
-def writer_lock(store: Any) -> threading.Lock:
-    """The lock qrag's writers over `store` (this very object) hold from their check of ids to the change it guards.
+def writer_lock(store: Any) -> StoreLock:
+    """The lock qrag's writers over `store` (this very object) hold from their check of ids to the change it guards,
+    and its searches hold for reading (`StoreLock`).
 
     Keyed by the object's identity, as a LlamaIndex store (a pydantic model) cannot be hashed. The entry goes with
     the store (`weakref.finalize`, before its address can be reused); a store that cannot be weakly referenced keeps
@@ -27,7 +85,7 @@ def writer_lock(store: Any) -> threading.Lock:
     with _REGISTRY:
         lock = _LOCKS.get(key)
         if lock is None:
-            lock = _LOCKS[key] = threading.Lock()
+            lock = _LOCKS[key] = StoreLock()
             try:
                 weakref.finalize(store, _LOCKS.pop, key, None)  # takes no lock: it may run inside this block
             except TypeError:
@@ -35,4 +93,4 @@ def writer_lock(store: Any) -> threading.Lock:
         return lock
 
 
-__all__ = ["writer_lock"]
+__all__ = ["StoreLock", "writer_lock"]

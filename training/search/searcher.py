@@ -42,6 +42,7 @@ wider beam (docs/RESULTS.md, "Beam search against greedy hops").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -278,7 +279,8 @@ class MultiHopSearcher:
         # the texts, BM25 and the chunks named all come from it, whatever other threads add or delete meanwhile.
         store = self.store.snapshot() if isinstance(self.store, ChunkIndex) else self.store
         allowed = store.mask(where) if where is not None and isinstance(store, ChunkIndex) else None
-        with state_batcher(self.model).searching():  # concurrent searches' states may share its passes
+        reading = getattr(store, "reading", None)  # an external store held for reading: no write inside a search
+        with (reading() if callable(reading) else contextlib.nullcontext()), state_batcher(self.model).searching():
             for start in range(0, len(asked), cfg.batch_size):
                 out.extend(self._search_group(store, asked[start : start + cfg.batch_size], cfg, where, allowed))
         return out

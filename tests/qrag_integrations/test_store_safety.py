@@ -1,0 +1,292 @@
+"""A store behind `from_vector_store` is as safe as the in-process index: a tenant floor and a per-call filter mean
+on every accepted store what they mean in process; adds and deletes beside searches never raise and never let a
+deleted id come back after its delete returned; BM25 over a store reads texts and ids only, is versioned, and a
+document the store lost is looked up once instead of fetching the whole store; an inner-product store another
+encoder filled is refused by name."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import torch
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from qrag.eval.existing_collections import MiniLMEmbeddings
+from qrag.integrations import MetricError, QRAGRetriever
+from qrag.integrations.store_lexical import MAX_ROUNDS, StoreLexical
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search import load_model
+from tests.qrag_integrations.test_existing_collections import IDS, QUESTIONS, TEXTS
+
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+META = [{"tenant": "a" if i % 2 else "b", "year": 1900 + 10 * i, "tags": ["x", "y"] if i % 3 else ["z"]}
+        for i in range(len(TEXTS))]
+FILTERS: list[dict[str, Any]] = [{"year": {"$gte": 1950}}, {"tags": "z"}, {"year": {"$in": [1910, 1930, 1970]}}]
+
+
+@pytest.fixture(scope="module")
+def embeddings() -> MiniLMEmbeddings:
+    return MiniLMEmbeddings()
+
+
+@pytest.fixture(scope="module")
+def qnet() -> QNetwork:
+    return load_model("qrag/hotpotqa-minilm")
+
+
+def _in_memory(embeddings: Embeddings, texts: list[str] = TEXTS, ids: list[str] = IDS,
+               metas: list[dict[str, Any]] = META) -> InMemoryVectorStore:
+    store = InMemoryVectorStore(embeddings)
+    store.add_texts(texts, metadatas=metas, ids=ids)
+    return store
+
+
+def _chroma(embeddings: Embeddings) -> Any:
+    chromadb = pytest.importorskip("chromadb")
+    from langchain_chroma import Chroma
+
+    return Chroma.from_texts(TEXTS, embeddings, metadatas=META, ids=IDS, client=chromadb.EphemeralClient(),
+                             collection_name=f"c-{uuid.uuid4().hex[:10]}")
+
+
+def _qdrant(embeddings: Embeddings) -> Any:
+    pytest.importorskip("qdrant_client")
+    from langchain_qdrant import QdrantVectorStore
+    from qdrant_client.http.models import Distance
+
+    return QdrantVectorStore.from_texts(TEXTS, embeddings, metadatas=META, ids=IDS, location=":memory:",
+                                        collection_name=f"q-{uuid.uuid4().hex[:10]}", distance=Distance.COSINE)
+
+
+def _faiss(embeddings: Embeddings) -> Any:
+    pytest.importorskip("faiss")
+    from langchain_community.vectorstores import FAISS
+
+    return FAISS.from_texts(TEXTS, embeddings, metadatas=META, ids=IDS)
+
+
+MAKERS = {"in_memory": _in_memory, "chroma_l2": _chroma, "qdrant_cosine": _qdrant, "faiss_l2": _faiss}
+
+
+def _ids(docs: list[Any]) -> list[str]:
+    return [str(d.id) for d in docs]
+
+
+def _floors_and_filters_mean_what_they_mean_in_process(store: Any, qnet: QNetwork) -> None:
+    exact = QRAGRetriever.from_texts(TEXTS, qnet, ids=IDS, metadatas=META)
+    over = QRAGRetriever.from_vector_store(store, qnet)
+    floor = {"tenant": "a"}
+    exact_a, over_a = exact.with_floor(floor), over.with_floor(floor)
+    for q in QUESTIONS:
+        got = over_a.invoke(q)
+        assert _ids(got) == _ids(exact_a.invoke(q))
+        assert got and all(d.metadata["tenant"] == "a" for d in got)
+        for where in FILTERS:
+            assert _ids(over_a.invoke(q, filter=where)) == _ids(exact_a.invoke(q, filter=where)), where
+            assert _ids(over.invoke(q, filter=where)) == _ids(exact.invoke(q, filter=where)), where
+
+
+def test_a_floor_and_a_filter_over_an_in_memory_store_mean_what_they_mean_in_process(
+        embeddings: Embeddings, qnet: QNetwork) -> None:
+    _floors_and_filters_mean_what_they_mean_in_process(_in_memory(embeddings), qnet)
+
+
+def test_a_function_floor_over_an_in_memory_store_filters_in_the_process(embeddings: Embeddings,
+                                                                          qnet: QNetwork) -> None:
+    over = QRAGRetriever.from_vector_store(_in_memory(embeddings), qnet, filter=lambda m: m["year"] < 1950)
+    exact = QRAGRetriever.from_texts(TEXTS, qnet, ids=IDS, metadatas=META, filter=lambda m: m["year"] < 1950)
+    for q in QUESTIONS:
+        assert _ids(over.invoke(q)) == _ids(exact.invoke(q))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["chroma_l2", "qdrant_cosine", "faiss_l2"])
+def test_a_floor_and_a_filter_over_every_store_mean_what_they_mean_in_process(kind: str, embeddings: Embeddings,
+                                                                              qnet: QNetwork) -> None:
+    _floors_and_filters_mean_what_they_mean_in_process(MAKERS[kind](embeddings), qnet)
+
+
+# ---------------------------------------------------------------------- writes beside reads
+def _churn_beside_searches(store: Any, qnet: QNetwork, seconds: float) -> tuple[list[str], int]:
+    """One thread adds and deletes through one retriever while two search through another over the same store for
+    `seconds`; returns the problems seen (exceptions, an id returned after its delete returned) and the searches."""
+    writer = QRAGRetriever.from_vector_store(store, qnet)
+    reader = QRAGRetriever.from_vector_store(store, qnet)
+    deleted: dict[str, float] = {}
+    problems: list[str] = []
+    searches = 0
+    stop = threading.Event()
+
+    def churn() -> None:
+        added: list[str] = []
+        i = 0
+        try:
+            while not stop.is_set():
+                cid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"churn-{i}"))
+                writer.add_texts([f"Edmund Hillary climbed a new peak, number {i}, above the Louvre."],
+                                 metadatas=[{"tenant": "a", "year": 2000 + i, "tags": ["x"]}], ids=[cid])
+                added.append(cid)
+                if len(added) > 3:
+                    gone = added.pop(0)
+                    writer.delete([gone])
+                    deleted[gone] = time.monotonic()
+                i += 1
+        except Exception as e:  # noqa: BLE001 - reported
+            problems.append(f"writer: {type(e).__name__}: {e}")
+
+    def search(n: int) -> None:
+        nonlocal searches
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                docs = reader.invoke(QUESTIONS[n % len(QUESTIONS)] + " Hillary peak", k=4)
+            except Exception as e:  # noqa: BLE001 - reported
+                problems.append(f"reader: {type(e).__name__}: {e}")
+                return
+            gone = {cid for cid, t in list(deleted.items()) if t < started}
+            problems.extend(f"{d.id} returned after its delete returned" for d in docs if d.id in gone)
+            searches += 1
+            n += 1
+
+    threads = [threading.Thread(target=churn), *(threading.Thread(target=search, args=(n,)) for n in range(2))]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return problems, searches
+
+
+def test_adds_and_deletes_beside_searches_over_an_in_memory_store(embeddings: Embeddings, qnet: QNetwork) -> None:
+    problems, searches = _churn_beside_searches(_in_memory(embeddings), qnet, seconds=6)
+    assert problems == [] and searches > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["in_memory", "chroma_l2"])
+def test_a_minute_of_adds_and_deletes_beside_searches(kind: str, embeddings: Embeddings, qnet: QNetwork) -> None:
+    problems, searches = _churn_beside_searches(MAKERS[kind](embeddings), qnet, seconds=60)
+    assert problems == [] and searches > 0
+
+
+def test_a_search_reads_one_bm25_version_while_writes_swap_in_new_ones() -> None:
+    """Framework-free: an add and a delete make new versions; a version read before them is unchanged and whole."""
+    index = StoreLexical(["a", "b", "c"], ["milk in the kitchen", "apple in the garden", "box in the hall"],
+                         [{}, {}, {}], pairs=False)
+    before = index.version
+    index.added(["d"], ["milk in the garden"], [{"n": 1}])
+    index.deleted({"a"})
+    assert before.ids == ("a", "b", "c") and before.lexical is not None and len(before.lexical) == 3
+    now = index.version
+    assert now.ids == ("b", "c", "d") and dict(now.rows) == {"b": 0, "c": 1, "d": 2} and now.lexical is not None
+    assert len(now.lexical) == 3 and now.metadatas[2] == {"n": 1}
+
+
+# ---------------------------------------------------------------------- BM25's reads and a stale index
+def test_bm25_over_a_store_reads_texts_and_ids_only(embeddings: Embeddings, qnet: QNetwork) -> None:
+    chromadb = pytest.importorskip("chromadb")
+    from langchain_chroma import Chroma
+
+    store = Chroma.from_texts(TEXTS, embeddings, metadatas=META, ids=IDS, client=chromadb.EphemeralClient(),
+                              collection_name=f"c-{uuid.uuid4().hex[:10]}")
+    asked: list[tuple[int | None, list[str]]] = []
+    get = store._collection.get
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append((kwargs.get("limit"), list(kwargs.get("include") or [])))
+        return get(*args, **kwargs)
+
+    store._collection.get = spy  # type: ignore[method-assign]
+    retriever = QRAGRetriever.from_vector_store(store, qnet)
+    assert retriever.searcher.store.text_index is not None  # type: ignore[union-attr]
+    whole = [include for limit, include in asked if limit != 4]  # the 4 sampled documents are checked by vector
+    assert whole and all("embeddings" not in include for include in whole)
+    assert retriever.searcher.store.memory()["lexical"] > 0  # type: ignore[union-attr]
+
+
+def test_a_document_deleted_past_this_retriever_is_looked_up_once_not_fetched_for(embeddings: Embeddings,
+                                                                                   qnet: QNetwork) -> None:
+    texts = [*TEXTS, *(f"Hillary and Norgay, note {i}: the ascent of Everest in 1953." for i in range(40))]
+    ids = [*IDS, *(str(uuid.uuid5(uuid.NAMESPACE_URL, f"extra-{i}")) for i in range(40))]
+    store = _in_memory(embeddings, texts, ids, [{} for _ in texts])
+    calls: list[int] = []
+    search = store.similarity_search_with_score_by_vector
+
+    def counted(embedding: Any, k: int = 4, **kwargs: Any) -> Any:
+        calls.append(k)
+        return search(embedding, k, **kwargs)
+
+    store.similarity_search_with_score_by_vector = counted  # type: ignore[method-assign]
+    reader, writer = (QRAGRetriever.from_vector_store(store, qnet) for _ in range(2))
+    calls.clear()
+    question = "Who made the first ascent of Everest?"
+    reader.invoke(question)
+    before = list(calls)
+    best = max(range(len(texts)), key=lambda i: "Everest" in texts[i] and "1953" in texts[i])
+    writer.delete([ids[best]])  # through another retriever: the reader's BM25 still holds it
+    calls.clear()
+    docs = reader.invoke(question)
+    assert ids[best] not in _ids(docs)
+    assert len(calls) <= len(before) + 2 and max(calls) <= 4 * max(before)
+    assert ids[best] not in reader.searcher.store.text_index.version.rows  # type: ignore[union-attr]
+    assert _ids(docs) == _ids(QRAGRetriever.from_vector_store(store, qnet).invoke(question))
+
+
+def test_a_store_that_never_returns_a_document_bm25_holds_is_asked_a_bounded_number_of_times() -> None:
+    from qrag.training.search import Chunk
+
+    others = [f"b{i}" for i in range(400)]
+    index = StoreLexical(["a", *others], ["milk milk milk", *("apple box" for _ in others)],
+                         [{} for _ in range(401)], pairs=False)
+
+    asked: list[int] = []
+
+    def search(q: torch.Tensor, n: int, skip: Any, where: Any) -> list[list[Any]]:
+        asked.append(n)  # always full pages of documents BM25 does not know, never 'a'
+        return [[(Chunk(f"x{i}", "x", {}), 1.0 - i * 1e-3) for i in range(n)]]
+
+    got = index.search(search, torch.zeros(1, 4), 2, [set()], None, ["milk"], ["milk"], weight=0.5, pair_weight=0.0,
+                       held=lambda ids: set(ids))  # 'a' is held: the store's own filter hides it
+    assert len(asked) == MAX_ROUNDS and len(got[0]) == 2
+
+
+# ---------------------------------------------------------------------- inner-product stores
+def test_an_inner_product_store_another_encoder_filled_is_refused_by_name(qnet: QNetwork) -> None:
+    chromadb = pytest.importorskip("chromadb")
+    from langchain_chroma import Chroma
+
+    class UnitFake(DeterministicFakeEmbedding):  # another 384-d encoder, unit-norm
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [(torch.tensor(v) / torch.tensor(v).norm()).tolist() for v in super().embed_documents(texts)]
+
+    store = Chroma.from_texts(TEXTS, UnitFake(size=384), ids=IDS, client=chromadb.EphemeralClient(),
+                              collection_name=f"ip-{uuid.uuid4().hex[:10]}",
+                              collection_configuration={"hnsw": {"space": "ip"}})
+    with pytest.raises(MetricError, match="another encoder"):
+        QRAGRetriever.from_vector_store(store, qnet)
+
+
+def test_an_inner_product_store_of_this_models_vectors_is_taken(embeddings: Embeddings, qnet: QNetwork) -> None:
+    chromadb = pytest.importorskip("chromadb")
+    from langchain_chroma import Chroma
+
+    from qrag.integrations import QRAGEmbeddings
+
+    exact = QRAGRetriever.from_texts(TEXTS, qnet, ids=IDS)
+    for fill in (QRAGEmbeddings(qnet), embeddings):  # qrag's own vectors, and the base encoder's unit vectors
+        store = Chroma.from_texts(TEXTS, fill, ids=IDS, client=chromadb.EphemeralClient(),
+                                  collection_name=f"ip-{uuid.uuid4().hex[:10]}",
+                                  collection_configuration={"hnsw": {"space": "ip"}})
+        over = QRAGRetriever.from_vector_store(store, qnet)
+        for q in QUESTIONS:
+            a, b = exact.invoke(q), over.invoke(q)
+            assert _ids(b) == _ids(a)
+            assert [d.metadata["q_value"] for d in b] == pytest.approx([d.metadata["q_value"] for d in a], abs=1e-4)
