@@ -24,6 +24,7 @@ from langchain_core.runnables.utils import AnyConfigurableField
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, PrivateAttr, model_validator
 
+from qrag.integrations.frozen_floor import frozen
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -146,6 +147,8 @@ class QRAGRetriever(BaseRetriever):
         if not self._floor_taken:
             self._floor = Filter.coerce(self.filter)
             self._floor_dict = copy.deepcopy(self.filter) if isinstance(self.filter, dict) else None
+            if self._floor_dict is not None:  # shown as enforced: a read-only copy (an in-place edit raises)
+                super().__setattr__("filter", frozen(self._floor_dict))
             self._floor_taken = True
         return self._floor
 
@@ -331,8 +334,8 @@ class QRAGRetriever(BaseRetriever):
         try:
             if queries:
                 found = dict(zip(queries, self.searcher.search(queries, **self._search_args(kwargs)), strict=True))
-        except ValueError:
-            found = {}  # a bad argument: each run raises it on its own, traced, as `invoke` would
+        except Exception:  # noqa: BLE001 - a bad argument or a store's error: each run raises it on its own, traced,
+            found = {}  # as `invoke` would (so `return_exceptions=True` returns it in that run's place)
         token = _BATCHED.set(_Batched(self, dict(kwargs), found))
         try:
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)

@@ -149,3 +149,42 @@ def test_a_batch_gives_its_results_to_its_own_retriever_only(searcher: MultiHopS
 
     a.batch([questions[0]], config={"callbacks": [AskAgain()]})
     assert seen == [{1, 2}]
+
+
+def test_the_floor_shown_is_the_floor_enforced_and_saved(searcher: MultiHopSearcher, questions: list[str],
+                                                        tmp_path: Path) -> None:
+    """`retriever.filter` is a read-only copy: an in-place edit of it (or of a list inside it) raises, so the floor
+    shown is the one every search applies and every save writes; copies of it are plain, editable dicts."""
+    given = {"n": [0, 1, 2, 3, 4, 5]}
+    retriever = QRAGRetriever(searcher=searcher, filter=given, k=ALL)
+    given["n"].append(7)  # the caller's own dict: the floor was taken as it was
+    assert retriever.filter == TENANT_A
+    with pytest.raises(TypeError, match="with_floor"):
+        retriever.filter["n"] = [7]  # type: ignore[index]
+    with pytest.raises(TypeError, match="with_floor"):
+        retriever.filter["n"].append(7)  # type: ignore[index]
+    with pytest.raises(TypeError, match="with_floor"):
+        retriever.filter.update({"n": 7})  # type: ignore[union-attr]
+    assert retriever.filter == TENANT_A and _ns(retriever.invoke(questions[0])) <= set(TENANT_A["n"])
+    retriever.save_local(str(tmp_path / "saved"))
+    assert QRAGRetriever.load_local(tmp_path / "saved").filter == TENANT_A
+    mine = dict(retriever.filter)  # type: ignore[arg-type]
+    mine["n"] = [7]
+    wider = retriever.with_floor({**retriever.filter, "n": [6, 7]})  # type: ignore[dict-item]
+    assert _ns(wider.invoke(questions[0])) <= {6, 7}
+
+
+def test_a_store_error_in_a_batch_is_returned_in_its_runs_place(searcher: MultiHopSearcher,
+                                                               questions: list[str]) -> None:
+    """`batch(return_exceptions=True)`: any error of the shared search (a store's RuntimeError too) comes back as
+    each run's result, never out of `batch`."""
+    retriever = QRAGRetriever(searcher=searcher, k=2)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the store went away")
+
+    searcher.search = broken  # type: ignore[method-assign]
+    got = retriever.batch(questions[:2], return_exceptions=True)
+    assert len(got) == 2 and all(isinstance(g, RuntimeError) and "went away" in str(g) for g in got)
+    with pytest.raises(RuntimeError, match="went away"):
+        retriever.batch(questions[:2])
