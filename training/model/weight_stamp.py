@@ -1,5 +1,6 @@
-"""A cheap stamp of a module's weights, for caches that hold what the weights computed (the kept `f_0(q)`, the
-layers two towers share, the chunk tower's fingerprint).
+"""A cheap stamp of a module's current weights, for the caches that hold what those weights computed.
+
+They are the kept `f_0(q)`, the layers two towers share and the chunk tower's fingerprint.
 
 Every in-place update through autograd's view of a tensor (an optimiser step, `load_state_dict`, `p.add_` under
 `no_grad`) bumps its version counter; replacing a tensor (`module.to(dtype)`, a move to another device) gives it
