@@ -19,6 +19,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.metric import (
+    CHROMA_CONVENTIONS,
     SAMPLE,
     Convention,
     MetricError,
@@ -46,7 +47,6 @@ POSITION_KEY = "qrag_position"
 
 
 VectorSearch = Callable[..., list[tuple[Any, float]]]
-CHROMA_CONVENTIONS: dict[str, Convention] = {"ip": "ip_distance", "cosine": "cosine_distance", "l2": "l2_squared"}
 QDRANT_CONVENTIONS: dict[str, Convention] = {"DOT": "ip", "COSINE": "cosine", "EUCLID": "l2"}
 
 
@@ -193,22 +193,6 @@ class QRAGEmbeddings(Embeddings):
         with model_lock(self.model):
             state = self.model.embed_states([text], [[]], batch_size=self.batch_size)  # (1, D)
         return state[0].cpu().tolist()  # type: ignore[no-any-return]
-
-
-def store_metric(store: VectorStore) -> str | None:
-    """The similarity a LangChain vector store ranks by, lower-cased ('dot', 'cosine', 'euclidean', ...), or
-    None when it cannot be told (Qdrant `distance`, FAISS/PGVector `distance_strategy`, Chroma `hnsw:space`;
-    `InMemoryVectorStore` is always cosine)."""
-    if langchain_store_kind(store) == "in-memory":
-        return "cosine"
-    for attr in ("distance", "distance_strategy", "_distance_strategy"):
-        value = getattr(store, attr, None)
-        if value is not None:
-            return str(getattr(value, "value", value)).lower()
-    meta = getattr(getattr(store, "_collection", None), "metadata", None)
-    if isinstance(meta, dict):
-        return str(meta.get("hnsw:space", "l2")).lower()
-    return None
 
 
 class LangChainChunkStore:

@@ -20,7 +20,7 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores.types import FilterCondition, MetadataFilters
 
 from qrag.integrations.llama_index_filters import from_metadata_filters
-from qrag.integrations.llama_index_versions import Shelf, Version, shelf_for
+from qrag.integrations.llama_index_versions import NodesVersion, Shelf, shelf_for
 from qrag.training.model import Precision, QNetwork
 from qrag.training.search import (
     FROM_MODEL,
@@ -157,7 +157,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         return other
 
     @property
-    def _version(self) -> Version | None:
+    def _version(self) -> NodesVersion | None:
         """The current version of the index and its nodes (None over an external store)."""
         return None if self._shelf is None else self._shelf.version
 

@@ -21,8 +21,8 @@ from llama_index.core.vector_stores.types import (
 
 from qrag.integrations.llama_index_filters import is_chroma_store, metadata_filters_for
 from qrag.integrations.metric import (
+    CHROMA_CONVENTIONS,
     SAMPLE,
-    Convention,
     MetricError,
     ScoreMap,
     checked_score_map,
@@ -37,7 +37,6 @@ from qrag.training.search import Chunk, Filter, ScoredChunk, check_ids, search_r
 POSITION_KEY = "qrag_position"
 
 
-CHROMA_CONVENTIONS: dict[str, Convention] = {"ip": "ip_distance", "cosine": "cosine_distance", "l2": "l2_squared"}
 
 
 def llama_index_score_map(store: BasePydanticVectorStore) -> ScoreMap | None:
@@ -49,14 +48,6 @@ def llama_index_score_map(store: BasePydanticVectorStore) -> ScoreMap | None:
         space = chroma_space(store._collection)  # type: ignore[attr-defined]
         return ScoreMap(CHROMA_CONVENTIONS[space]) if space in CHROMA_CONVENTIONS else None
     return None
-
-
-def llama_index_inner_product(store: BasePydanticVectorStore) -> Callable[[float], float]:
-    """Map a LlamaIndex store's query similarity to ⟨query, g_φ(c)⟩ for an inner-product store (unit queries: use
-    `LlamaIndexChunkStore`, which knows each query's norm, for cosine and L2 stores)."""
-    found = llama_index_score_map(store) or ScoreMap("ip")
-    exp = is_chroma_store(store)
-    return lambda s: found.inner(_distance(s) if exp else s, 1.0) if not exp or s > 0 else -math.inf
 
 
 def _distance(similarity: float) -> float:
@@ -272,4 +263,4 @@ def _embed_texts(nodes: Sequence[BaseNode]) -> list[str]:
     return [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
 
 
-__all__ = ["LlamaIndexChunkStore", "MetricError", "llama_index_inner_product", "llama_index_score_map"]
+__all__ = ["LlamaIndexChunkStore", "MetricError", "llama_index_score_map"]

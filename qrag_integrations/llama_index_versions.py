@@ -18,7 +18,7 @@ from qrag.training.search import Chunk, ChunkIndex
 
 
 @dataclass(frozen=True)
-class Version:
+class NodesVersion:
     """One version: an index snapshot and its rows' nodes (None for a row no retriever gave a node for)."""
 
     index: ChunkIndex  # a `ChunkIndex.snapshot()`
@@ -40,9 +40,9 @@ class Shelf:
 
     def __init__(self, index: ChunkIndex, nodes: list[BaseNode | None]) -> None:
         self.writer = threading.Lock()  # one insert or delete at a time; retrievals never wait
-        self.version = Version(index.snapshot(), nodes)
+        self.version = NodesVersion(index.snapshot(), nodes)
 
-    def held(self, index: ChunkIndex) -> Version:
+    def held(self, index: ChunkIndex) -> NodesVersion:
         """The current version, before a change of `index` (under `writer`). The BM25 index a retrieval built on it
         (a lexical weight the searcher's own settings lack) is built on `index` too, so the next version extends it."""
         held = self.version
@@ -57,7 +57,7 @@ class Shelf:
         if [n.node_id if n else None for n in nodes[checked_from : len(view)]] != list(view.ids[checked_from:]):
             known = {n.node_id: n for n in nodes if n is not None}  # the index was changed beside the retrievers
             nodes = [known.get(i) for i in view.ids]
-        self.version = Version(view, nodes)
+        self.version = NodesVersion(view, nodes)
 
 
 _SHELVES: weakref.WeakKeyDictionary[ChunkIndex, Shelf] = weakref.WeakKeyDictionary()

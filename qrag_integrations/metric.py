@@ -30,18 +30,6 @@ def chroma_space(collection: Any) -> str:
     return str((getattr(collection, "metadata", None) or {}).get("hnsw:space", "l2"))  # Chroma's default: l2
 
 
-def check_chroma_ip(collection: Any) -> None:
-    """Raise `MetricError` unless the Chroma collection ranks by inner product (space 'ip').
-
-    Chroma's 'ip' distance is `1 − ⟨q, c⟩`: callers turn it back into the inner product.
-    """
-    space = chroma_space(collection)
-    if space != "ip":
-        raise MetricError(f"the Chroma collection {collection.name!r} ranks by {space!r}; qrag's hops need inner "
-                          f"products: create the collection with {IP_SPACE_HINT} (langchain-chroma: "
-                          "collection_configuration=..., the same dict).")
-
-
 # ---------------------------------------------------------------------- cosine and L2 stores of unit vectors
 # How a store's score s for a query q relates to the inner product ⟨q, x⟩ with a stored unit vector x. Chroma
 # reports distances ('ip': 1 − ⟨q, x⟩, 'cosine': 1 − cos, 'l2': squared L2), FAISS's flat L2 index squared L2,
@@ -52,6 +40,8 @@ SAME_VECTORS = 0.999  # cosine between a stored vector and this chunk tower's ve
 UNIT_NORM = 1e-3  # |‖x‖ − 1| of a stored vector that counts as unit-norm
 PROBE_SCALE = 3.0  # a probe query is 3 × a stored text's vector: every convention then reports another score
 SAMPLE = 4  # stored documents checked before the first query
+CHROMA_CONVENTIONS: dict[str, Convention] = {"ip": "ip_distance", "cosine": "cosine_distance", "l2": "l2_squared"}
+"""What a Chroma collection's distance is in each of its spaces (LangChain's and LlamaIndex's stores alike)."""
 
 
 @dataclass(frozen=True)

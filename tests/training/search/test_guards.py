@@ -9,7 +9,7 @@ import pytest
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from qrag.integrations import QRAGEmbeddings, QRAGRetriever
-from qrag.integrations.langchain_embeddings import store_metric
+from qrag.integrations.langchain_embeddings import langchain_vector_search
 from qrag.training.model.qnet import ChunkLengthWarning, QNetwork
 from qrag.training.model.shipped import ShippedNameError, shipped_names
 from qrag.training.search.index import ChunkIndex
@@ -60,7 +60,8 @@ def test_position_aware_model_warns_on_an_undeclared_order(tiny_encoder_path: Pa
 def test_from_vector_store_refuses_cosine(tiny_encoder_path: Path) -> None:
     qnet = QNetwork.from_encoder(str(tiny_encoder_path))
     store = InMemoryVectorStore(QRAGEmbeddings(qnet))
-    assert store_metric(store) == "cosine"
+    known = langchain_vector_search(store)[1]
+    assert known is not None and known.metric == "cosine"
     with pytest.raises(ValueError, match="InMemoryVectorStore ranks by 'cosine'.*Distance.DOT"):
         QRAGRetriever.from_vector_store(store, qnet, k=2)
 
