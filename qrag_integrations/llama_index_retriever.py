@@ -240,6 +240,12 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         SearchConfig().with_overrides({"k": similarity_top_k, **{k: kwargs[k] for k in SEARCH_ARGS if k in kwargs}})
         from_metadata_filters(kwargs.get("filters"))
 
+    def _store_node(self, node_id: str) -> BaseNode | None:
+        """The node an external store returned for a hit (its metadata and settings whole, as `from_defaults` hands
+        back its own); None in-process or when the store did not return it lately."""
+        node = getattr(self.searcher.store, "node", None)
+        return node(node_id) if callable(node) else None
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle.query_str, "QRAGLlamaIndexRetriever")
         version, searcher = self._version, self.searcher
@@ -252,7 +258,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
                                           past_stop=h.past_stop))
         out = []
         for h in result.hits:
-            stored = version.node(h.chunk) if version is not None else None  # a store's hits carry their own text
+            stored = version.node(h.chunk) if version is not None else self._store_node(h.chunk.id)
             # The caller's own copy, nested metadata and relationships too: editing it changes nothing held.
             node = stored.model_copy(deep=True) if stored else TextNode(
                 id_=h.chunk.id, text=h.chunk.text, metadata=copy.deepcopy(h.chunk.metadata))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -50,6 +52,10 @@ def llama_index_score_map(store: BasePydanticVectorStore) -> ScoreMap | None:
     return None
 
 
+SEEN_NODES = 4096
+"""Most nodes a store adapter keeps of those its store returned (to hand back whole)."""
+
+
 def _distance(similarity: float) -> float:
     return -math.log(similarity) if similarity > 0 else math.inf
 
@@ -82,6 +88,8 @@ class LlamaIndexChunkStore:
         self.position_key = position_key
         self._exp = is_chroma_store(store)
         self.text_index: StoreLexical | None = None
+        self._seen: OrderedDict[str, BaseNode] = OrderedDict()  # the nodes the store returned lately, by id
+        self._seen_lock = threading.Lock()
         where = (f"the Chroma collection {store._collection.name!r}" if self._exp  # type: ignore[attr-defined]
                  else type(store).__name__)
 
@@ -252,10 +260,23 @@ class LlamaIndexChunkStore:
             ) from None
 
     def _chunk(self, node: Any) -> Chunk:
+        """A returned node as a chunk: its text as embedded (`MetadataMode.EMBED`, what `from_defaults` indexes and
+        what a later hop's state reads), its metadata; the node itself is kept for `node` to hand back whole."""
         meta = dict(node.metadata or {})
         pos = meta.get(self.position_key) if self.position_key else None
-        return Chunk(str(node.node_id), node.get_content(metadata_mode=MetadataMode.NONE), meta,
+        with self._seen_lock:
+            self._seen[str(node.node_id)] = node
+            self._seen.move_to_end(str(node.node_id))
+            while len(self._seen) > SEEN_NODES:
+                self._seen.popitem(last=False)
+        return Chunk(str(node.node_id), node.get_content(metadata_mode=MetadataMode.EMBED), meta,
                      int(pos) if pos is not None else None)
+
+    def node(self, node_id: str) -> BaseNode | None:
+        """The node the store last returned under `node_id` (metadata, relationships and exclusions as stored; None
+        when it was not returned lately)."""
+        with self._seen_lock:
+            return self._seen.get(node_id)
 
 
 def _embed_texts(nodes: Sequence[BaseNode]) -> list[str]:

@@ -182,3 +182,38 @@ def test_a_damaged_docstore_never_loads(damage: str, tmp_path: Path, nodes: list
 def test_from_defaults_reads_a_generator_of_nodes_once(questions: list[str], nodes: list[TextNode], adapter_qnet: QNetwork) -> None:
     from_list, from_generator = _make(nodes, adapter_qnet), _make((n for n in nodes), adapter_qnet)  # type: ignore[arg-type]
     assert [n.node.node_id for n in from_generator.retrieve(questions[0])] == [n.node.node_id for n in from_list.retrieve(questions[0])]
+
+
+def test_over_a_store_nodes_come_back_whole_and_later_hops_read_them_as_from_defaults_does(
+        questions: list[str], texts: list[str], adapter_qnet: QNetwork) -> None:
+    """A Chroma collection filled as LlamaIndex's ingestion fills it (each node's text with its metadata embedded):
+    the same nodes, in the same hops, with the same Q-values as `from_defaults` over those nodes, each handed back
+    with its metadata and exclusions."""
+    chromadb = pytest.importorskip("chromadb")
+    pytest.importorskip("llama_index.vector_stores.chroma")
+    import uuid
+
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    from qrag.integrations import QRAGLlamaIndexEmbedding
+
+    nodes = [TextNode(text=t, id_=f"n{i}", metadata={"room": f"room {i % 3}", "n": i},
+                      excluded_llm_metadata_keys=["n"]) for i, t in enumerate(texts)]
+    vectors = QRAGLlamaIndexEmbedding(adapter_qnet).get_text_embedding_batch(
+        [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
+    collection = chromadb.EphemeralClient().create_collection(f"li-{uuid.uuid4().hex[:10]}",
+                                                              configuration={"hnsw": {"space": "ip"}})
+    store = ChromaVectorStore(chroma_collection=collection)
+    store.add([n.model_copy(update={"embedding": v}) for n, v in zip(nodes, vectors, strict=True)])
+    exact = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=adapter_qnet, similarity_top_k=3)
+    over = QRAGLlamaIndexRetriever.from_vector_store(store, adapter_qnet, similarity_top_k=3)
+    for q in questions:
+        a, b = exact.retrieve(q), over.retrieve(q)
+        assert [n.node.node_id for n in b] == [n.node.node_id for n in a]
+        assert [n.node.metadata["q_value"] for n in b] == pytest.approx([n.node.metadata["q_value"] for n in a],
+                                                                        abs=1e-4)
+        for got, want in zip(b, a, strict=True):
+            assert {k: got.node.metadata[k] for k in ("room", "n", "hop")} == {
+                k: want.node.metadata[k] for k in ("room", "n", "hop")}
+            assert got.node.get_content() == want.node.get_content()
+            assert "n" in got.node.excluded_llm_metadata_keys

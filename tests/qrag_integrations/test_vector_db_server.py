@@ -105,7 +105,9 @@ def llama_store(server: tuple[int, Any], texts: list[str], adapter_qnet: QNetwor
     store = ChromaVectorStore(host="127.0.0.1", port=server[0], collection_name="qrag-llama-index",
                               collection_kwargs={"configuration": IP})
     vectors = QRAGLlamaIndexEmbedding(adapter_qnet).get_text_embedding_batch(texts)
-    store.add([TextNode(text=t, id_=i, metadata={"qrag_position": n}, embedding=v)
+    # qrag's bookkeeping key kept out of the embedded text, so each node is embedded and hopped over as its text
+    store.add([TextNode(text=t, id_=i, metadata={"qrag_position": n}, embedding=v,
+                        excluded_embed_metadata_keys=["qrag_position"], excluded_llm_metadata_keys=["qrag_position"])
                for n, (t, i, v) in enumerate(zip(texts, _ids(len(texts)), vectors, strict=True))])
     return store
 
