@@ -23,6 +23,7 @@ from qrag.integrations.store_lexical import MAX_ROUNDS, StoreLexical
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import load_model
 from tests.qrag_integrations.test_existing_collections import IDS, QUESTIONS, TEXTS
+from tests.qrag_integrations.test_reads_beside_writes import Churn
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -115,31 +116,18 @@ def test_a_floor_and_a_filter_over_every_store_mean_what_they_mean_in_process(ki
 
 # ---------------------------------------------------------------------- writes beside reads
 def _churn_beside_searches(store: Any, qnet: QNetwork, seconds: float) -> tuple[list[str], int]:
-    """One thread adds and deletes through one retriever while two search through another over the same store for
-    `seconds`; returns the problems seen (exceptions, an id returned after its delete returned) and the searches."""
+    """One thread adds and deletes through one retriever (`Churn`) while two search through another over the same
+    store for `seconds`; returns the problems the searches saw (exceptions, an id returned after its delete
+    returned) and how many searches ran. The writer's own errors fail the test when it stops."""
     writer = QRAGRetriever.from_vector_store(store, qnet)
     reader = QRAGRetriever.from_vector_store(store, qnet)
-    deleted: dict[str, float] = {}
     problems: list[str] = []
     searches = 0
     stop = threading.Event()
 
-    def churn() -> None:
-        added: list[str] = []
-        i = 0
-        try:
-            while not stop.is_set():
-                cid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"churn-{i}"))
-                writer.add_texts([f"Edmund Hillary climbed a new peak, number {i}, above the Louvre."],
-                                 metadatas=[{"tenant": "a", "year": 2000 + i, "tags": ["x"]}], ids=[cid])
-                added.append(cid)
-                if len(added) > 3:
-                    gone = added.pop(0)
-                    writer.delete([gone])
-                    deleted[gone] = time.monotonic()
-                i += 1
-        except Exception as e:  # noqa: BLE001 - reported
-            problems.append(f"writer: {type(e).__name__}: {e}")
+    def add(cid: str, text: str, who: str) -> None:
+        writer.add_texts([f"Edmund Hillary climbed a new peak above the Louvre. {text}"],
+                         metadatas=[{"tenant": "a", "year": 2000, "tags": [who]}], ids=[cid])
 
     def search(n: int) -> None:
         nonlocal searches
@@ -150,18 +138,19 @@ def _churn_beside_searches(store: Any, qnet: QNetwork, seconds: float) -> tuple[
             except Exception as e:  # noqa: BLE001 - reported
                 problems.append(f"reader: {type(e).__name__}: {e}")
                 return
-            gone = {cid for cid, t in list(deleted.items()) if t < started}
+            gone = churn.gone_before(started)
             problems.extend(f"{d.id} returned after its delete returned" for d in docs if d.id in gone)
             searches += 1
             n += 1
 
-    threads = [threading.Thread(target=churn), *(threading.Thread(target=search, args=(n,)) for n in range(2))]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
+    with Churn(add, lambda cid: writer.delete([cid])) as churn:
+        threads = [threading.Thread(target=search, args=(n,)) for n in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
     return problems, searches
 
 
