@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -28,7 +29,12 @@ from qrag.integrations.metric import (
     chroma_space,
     fresh_unit_vectors,
 )
-from qrag.integrations.store_filters import langchain_store_kind, store_filter
+from qrag.integrations.store_filters import (
+    check_store_can_mean,
+    langchain_store_kind,
+    store_filter,
+    value_shapes,
+)
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
 from qrag.integrations.store_writes import writer_lock
 from qrag.training.model import QNetwork, model_lock
@@ -89,6 +95,7 @@ def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, ScoreMap 
     return search, None
 
 
+READ_ONCE = object()  # `_value_shapes` read the store itself (no BM25 index to read them from)
 READ_PAGE = 1000
 """Documents read from a store per call while indexing it for BM25 (Chroma, Qdrant): the peak holds one page."""
 
@@ -231,6 +238,9 @@ class LangChainChunkStore:
         self.vector_search, known = langchain_vector_search(store)
         self.score_map = self._checked_map(model, known)
         self.text_index: StoreLexical | None = None
+        self._shapes: dict[str, set[str]] = {}  # `_value_shapes`, of `_shapes_of` (a BM25 version, or READ_ONCE)
+        self._shapes_of: object = None
+        self._shapes_lock = threading.Lock()
 
     def _checked_map(self, model: QNetwork | None, known: ScoreMap | None) -> ScoreMap:
         def sample() -> tuple[list[str], list[list[float]] | None]:
@@ -318,10 +328,28 @@ class LangChainChunkStore:
         """The store search's keyword arguments for `where`. LangChain's FAISS filters only the `fetch_k` best
         candidates (20 by default), so a filtered search there fetches every stored vector: exact, at the cost of a
         full scan (a flat FAISS index scans them all anyway)."""
+        kind = langchain_store_kind(self.store)
+        if kind in ("chroma", "qdrant"):
+            check_store_can_mean(kind, where, self._value_shapes(), store_name(self.store))
         args: dict[str, Any] = {"filter": store_filter(self.store, where)}
         if langchain_store_kind(self.store) == "faiss":
             args["fetch_k"] = max(1, int(self.store.index.ntotal))  # type: ignore[attr-defined]
         return args
+
+    def _value_shapes(self) -> dict[str, set[str]]:
+        """Which metadata keys of the stored documents hold lists or dicts (`store_filters.value_shapes`): from the
+        BM25 index's version when there is one, else read once (metadata only) and kept in step with qrag's adds (a
+        key stays marked after its last list is deleted: a refusal, never a wrong answer)."""
+        with self._shapes_lock:
+            if self.text_index is not None:
+                version = self.text_index.version
+                if self._shapes_of is not version:
+                    self._shapes, self._shapes_of = value_shapes(version.metadatas), version
+            elif self._shapes_of is None:
+                read = read_documents(self.store, vectors=False)
+                self._shapes = value_shapes([d.metadata or {} for d in read[0]]) if read else {}
+                self._shapes_of = READ_ONCE
+            return self._shapes
 
     # ------------------------------------------------------------------ a living store
     def add_texts(self, texts: list[str], metadatas: list[dict[str, Any]], ids: Sequence[str] | None) -> list[str]:
@@ -344,6 +372,9 @@ class LangChainChunkStore:
                                  "them first to replace them, or add the texts under new ids. Nothing was added.")
             added = list(self.store.add_texts(texts, metadatas, ids=new_ids))
             self._added_lexical(texts, metadatas, added)
+            with self._shapes_lock:
+                for key, shapes in value_shapes([m or {} for m in metadatas]).items():
+                    self._shapes.setdefault(key, set()).update(shapes)
         return added
 
     def _added_lexical(self, texts: list[str], metadatas: list[dict[str, Any]], added: list[str]) -> None:

@@ -198,7 +198,7 @@ def checked_score_map(where: str, model: Any, known: ScoreMap | None,
         MetricError: named: the store, its metric, and the model's problem or the mismatch found.
     """
     if known is not None and known.metric == "ip" and not known.normalizes_query:
-        return known if model is None else checked_inner_product(where, model, known, sample, search)
+        return known if model is None else checked_inner_product(where, model, known, sample)
     if model is None:
         if known is None:
             return ScoreMap("ip")
@@ -227,42 +227,32 @@ def checked_score_map(where: str, model: Any, known: ScoreMap | None,
 
 
 def checked_inner_product(where: str, model: Any, known: ScoreMap,
-                          sample: Callable[[], tuple[list[str], list[list[float]] | None]],
-                          search: Callable[[list[float], int], list[tuple[str, float]]]) -> ScoreMap:
+                          sample: Callable[[], tuple[list[str], list[list[float]] | None]]) -> ScoreMap:
     """How an inner-product store's scores give Q-values, checked on a few stored documents before the first query:
-    the stored vectors are this chunk tower's `QRAGEmbeddings` vectors of their texts (Q is the store's inner
+    their stored vectors must be this chunk tower's `QRAGEmbeddings` vectors of their texts (Q is the store's inner
     product), or, for a model whose chunk tower is the untrained normalised base encoder, that encoder's unit vectors
-    (Q is the inner product divided by the model's `scale`). A store that gives no vectors is probed by its scores.
+    (Q is the inner product divided by the model's `scale`). A store that gives no vectors is taken as it says.
+    (No probe by score here: under an inner product a document need not be the nearest to its own vector.)
 
     Raises:
-        MetricError: the store was filled by another encoder (named: the cosine or the scores found), or holds this
-            encoder's vectors at a norm neither convention gives.
+        MetricError: the store was filled by another encoder (named: the cosine found), or holds this encoder's
+            directions at a norm neither convention gives.
     """
     texts, stored = sample()
-    if not texts:
-        return known  # nothing stored yet: what qrag adds is this chunk tower's
+    if not texts or stored is None:
+        return known  # nothing stored yet (what qrag adds is this chunk tower's), or nothing to compare
     from qrag.training.model import model_lock
 
     with model_lock(model):
         raw = model.embed_chunks(list(texts)).float().cpu()  # (S, D) what QRAGEmbeddings stores
     scale = float(model.config.scale)
-    unit_ok = unit_vector_model_problem(model) is None
-    if stored is None:
-        try:
-            return probe_score_map(where, texts, raw, search, known)
-        except MetricError:
-            if not unit_ok:
-                raise
-        found = probe_score_map(where, texts, raw * scale, search, known)
-        return ScoreMap(found.convention, found.normalizes_query, scale)
     held = torch.tensor(stored, dtype=torch.float32)  # (S, D)
     check_stored_vectors(where, held, raw, unit=False)  # the same encoder: the same directions
     ratio = held.double().norm(dim=-1) / raw.double().norm(dim=-1).clamp(min=1e-12)  # (S,)
     if float((ratio - 1).abs().max()) <= UNIT_NORM:
-        return probe_score_map(where, texts, raw, search, known)
-    if unit_ok and float((ratio - scale).abs().max()) <= UNIT_NORM * max(1.0, scale):
-        found = probe_score_map(where, texts, raw * scale, search, known)
-        return ScoreMap(found.convention, found.normalizes_query, scale)
+        return known
+    if unit_vector_model_problem(model) is None and float((ratio - scale).abs().max()) <= UNIT_NORM * max(1.0, scale):
+        return ScoreMap(known.convention, known.normalizes_query, scale)
     raise MetricError(f"{where} holds this chunk tower's directions at other norms (stored / this model's "
                       f"{float(ratio.min()):.4f} to {float(ratio.max()):.4f}): its inner products are not Q-values. "
                       "Rebuild the store with this model's QRAGEmbeddings.")

@@ -14,18 +14,20 @@ with `FilterError` before the store is asked:
   a test that a key is present, which Chroma lacks, and are refused. Chroma orders numbers only, and cuts a float
   operand toward zero against integer metadata: a fraction is decided on integers by integer bounds
   (`exact_number`). Its `$eq` / `$in` never look inside a list value, so `==` / `in` add `$contains`; its orders and
-  negations cannot look inside one at all (a list value is left out of them).
+  negations cannot look inside one at all, so over a store holding lists under the key they are refused
+  (`check_store_can_mean`).
 - Qdrant's exact match tells 1 from 1.0 and takes no float: a number is matched as the range `v ≤ x ≤ v`; `!=` / `nin`
   as "holds a value of the kind, and none of the values" (a string: "has the key, and holds no number nor boolean").
   Qdrant orders numbers only, reads every condition on a list payload by its items, and reads a dotted key as a path:
-  such a key is quoted (`qdrant_key`).
+  such a key is quoted (`qdrant_key`). It cannot tell a dict from a string, so over a store holding dicts under the
+  key a negation on strings is refused (`check_store_can_mean`).
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, Literal
 
@@ -302,6 +304,53 @@ def _qdrant_has_kind(models: Any, key: str, kind: Kind) -> Any:
         return models.Filter(should=booleans)
     has_key = models.Filter(must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key=key))])
     return models.Filter(must=[has_key], must_not=[_qdrant_has_kind(models, key, "number"), *booleans])
+
+
+# ---------------------------------------------------------------------- what a store's values would break
+def value_shapes(metadatas: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Which keys hold a list or a dict value in some of `metadatas`: {key: {'list', 'dict'}} (only such keys)."""
+    shapes: dict[str, set[str]] = {}
+    for meta in metadatas:
+        for key, value in meta.items():
+            if isinstance(value, (list, tuple)):
+                shapes.setdefault(key, set()).add("list")
+            elif isinstance(value, dict):
+                shapes.setdefault(key, set()).add("dict")
+    return shapes
+
+
+def check_store_can_mean(kind: StoreKind, where: Filter, shapes: Mapping[str, set[str]], store: str) -> None:
+    """Refuse a reduced filter whose meaning `store` would change on the values it holds (`shapes`, from
+    `value_shapes` of its documents' metadata), instead of answering otherwise than in process: Chroma's orders and
+    negations cannot look inside a list value (they would leave such a document out, where qrag reads a list by
+    its items), and Qdrant, which cannot tell a dict from a string, would let a dict value through a negation on
+    strings (qrag matches a dict by no condition).
+
+    Raises:
+        FilterError: named: the store, the key, the condition and what to use instead.
+    """
+    for c in _conditions(where):
+        held = shapes.get(c.key, set())
+        if kind == "chroma" and "list" in held and (c.op in RANGE_BOUNDS or c.op in ("!=", "nin")):
+            raise FilterError(
+                f"{store} holds list values under {c.key!r}, and Chroma's {CHROMA_OPS[c.op]} cannot look inside a "
+                f"list: filter {c.key!r} {c.op} {c.plain_value!r:.60} would leave those documents out, where qrag "
+                "reads a list by its items. Use '==' / 'in' on that key (Chroma looks inside lists for those), or "
+                "qrag's in-process index (QRAGRetriever.from_texts).")
+        strings = c.op == "!=" and isinstance(c.value, str) or c.op == "nin" and (
+            not c.value or any(isinstance(v, str) for v in c.value))
+        if kind == "qdrant" and "dict" in held and strings:
+            raise FilterError(
+                f"{store} holds dict values under {c.key!r}, which Qdrant cannot tell from strings: filter {c.key!r} "
+                f"{c.op} {c.plain_value!r:.60} would let them through, where qrag matches a dict by no condition. "
+                "Keep dicts out of that key, filter it with '==' / 'in', or use qrag's in-process index "
+                "(QRAGRetriever.from_texts).")
+
+
+def _conditions(where: Filter | Condition) -> list[Condition]:
+    if isinstance(where, Condition):
+        return [where]
+    return [c for p in where.parts for c in _conditions(p)]
 
 
 # ---------------------------------------------------------------------- shared

@@ -279,3 +279,43 @@ def test_an_inner_product_store_of_this_models_vectors_is_taken(embeddings: Embe
             a, b = exact.invoke(q), over.invoke(q)
             assert _ids(b) == _ids(a)
             assert [d.metadata["q_value"] for d in b] == pytest.approx([d.metadata["q_value"] for d in a], abs=1e-4)
+
+
+# ---------------------------------------------------------------------- what a store would mean otherwise
+def test_a_filter_a_store_would_mean_otherwise_on_the_values_it_holds_is_refused_by_name(tiny_qnet: QNetwork) -> None:
+    """Chroma's orders and negations cannot look inside a list value, Qdrant cannot tell a dict from a string in a
+    negation: over a store holding such values under the key, the filter is refused by name (never a different
+    answer); on keys holding plain values the same operators go through."""
+    from qrag.integrations import QRAGEmbeddings
+    from qrag.training.search import FilterError
+
+    chromadb = pytest.importorskip("chromadb")
+    from langchain_chroma import Chroma
+
+    metas = [{"tags": ["x", "y"] if i % 2 else ["z"], "year": 1900 + i} for i in range(len(TEXTS))]
+    chroma = Chroma.from_texts(TEXTS, QRAGEmbeddings(tiny_qnet), metadatas=metas, ids=IDS,
+                               client=chromadb.EphemeralClient(), collection_name=f"c-{uuid.uuid4().hex[:10]}",
+                               collection_configuration={"hnsw": {"space": "ip"}})
+    retriever = QRAGRetriever.from_vector_store(chroma, tiny_qnet, k=3)
+    for where in ({"tags": {"$ne": "z"}}, {"tags": {"$nin": ["z"]}}, {"tags": {"$gt": "a"}}):
+        with pytest.raises(FilterError, match="holds list values under 'tags'"):
+            retriever.invoke(QUESTIONS[0], filter=where)
+    assert retriever.invoke(QUESTIONS[0], filter={"tags": "z"})  # '==' looks inside lists there
+    assert retriever.invoke(QUESTIONS[0], filter={"year": {"$ne": 1901}})
+
+    pytest.importorskip("qdrant_client")
+    from langchain_qdrant import QdrantVectorStore
+    from qdrant_client.http.models import Distance
+
+    metas = [{"kind": {"a": 1} if i == 3 else "plain", "year": 1900 + i} for i in range(len(TEXTS))]
+    qdrant = QdrantVectorStore.from_texts(TEXTS, QRAGEmbeddings(tiny_qnet), metadatas=metas, ids=IDS,
+                                          location=":memory:", collection_name=f"q-{uuid.uuid4().hex[:10]}",
+                                          distance=Distance.DOT)
+    retriever = QRAGRetriever.from_vector_store(qdrant, tiny_qnet, k=3)
+    with pytest.raises(FilterError, match="holds dict values under 'kind'"):
+        retriever.invoke(QUESTIONS[0], filter={"kind": {"$ne": "other"}})
+    assert retriever.invoke(QUESTIONS[0], filter={"kind": "plain"})
+    retriever.add_texts(["Another note."], metadatas=[{"kind": "plain", "year": 3, "more": {"b": 2}}],
+                        ids=[str(uuid.uuid5(uuid.NAMESPACE_URL, "more"))])
+    with pytest.raises(FilterError, match="holds dict values under 'more'"):  # learnt from qrag's add
+        retriever.invoke(QUESTIONS[0], filter={"more": {"$nin": ["x"]}})
