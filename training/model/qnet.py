@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import os
-import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -26,7 +24,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from qrag.training.atomic import recover
-from qrag.training.model.anchors import anchored_states, served_anchor, served_states
+from qrag.training.model.anchors import anchored_states, served_anchor
 from qrag.training.model.config import HopSettings, ModelConfig
 from qrag.training.model.cpu_linear import use_cpu_linears
 from qrag.training.model.encoders import load_encoder, resolve_encoder
@@ -47,15 +45,14 @@ from qrag.training.model.folder import (
 )
 from qrag.training.model.graphed import GraphedPass
 from qrag.training.model.positions import absolute_positions, relative_positions, rotary_scores, rotate_halves
+from qrag.training.model.serving import Serving
 from qrag.training.model.shipped import ShippedNameError, resolve_checkpoint
 from qrag.training.model.towers import (
-    PRECISION_OF_DTYPE,
     Precision,
     Tower,
     apply_train_mode,
     encode_longest_first,
     eval_mode,
-    low_precision_dtype,
     model_lock,
     pad_rows,
     precision_autocast,
@@ -66,7 +63,7 @@ from qrag.training.model.towers import (
     token_rows_and_lengths,
     window_rows,
 )
-from qrag.training.model.trunk import StateParts, check_splittable, shared_layers
+from qrag.training.model.trunk import StateParts, check_splittable
 from qrag.training.model.weight_stamp import WatchedTensors
 from qrag.training.overlay import ConfigError
 
@@ -80,9 +77,6 @@ vectors are never written to disk by a `ChunkVectorFolder`."""
 
 CHUNK_BATCH = 128
 """Chunks per encoder pass when indexing on a CPU."""
-QUESTION_VECTORS = 4096
-"""Questions whose frozen-base vector `f_0(q)` a network keeps for its state anchor (the least recently used goes)."""
-_QUESTION_VECTORS_LOCK = threading.Lock()  # the kept f_0(q) of every network: passes may run in several threads
 GPU_CHUNK_BATCH = 1024
 """Chunks per encoder pass when indexing on a GPU: 51 000 chunks/s of 32-34 tokens in bf16 on one H200
 (docs/RESULTS.md, "Position-aware scoring")."""
@@ -92,7 +86,7 @@ class ChunkLengthWarning(UserWarning):
     """Chunks longer than the model's `max_chunk_tokens` are cut: only their beginning is embedded."""
 
 
-class QNetwork(nn.Module):
+class QNetwork(Serving):
     """State tower f_θ and chunk tower g_φ with unshared weights, initialised from one encoder.
 
     Example:
@@ -590,160 +584,6 @@ class QNetwork(nn.Module):
         if meta["saved_params"] == "none":
             qnet._untrained_sums = qnet._weight_sums()
         return qnet.eval()
-
-    # ------------------------------------------------------------------ serving
-    @property
-    def serving_precision(self) -> Precision:
-        """The state tower's arithmetic in gradient-free passes ('fp32' unless `serve_in` chose another)."""
-        return self._serving[0] if self._serving is not None else "fp32"
-
-    def serve_in(self, precision: Precision) -> Self:
-        """Run the gradient-free state passes (every served hop) on a copy of the state tower with its weights in
-        `precision`: 'bf16' is faster on a CPU with bf16 units (AVX512-BF16, AMX) and moves the state vectors by
-        rounding only (docs/RESULTS.md measures both); 'fp16' is for GPUs; 'fp32' drops the copy; 'auto' is bf16
-        where the device has native bf16, and 'bf16' on a CPU without it warns and drops the copy.
-
-        The fp32 tower stays as it is: passes with gradients (training), the chunk tower, the index and
-        `save_pretrained` never see the copy, and `train()` drops it. The copy is taken now: call `serve_in`
-        again after loading other weights into the state tower. Returns self.
-
-        Raises:
-            ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.
-        """
-        dtype = low_precision_dtype(self.device, precision)
-        self._recapture()
-        self.forget_kept()  # the serving copy replaced is listed no more
-        if dtype is None:
-            self._serving = None
-            return self
-        if self.training:
-            raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
-                             "passes keep the fp32 state tower.")
-        self._serving = (PRECISION_OF_DTYPE[dtype], copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
-        return self
-
-    def serve_graphed(self) -> Self:
-        """On a GPU, replay every gradient-free state pass from a CUDA graph captured once per padded shape
-        (`qrag.training.model.graphed`): a served hop then costs its arithmetic, not a few hundred kernel launches. The
-        same vectors up to float rounding. Call it last, once the network is on its GPU and in its serving precision
-        (`load_model` does); a no-op on a CPU or with `QRAG_CUDA_GRAPHS=0`. Returns self."""
-        if self.device.type == "cuda" and os.environ.get("QRAG_CUDA_GRAPHS", "1") != "0" and not self.training:
-            self._graphed = GraphedPass(self.state_vectors, self.pad_id)
-        return self
-
-    def _state_pass(self) -> object:
-        """What encodes states in a gradient-free pass: the graphed pass when serving on a GPU, else
-        `served_vectors` (the same vectors, each term computed only where it does not cancel)."""
-        return self._graphed if self._graphed is not None and not self.training else self.served_vectors
-
-    @torch.no_grad()
-    def served_vectors(self, state_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, D) `state_vectors` of tokenised states (B, L) in a gradient-free pass, at the floor of its cost
-        (`anchors.served_states`): a bare question's anchor terms that cancel are skipped, and `f_0(q)` is encoded
-        once per question (`frozen_questions`), not at every hop."""
-        tower = self._state_tower_for_pass()
-        return served_states(self.config.state_anchor, tower, self.chunk_tower, state_inputs,
-                             self.tokenizer.sep_token_id, self.frozen_questions, self._shared_layers(tower))
-
-    def _shared_layers(self, tower: Tower) -> int:
-        """How many bottom layers the state tower `tower` shares with the frozen base under anchor 'question'
-        (`trunk.shared_layers`; 0 otherwise), found again whenever a weight of either changes. A tower that can train
-        shares none: its weights move at every step, and acting keeps the passes it was trained with."""
-        if self.config.state_anchor != "question" or any(p.requires_grad for p in tower.parameters()):
-            return 0
-        stamp = (self._watched(tower).stamp(), self._watched(self.chunk_tower).stamp())
-        cached = self._shared
-        if cached is None or cached[0] != stamp:
-            cached = self._shared = (stamp, shared_layers(tower.encoder, self.chunk_tower.encoder))
-        return cached[1]
-
-    @torch.no_grad()
-    def frozen_questions(self, question: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, D) `f_0(q)`, the frozen base's vectors of tokenised question pieces `[CLS] q [SEP]` (B, Lq): kept per
-        question and autocast setting (`QUESTION_VECTORS` of them, while the chunk tower's weights stay as they are:
-        `weight_stamp`), so a search's later hops and a training episode's later steps do not encode the question
-        again. Each kept vector is a copy of its row, never a view holding its whole batch."""
-        device = question["input_ids"].device.type
-        autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-        lengths = question["attention_mask"].sum(dim=1).tolist()
-        keys = [(autocast, tuple(row[:n])) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
-        stamp = self._watched(self.chunk_tower).stamp()
-        with _QUESTION_VECTORS_LOCK:
-            if stamp != self._question_stamp:
-                self._question_vectors.clear()
-                self._question_stamp = stamp
-            current = self._question_stamp
-            kept = {key: self._question_vectors.get(key) for key in keys}
-        missing = [b for b, key in enumerate(keys) if kept[key] is None]
-        if missing:
-            idx = torch.tensor(missing, device=question["input_ids"].device)
-            width = int(max(lengths[b] for b in missing))
-            with eval_mode(self.chunk_tower):
-                new = self.chunk_tower(**{k: v[idx][:, :width] for k, v in question.items()})  # (B', D)
-            for b, vector in zip(missing, new, strict=True):
-                kept[keys[b]] = vector.clone()
-        with _QUESTION_VECTORS_LOCK:
-            if self._question_stamp is current:  # the weights these were encoded with are still the kept ones
-                for key, vector in kept.items():
-                    self._question_vectors[key] = vector  # type: ignore[assignment]
-                    self._question_vectors.move_to_end(key)
-                while len(self._question_vectors) > QUESTION_VECTORS:
-                    self._question_vectors.popitem(last=False)
-        return torch.stack([kept[key] for key in keys])  # type: ignore[misc]  # (B, D)
-
-    def _watched(self, tower: Tower) -> WatchedTensors:
-        """`tower.parameters()`, listed once per tower object (their stamp is read at every served pass; a tower
-        whose modules are replaced is listed again after `forget_kept`)."""
-        listed = self._tower_tensors.get(id(tower))
-        if listed is None or listed[0] is not tower:
-            listed = self._tower_tensors[id(tower)] = (tower, WatchedTensors(list(tower.parameters())))
-        return listed[1]
-
-    def forget_kept(self) -> None:
-        """Drop every vector and layer count kept from the current weights (the kept `f_0(q)`, the shared trunk,
-        the fingerprint, the towers' listed tensors): after an edit `weight_stamp` cannot see, or a tower's modules
-        replaced."""
-        with _QUESTION_VECTORS_LOCK:
-            self._question_vectors.clear()
-            self._question_stamp = None
-        self._shared = None
-        self._tower_fp = None
-        self._tower_tensors = {}
-
-    def _state_tower_for_pass(self) -> Tower:
-        """The serving copy in a gradient-free pass, moved to the network's device if the network moved; else the
-        state tower itself."""
-        if self._serving is None or torch.is_grad_enabled():
-            return self.state_tower
-        precision, tower = self._serving
-        if next(tower.parameters()).device != self.device:
-            self._serving = (precision, tower.to(self.device))
-        return self._serving[1]
-
-    def merge_adapters(self) -> Self:
-        """Fold the state tower's LoRA adapters into its weights for serving: each hop's pass then runs plain
-        linear layers, the same function up to float rounding.
-
-        A trained chunk tower keeps its adapters: its vectors, and the `chunk_tower_fingerprint` a saved index is
-        checked against, stay exactly those of the checkpoint however it was loaded. The network becomes
-        inference-only: it stays in eval mode, `train()` raises, and `save_pretrained` still writes the adapters
-        as they were. `load_model` does this for the checkpoints it loads; no-op without LoRA or while the
-        adapters are untouched (`untrained`: nothing to fold, and a save still names only the base).
-        """
-        if self._adapters is None and self.config.train_mode == "lora" and not self.untrained:
-            adapters = {k: v.detach().clone() for k, v in self.trainable_state_dict().items()}
-            if self.state_tower.merge_adapters():
-                self.forget_kept()  # the state tower's modules were replaced
-                self._adapters = adapters
-                self.requires_grad_(False).eval()
-                self._recapture()  # graphs captured before replay the unmerged weights
-        return self
-
-    def _recapture(self) -> None:
-        """Drop the graphs captured so far (they replay the weights they were captured with): the next passes
-        capture again."""
-        if self._graphed is not None:
-            self._graphed = type(self._graphed)(self.state_vectors, self.pad_id)
 
     def train(self, mode: bool = True) -> Self:
         if mode and self._adapters is not None:
