@@ -23,6 +23,7 @@ import torch
 
 from qrag.training.input_checks import check_metadatas
 from qrag.training.search.lexical import LexicalIndex
+from qrag.training.search.room import Room
 from qrag.training.search.windows import Windows
 
 T = TypeVar("T")
@@ -88,16 +89,6 @@ def own_metadatas(metadatas: Iterable[Mapping[str, Any]] | None, n: int) -> list
     return [own_json(m) for m in check_metadatas(metadatas, n)]
 
 
-class _Bits:
-    """A mask's buffer with spare room: the bits of added rows are written into it (no copy of the bits before).
-    `used` bits are claimed; only a mask that ends there may write past them."""
-
-    __slots__ = ("buffer", "lock", "used")
-
-    def __init__(self, buffer: torch.Tensor, used: int) -> None:
-        self.buffer, self.used, self.lock = buffer, used, threading.Lock()  # buffer: (capacity,) bool
-
-
 class MaskCache:
     """The filter masks of one index version: an LRU of at most `size` bool masks, keyed by the filter's canonical
     text (`Filter.key`); thread-safe. A predicate has no key and is evaluated at every search.
@@ -107,9 +98,9 @@ class MaskCache:
     written into the mask's spare room, `extended`), and after a delete the survivors keep their bits."""
 
     def __init__(self, size: int = MASK_CACHE_SIZE,
-                 masks: Iterable[tuple[str, tuple[torch.Tensor, _Bits | None]]] = ()) -> None:
+                 masks: Iterable[tuple[str, tuple[torch.Tensor, Room | None]]] = ()) -> None:
         self.size = size
-        self._masks: OrderedDict[str, tuple[torch.Tensor, _Bits | None]] = OrderedDict(masks)
+        self._masks: OrderedDict[str, tuple[torch.Tensor, Room | None]] = OrderedDict(masks)
         self._lock = threading.Lock()
 
     def carried(self, keep: torch.Tensor | None = None) -> MaskCache:
@@ -134,7 +125,7 @@ class MaskCache:
             self._masks.move_to_end(key)
             return entry[0]
 
-    def put(self, key: str, mask: torch.Tensor, bits: _Bits | None = None) -> None:
+    def put(self, key: str, mask: torch.Tensor, bits: Room | None = None) -> None:
         with self._lock:
             self._masks[key] = (mask, bits)
             self._masks.move_to_end(key)
@@ -150,17 +141,13 @@ class MaskCache:
         bits = entry[1] if entry is not None and entry[0] is mask else None
         n, m = len(mask), len(new)
         if bits is not None:
-            with bits.lock:
-                if bits.used == n and n + m <= len(bits.buffer):
-                    bits.buffer[n : n + m] = new.to(bits.buffer.device)
-                    bits.used = n + m
-                    out = bits.buffer[: n + m]
-                    self.put(key, out, bits)
-                    return out
-        buffer = torch.empty(n + m + max(64, (n + m) // 8), dtype=torch.bool, device=mask.device)
-        buffer[:n], buffer[n : n + m] = mask, new.to(mask.device)
-        out = buffer[: n + m]
-        self.put(key, out, _Bits(buffer, n + m))
+            views = bits.appended(n, (new,))
+            if views is not None:
+                self.put(key, views[0], bits)
+                return views[0]
+        room = Room.holding((mask,), (new,), n + m + max(64, (n + m) // 8))
+        out = room.views()[0]
+        self.put(key, out, room)
         return out
 
 

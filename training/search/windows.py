@@ -15,7 +15,6 @@ finds what lies past it (docs/RESULTS.md, "Long passages").
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,22 +22,11 @@ import torch
 
 from qrag.training.model.config import Precision
 from qrag.training.model.qnet import QNetwork, model_lock
+from qrag.training.search.room import Room
 
 __all__ = ["Windows", "best_window_scores"]
 
 ROOM_MIN = 64  # spare window rows a buffer starts with
-
-
-class _Room:
-    """A window buffer with spare rows: the windows appended next are written into them rather than copying the
-    rows before (amortised O(added), as the index's vectors grow). `used` rows are claimed; only a `Windows` that
-    ends there may write past them, so appending twice to one `Windows` never overwrites the first append."""
-
-    __slots__ = ("lock", "owner", "used", "vectors")
-
-    def __init__(self, vectors: torch.Tensor, owner: torch.Tensor, used: int) -> None:
-        self.vectors, self.owner, self.used = vectors, owner, used  # (capacity, D), (capacity,)
-        self.lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -52,7 +40,7 @@ class Windows:
 
     vectors: torch.Tensor
     owner: torch.Tensor
-    _room: _Room | None = field(default=None, repr=False, compare=False)  # the buffer `vectors` and `owner` start
+    _room: Room | None = field(default=None, repr=False, compare=False)  # the buffer `vectors` and `owner` start
 
     def __post_init__(self) -> None:
         if self.vectors.dim() != 2 or self.owner.dim() != 1 or len(self.owner) != len(self.vectors):
@@ -92,20 +80,13 @@ class Windows:
         n, m = len(self), len(other)
         vectors = other.vectors.to(self.vectors)  # (m, D)
         owner = other.owner.to(self.owner.device) + offset  # (m,)
-        room = self._room
-        if room is not None:
-            with room.lock:
-                if room.used == n and n + m <= len(room.owner):
-                    room.vectors[n : n + m] = vectors  # rows no earlier `Windows` reads
-                    room.owner[n : n + m] = owner
-                    room.used = n + m
-                    return Windows(room.vectors[: n + m], room.owner[: n + m], room)
-        capacity = max(ROOM_MIN, 2 * (n + m))
-        room = _Room(torch.empty((capacity, self.vectors.shape[1]), dtype=self.vectors.dtype, device=self.vectors.device),
-                     torch.empty(capacity, dtype=torch.long, device=self.owner.device), n + m)
-        room.vectors[:n], room.vectors[n : n + m] = self.vectors, vectors
-        room.owner[:n], room.owner[n : n + m] = self.owner, owner
-        return Windows(room.vectors[: n + m], room.owner[: n + m], room)
+        if self._room is not None:
+            views = self._room.appended(n, (vectors, owner))  # rows no earlier `Windows` reads
+            if views is not None:
+                return Windows(views[0], views[1], self._room)
+        room = Room.holding((self.vectors, self.owner), (vectors, owner), max(ROOM_MIN, 2 * (n + m)))
+        all_vectors, all_owner = room.views()
+        return Windows(all_vectors, all_owner, room)
 
     def kept(self, keep: torch.Tensor) -> Windows:
         """The windows of the chunks `keep` (an (N,) bool mask over rows) keeps, owners renumbered to the kept rows."""
