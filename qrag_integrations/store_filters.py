@@ -319,18 +319,25 @@ def value_shapes(metadatas: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
     return shapes
 
 
-def check_store_can_mean(kind: StoreKind, where: Filter, shapes: Mapping[str, set[str]], store: str) -> None:
+def check_store_can_mean(kind: StoreKind | Literal["llama-index-chroma"], where: Filter,
+                         shapes: Mapping[str, set[str]], store: str) -> None:
     """Refuse a reduced filter whose meaning `store` would change on the values it holds (`shapes`, from
     `value_shapes` of its documents' metadata), instead of answering otherwise than in process: Chroma's orders and
     negations cannot look inside a list value (they would leave such a document out, where qrag reads a list by
-    its items), and Qdrant, which cannot tell a dict from a string, would let a dict value through a negation on
-    strings (qrag matches a dict by no condition).
+    its items), LlamaIndex's Chroma filters no condition at all there, and Qdrant, which cannot tell a dict from a
+    string, would let a dict value through a negation on strings (qrag matches a dict by no condition).
 
     Raises:
         FilterError: named: the store, the key, the condition and what to use instead.
     """
     for c in _conditions(where):
         held = shapes.get(c.key, set())
+        if kind == "llama-index-chroma" and "list" in held:
+            raise FilterError(
+                f"{store} holds list values under {c.key!r}, and LlamaIndex's Chroma filters cannot look inside a "
+                f"list (they have no $contains): filter {c.key!r} {c.op} {c.plain_value!r:.60} would leave those "
+                "nodes out, where qrag reads a list by its items. Filter that key through LangChain's Chroma "
+                "(QRAGRetriever.from_vector_store), or use qrag's in-process index.")
         if kind == "chroma" and "list" in held and (c.op in RANGE_BOUNDS or c.op in ("!=", "nin")):
             raise FilterError(
                 f"{store} holds list values under {c.key!r}, and Chroma's {CHROMA_OPS[c.op]} cannot look inside a "

@@ -319,3 +319,28 @@ def test_a_filter_a_store_would_mean_otherwise_on_the_values_it_holds_is_refused
                         ids=[str(uuid.uuid5(uuid.NAMESPACE_URL, "more"))])
     with pytest.raises(FilterError, match="holds dict values under 'more'"):  # learnt from qrag's add
         retriever.invoke(QUESTIONS[0], filter={"more": {"$nin": ["x"]}})
+
+
+def test_llama_index_over_a_chroma_collection_holding_lists_refuses_filters_on_them(tiny_qnet: QNetwork) -> None:
+    """A Chroma collection LangChain filled with list metadata, searched through LlamaIndex's Chroma store (whose
+    filters have no $contains): a condition on a list key is refused by name; other keys filter as before."""
+    chromadb = pytest.importorskip("chromadb")
+    pytest.importorskip("llama_index.vector_stores.chroma")
+    from langchain_chroma import Chroma
+    from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    from qrag.integrations import QRAGEmbeddings, QRAGLlamaIndexRetriever
+    from qrag.training.search import FilterError
+
+    metas = [{"tags": ["x", "y"] if i % 2 else ["z"], "year": 1900 + i} for i in range(len(TEXTS))]
+    chroma = Chroma.from_texts(TEXTS, QRAGEmbeddings(tiny_qnet), metadatas=metas, ids=IDS,
+                               client=chromadb.EphemeralClient(), collection_name=f"c-{uuid.uuid4().hex[:10]}",
+                               collection_configuration={"hnsw": {"space": "ip"}})
+    retriever = QRAGLlamaIndexRetriever.from_vector_store(ChromaVectorStore(chroma_collection=chroma._collection),
+                                                          tiny_qnet, similarity_top_k=3)
+    on_tags = MetadataFilters(filters=[MetadataFilter(key="tags", value="z")])
+    with pytest.raises(FilterError, match="holds list values under 'tags'"):
+        QRAGLlamaIndexRetriever.from_vector_store(ChromaVectorStore(chroma_collection=chroma._collection),
+                                                  tiny_qnet, similarity_top_k=3, filters=on_tags).retrieve(QUESTIONS[0])
+    assert retriever.retrieve(QUESTIONS[0])
