@@ -10,7 +10,7 @@ import contextlib
 import math
 import threading
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,19 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from qrag.integrations.langchain_stores import (
+    document_pages,
+    langchain_vector_search,
+    read_documents,
+    store_name,
+    store_size,
+    stored_ids,
+    uuid_form,
+)
 from qrag.integrations.metric import (
-    CHROMA_CONVENTIONS,
     SAMPLE,
-    Convention,
-    MetricError,
     ScoreMap,
     checked_score_map,
-    chroma_space,
     fresh_unit_vectors,
 )
 from qrag.integrations.store_filters import (
@@ -36,7 +41,7 @@ from qrag.integrations.store_filters import (
     value_shapes,
 )
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
-from qrag.integrations.store_writes import writer_lock
+from qrag.integrations.store_writes import checked_delete, refuse_held, writer_lock
 from qrag.training.model import QNetwork, model_lock
 from qrag.training.search import (
     Chunk,
@@ -50,119 +55,7 @@ from qrag.training.search import (
 )
 
 POSITION_KEY = "qrag_position"
-
-
-VectorSearch = Callable[..., list[tuple[Any, float]]]
-QDRANT_CONVENTIONS: dict[str, Convention] = {"DOT": "ip", "COSINE": "cosine", "EUCLID": "l2"}
-
-
-def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, ScoreMap | None]:
-    """A LangChain store's search by vector with its raw scores, and how they turn into ⟨query, x⟩ (None: the store
-    does not say, and `LangChainChunkStore` probes it).
-
-    Chroma reports distances by its space ('ip' 1 − ⟨q, x⟩, 'cosine' 1 − cos, 'l2' squared L2), Qdrant its
-    `distance` (DOT, COSINE, EUCLID: plain L2), LangChain's `InMemoryVectorStore` cosine, FAISS its flat index
-    (inner product, else squared L2; `normalize_L2` divides queries by their norm).
-
-    Raises:
-        MetricError: a metric no score map reads (Qdrant MANHATTAN).
-        TypeError: the store cannot search by vector with scores.
-    """
-    kind = langchain_store_kind(store)  # a subclass too
-    if kind == "chroma":
-        space = chroma_space(store._collection)  # type: ignore[attr-defined]
-        search = store.similarity_search_by_vector_with_relevance_scores  # type: ignore[attr-defined]
-        return search, ScoreMap(CHROMA_CONVENTIONS[space]) if space in CHROMA_CONVENTIONS else None
-    search = getattr(store, "similarity_search_with_score_by_vector", None)
-    if not callable(search):
-        raise TypeError(
-            f"{type(store).__name__} has no similarity_search_with_score_by_vector(); qrag needs the raw scores of a vector search "
-            "(e.g. Chroma, Qdrant, FAISS or LangChain's InMemoryVectorStore)."
-        )
-    if kind == "qdrant":
-        distance = str(getattr(getattr(store, "distance", ""), "name", getattr(store, "distance", ""))).upper()
-        name = next((c for d, c in QDRANT_CONVENTIONS.items() if distance.endswith(d)), None)
-        if name is None:
-            raise MetricError(f"the Qdrant collection uses {distance!r}, whose scores give no inner product; create it "
-                              "with distance=Distance.DOT (or COSINE for unit vectors).")
-        return search, ScoreMap(name)
-    if kind == "in-memory":
-        return search, ScoreMap("cosine")
-    if kind == "faiss":
-        strategy = str(getattr(getattr(store, "distance_strategy", ""), "name", "")).upper()
-        return search, ScoreMap("ip" if strategy == "MAX_INNER_PRODUCT" else "l2_squared",
-                                normalizes_query=bool(getattr(store, "_normalize_L2", False)))
-    return search, None
-
-
 READ_ONCE = object()  # `_value_shapes` read the store itself (no BM25 index to read them from)
-READ_PAGE = 1000
-"""Documents read from a store per call while indexing it for BM25 (Chroma, Qdrant): the peak holds one page."""
-
-
-def read_documents(store: VectorStore, limit: int | None = None, *, vectors: bool = True,
-                   ) -> tuple[list[Any], list[list[float]] | None] | None:
-    """The documents a LangChain store holds (the first `limit`), as LangChain `Document`s named as its search names
-    them, and, with `vectors`, their stored vectors (None without); None for a store qrag cannot read (its search
-    alone is used then). Without `vectors` no vector is asked of the store: reading a store for BM25 costs its texts,
-    ids and metadata, read in pages of `READ_PAGE`."""
-    from langchain_core.documents import Document
-
-    kind = langchain_store_kind(store)
-    if kind == "chroma":
-        docs: list[Any] = []
-        stored: list[list[float]] = []
-        include = ["documents", "metadatas", *(["embeddings"] if vectors else [])]
-        while limit is None or len(docs) < limit:
-            page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(docs))
-            got = store._collection.get(limit=page, offset=len(docs), include=include)  # type: ignore[attr-defined]
-            docs += [Document(page_content=t or "", metadata=m or {}, id=i)
-                     for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
-            if vectors:
-                stored += [list(map(float, v)) for v in got["embeddings"]]
-            if len(got["ids"]) < page:
-                break
-        return docs, stored if vectors else None
-    if kind == "in-memory":
-        items = list(store.store.values())[:limit]  # type: ignore[attr-defined]
-        return ([Document(page_content=d["text"], metadata=d.get("metadata") or {}, id=d["id"]) for d in items],
-                [list(d["vector"]) for d in items] if vectors else None)
-    if kind == "faiss":
-        rows = sorted(store.index_to_docstore_id.items())[:limit]  # type: ignore[attr-defined]
-        found = [store.docstore.search(cid) for _, cid in rows]  # type: ignore[attr-defined]
-        docs = [Document(page_content=d.page_content, metadata=d.metadata, id=cid)
-                for d, (_, cid) in zip(found, rows, strict=True)]
-        return docs, ([store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
-                      if vectors else None)
-    if kind == "qdrant":
-        points: list[Any] = []
-        docs, offset = [], None
-        while limit is None or len(points) < limit:
-            batch, offset = store.client.scroll(  # type: ignore[attr-defined]
-                store.collection_name, limit=READ_PAGE if limit is None else limit,  # type: ignore[attr-defined]
-                offset=offset, with_payload=True, with_vectors=vectors)
-            points += batch
-            if offset is None:
-                break
-        stored = []
-        for p in points[:limit]:
-            docs.append(store._document_from_point(p, store.collection_name, store.content_payload_key,  # type: ignore[attr-defined]
-                                                   store.metadata_payload_key))  # type: ignore[attr-defined]
-            if vectors:
-                v = p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector  # type: ignore[attr-defined]
-                stored.append(list(v or []))
-        return docs, stored if vectors else None
-    return None
-
-
-def store_name(store: VectorStore) -> str:
-    """How messages name a store: a Chroma or Qdrant collection by its name, any other by its class."""
-    kind = langchain_store_kind(store)
-    if kind == "chroma":
-        return f"the Chroma collection {store._collection.name!r}"  # type: ignore[attr-defined]
-    if kind == "qdrant":
-        return f"the Qdrant collection {store.collection_name!r}"  # type: ignore[attr-defined]
-    return type(store).__name__
 
 
 class QRAGEmbeddings(Embeddings):
@@ -286,12 +179,18 @@ class LangChainChunkStore:
             return True
         with writer_lock(self.store):
             if self.text_index is None or (pairs and not self.text_index.pairs):
-                read = read_documents(self.store, vectors=False)
-                if read is None:
+                pages = document_pages(self.store)
+                if pages is None:
                     return False
-                chunks = [self._chunk(d) for d in read[0]]
-                self.text_index = StoreLexical([c.id for c in chunks], [c.text for c in chunks],
-                                               [c.metadata for c in chunks], pairs=pairs)
+                index: StoreLexical | None = None
+                for docs in pages:  # a page indexed, then dropped: the peak holds the index and one page
+                    chunks = [self._chunk(d) for d in docs]
+                    ids, texts, metas = [c.id for c in chunks], [c.text for c in chunks], [c.metadata for c in chunks]
+                    if index is None:
+                        index = StoreLexical(ids, texts, metas, pairs=pairs)
+                    else:
+                        index.added(ids, texts, metas)
+                self.text_index = index or StoreLexical([], [], [], pairs=pairs)
         return True
 
     def reading(self) -> contextlib.AbstractContextManager[None]:
@@ -346,8 +245,10 @@ class LangChainChunkStore:
                 if self._shapes_of is not version:
                     self._shapes, self._shapes_of = value_shapes(version.metadatas), version
             elif self._shapes_of is None:
-                read = read_documents(self.store, vectors=False)
-                self._shapes = value_shapes([d.metadata or {} for d in read[0]]) if read else {}
+                self._shapes = {}
+                for docs in document_pages(self.store) or ():
+                    for key, shapes in value_shapes([d.metadata or {} for d in docs]).items():
+                        self._shapes.setdefault(key, set()).update(shapes)
                 self._shapes_of = READ_ONCE
             return self._shapes
 
@@ -365,11 +266,8 @@ class LangChainChunkStore:
         """
         new_ids = check_ids([uuid.uuid4().hex for _ in texts] if ids is None else ids, len(texts))
         with writer_lock(self.store):
-            held = stored_ids(self.store, new_ids)
-            taken = [i for i in new_ids if i in held]
-            if taken:
-                raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__} store; delete "
-                                 "them first to replace them, or add the texts under new ids. Nothing was added.")
+            refuse_held(new_ids, lambda ids: stored_ids(self.store, ids), f"this {type(self.store).__name__} store",
+                        "add the texts under new ids")
             added = list(self.store.add_texts(texts, metadatas, ids=new_ids))
             self._added_lexical(texts, metadatas, added)
             with self._shapes_lock:
@@ -381,7 +279,7 @@ class LangChainChunkStore:
         """Keep the BM25 index of the store's documents in step with an add."""
         if self.text_index is not None:
             qdrant = langchain_store_kind(self.store) == "qdrant"  # its search names a point by metadata `_id`
-            chunks = [self._chunk(Document(page_content=t, metadata={**(m or {}), "_id": _uuid_form(i)} if qdrant
+            chunks = [self._chunk(Document(page_content=t, metadata={**(m or {}), "_id": uuid_form(i)} if qdrant
                                            else dict(m or {}), id=None if qdrant else i))
                       for t, m, i in zip(texts, metadatas, added, strict=True)]
             self.text_index.added([c.id for c in chunks], [c.text for c in chunks], [c.metadata for c in chunks])
@@ -393,20 +291,13 @@ class LangChainChunkStore:
             ValueError: an id the store does not hold (named; nothing is deleted: Chroma and Qdrant would ignore
                 it), a deletion that would empty the store, or a store that cannot look ids up.
         """
-        name = type(self.store).__name__
-        with writer_lock(self.store):
-            held = stored_ids(self.store, ids)
-            missing = sorted({i for i in ids if i not in held})
-            if missing:
-                raise ValueError(f"ids {missing[:5]} are not in this {name} store; nothing was deleted.")
-            size = store_size(self.store)
-            if size is not None and ids and len(set(ids)) >= size:
-                raise ValueError(f"cannot delete every document of this {name} store; build a new one for a new "
-                                 "corpus.")
-            if ids:
-                self.store.delete(ids=ids)
-                if self.text_index is not None:
-                    self.text_index.deleted(set(ids) | {_uuid_form(i) for i in ids})
+        def delete() -> None:
+            self.store.delete(ids=ids)
+            if self.text_index is not None:
+                self.text_index.deleted(set(ids) | {uuid_form(i) for i in ids})
+
+        checked_delete(self.store, ids, lambda asked: stored_ids(self.store, asked), lambda: store_size(self.store),
+                       delete, f"this {type(self.store).__name__} store", "document")
 
     def _chunk(self, doc: Any) -> Chunk:
         meta = dict(doc.metadata or {})
@@ -418,49 +309,3 @@ class LangChainChunkStore:
             )
         pos = meta.get(self.position_key) if self.position_key else None
         return Chunk(str(cid), doc.page_content, meta, int(pos) if pos is not None else None)
-
-
-def stored_ids(store: VectorStore, ids: Sequence[str]) -> set[str]:
-    """Which of `ids` a LangChain vector store holds: Chroma's collection is asked directly (its `get_by_ids`
-    fails on a document stored without metadata), any other store through `get_by_ids` (Qdrant's ids compared as
-    UUIDs, the only ids it takes besides integers).
-
-    Raises:
-        ValueError: the store cannot look documents up by id, so qrag cannot keep its rule (adding an id that
-            exists or deleting one that does not is refused): change that store through its own API.
-    """
-    if not ids:
-        return set()
-    kind = langchain_store_kind(store)
-    if kind == "chroma":
-        return set(store._collection.get(ids=list(ids), include=[])["ids"])  # type: ignore[attr-defined]
-    try:
-        found = store.get_by_ids(list(ids))
-    except NotImplementedError:
-        raise ValueError(
-            f"{type(store).__name__} cannot look documents up by id (get_by_ids), so qrag cannot check that an added "
-            "id is new and a deleted one exists; add to and delete from that store through its own API."
-        ) from None
-    held = {str(d.id if d.id is not None else d.metadata.get("_id")) for d in found}  # Qdrant: metadata `_id`
-    if kind == "qdrant":  # it returns a UUID in its dashed form whatever form was given
-        return {i for i in ids if _uuid_form(i) in held}
-    return held & set(ids)
-
-
-def _uuid_form(cid: str) -> str:
-    try:
-        return str(uuid.UUID(cid))
-    except ValueError:
-        return cid
-
-
-def store_size(store: VectorStore) -> int | None:
-    """How many documents a LangChain vector store holds, where it can be told (Chroma, Qdrant, in-memory)."""
-    kind = langchain_store_kind(store)
-    if kind == "chroma":
-        return int(store._collection.count())  # type: ignore[attr-defined]
-    if kind == "qdrant":
-        return int(store.client.count(store.collection_name, exact=True).count)  # type: ignore[attr-defined]
-    if kind == "in-memory":
-        return len(store.store)  # type: ignore[attr-defined]
-    return None

@@ -20,7 +20,7 @@ from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from qrag.integrations import QRAGEmbeddings, QRAGLlamaIndexRetriever, QRAGRetriever
-from qrag.integrations.langchain_embeddings import store_size, stored_ids
+from qrag.integrations.langchain_stores import store_size, stored_ids
 from qrag.training.input_checks import check_metadatas
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.searcher import MultiHopSearcher

@@ -154,7 +154,7 @@ def _qdrant_kind(texts: list[str], ids: list[str]) -> Any:
     (_qdrant_kind, "qdrant", "cosine", len(TEXTS))], ids=["in_memory", "faiss", "qdrant"])
 def test_a_subclass_of_a_known_langchain_store_is_read_as_that_store(make: Any, kind: str, convention: str,
                                                                     size: int | None) -> None:
-    from qrag.integrations.langchain_embeddings import (
+    from qrag.integrations.langchain_stores import (
         langchain_vector_search,
         read_documents,
         store_size,

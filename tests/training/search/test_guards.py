@@ -9,7 +9,7 @@ import pytest
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from qrag.integrations import QRAGEmbeddings, QRAGRetriever
-from qrag.integrations.langchain_embeddings import langchain_vector_search
+from qrag.integrations.langchain_stores import langchain_vector_search
 from qrag.training.model.qnet import ChunkLengthWarning, QNetwork
 from qrag.training.model.shipped import ShippedNameError, shipped_names
 from qrag.training.search.index import ChunkIndex
