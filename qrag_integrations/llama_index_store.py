@@ -33,7 +33,7 @@ from qrag.integrations.metric import (
 )
 from qrag.integrations.store_filters import check_store_can_mean, value_shapes
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
-from qrag.integrations.store_writes import writer_lock
+from qrag.integrations.store_writes import checked_delete, refuse_held, writer_lock
 from qrag.training.model import QNetwork
 from qrag.training.search import Chunk, Filter, ScoredChunk, check_ids, search_rows
 
@@ -216,11 +216,7 @@ class LlamaIndexChunkStore:
                     self._shapes.setdefault(key, set()).update(shapes)
 
     def _check_new(self, ids: Sequence[str]) -> None:
-        held = self.stored_ids(ids)
-        taken = [i for i in ids if i in held]
-        if taken:
-            raise ValueError(f"ids {taken[:5]} are already in this {type(self.store).__name__}; delete them first to "
-                             "replace them, or insert the nodes under new ids. Nothing was added.")
+        refuse_held(ids, self.stored_ids, f"this {type(self.store).__name__}", "insert the nodes under new ids")
 
     def delete(self, node_ids: list[str]) -> None:
         """Delete these node ids from the store, the check and the delete under the store's writer lock (as `add`).
@@ -229,19 +225,13 @@ class LlamaIndexChunkStore:
             ValueError: an id the store does not hold (named; nothing is deleted), a deletion that would empty
                 the store, or a store that cannot look ids up.
         """
-        name = type(self.store).__name__
-        with writer_lock(self.store):
-            held = self.stored_ids(node_ids)
-            missing = sorted({i for i in node_ids if i not in held})
-            if missing:
-                raise ValueError(f"ids {missing[:5]} are not in this {name}; nothing was deleted.")
-            size = self.size()
-            if size is not None and node_ids and len(set(node_ids)) >= size:
-                raise ValueError(f"cannot delete every node of this {name}; build a new one for a new corpus.")
-            if node_ids:
-                self.store.delete_nodes(node_ids)
-                if self.text_index is not None:
-                    self.text_index.deleted(set(node_ids))
+        def delete() -> None:
+            self.store.delete_nodes(node_ids)
+            if self.text_index is not None:
+                self.text_index.deleted(set(node_ids))
+
+        checked_delete(self.store, node_ids, self.stored_ids, self.size, delete, f"this {type(self.store).__name__}",
+                       "node")
 
     def ref_doc_node_ids(self, ref_doc_id: str) -> list[str]:
         """The ids of the stored nodes whose source document is `ref_doc_id` (LlamaIndex stores it in each node's

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -93,4 +93,35 @@ def writer_lock(store: Any) -> StoreLock:
         return lock
 
 
-__all__ = ["StoreLock", "writer_lock"]
+def refuse_held(ids: Sequence[str], held: Callable[[Sequence[str]], set[str]], where: str, instead: str) -> None:
+    """Refuse an add of ids the store already holds (named; nothing is added). `where` names the store ("this
+    Chroma store"), `instead` what to do ("add the texts under new ids")."""
+    found = held(ids)
+    taken = [i for i in ids if i in found]
+    if taken:
+        raise ValueError(f"ids {taken[:5]} are already in {where}; delete them first to replace them, or {instead}. "
+                         "Nothing was added.")
+
+
+def checked_delete(store: Any, ids: Sequence[str], held: Callable[[Sequence[str]], set[str]],
+                   size: Callable[[], int | None], delete: Callable[[], None], where: str, noun: str) -> None:
+    """Delete `ids` from `store` under its writer lock once they are checked: every id held (`held`), and not every
+    document of the store (`size`, None where it cannot be told); `delete()` then changes the store (and what qrag
+    keeps of it). Nothing is deleted when it raises.
+
+    Raises:
+        ValueError: an id the store does not hold (named), or a deletion that would empty the store.
+    """
+    with writer_lock(store):
+        found = held(ids)
+        missing = sorted({i for i in ids if i not in found})
+        if missing:
+            raise ValueError(f"ids {missing[:5]} are not in {where}; nothing was deleted.")
+        count = size()
+        if count is not None and ids and len(set(ids)) >= count:
+            raise ValueError(f"cannot delete every {noun} of {where}; build a new one for a new corpus.")
+        if ids:
+            delete()
+
+
+__all__ = ["StoreLock", "checked_delete", "refuse_held", "writer_lock"]
