@@ -42,16 +42,13 @@ torch).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
 import platform
 import resource
 import statistics
-import threading
 import time
-import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -60,11 +57,19 @@ from typing import Any
 import torch
 from langchain_core.embeddings import Embeddings
 
+from qrag.eval.query_cost import (
+    alone,
+    counted,
+    forget_questions,
+    pass_counter,
+    search_memory,
+    summary,
+    together,
+)
 from qrag.integrations import QRAGEmbeddings, QRAGRetriever
 from qrag.training.data.corpus import Corpus
 from qrag.training.data.synthetic import make_questions
 from qrag.training.data.wiki import read_pages
-from qrag.training.model.trunk import layers_of
 from qrag.training.search import ChunkIndex, MultiHopSearcher
 from qrag.training.search.index import weighs_pairs
 from qrag.training.search.lexical import LexicalIndex
@@ -109,151 +114,6 @@ def corpus(passages: int, queries: int) -> tuple[list[str], list[dict[str, Any]]
     taken = set(gold)
     order = (gold + [t for t in titles if t not in taken])[:passages]
     return [f"{t}. {pages[t].text}" for t in order], asked
-
-
-class PassCounter:
-    """Counts a network's encoder passes and the token-layers they run (forward hooks on the embeddings and layers)."""
-
-    def __init__(self, encoders: list[torch.nn.Module]) -> None:
-        self.passes = 0
-        self.token_layers = 0
-        for encoder in encoders:
-            found = layers_of(encoder)
-            if found is None:
-                continue
-            embeddings, layers = found
-            embeddings.register_forward_hook(self._pass)
-            for layer in layers:
-                layer.register_forward_hook(self._layer)
-
-    def _pass(self, module: Any, args: Any, output: Any) -> None:
-        self.passes += 1
-
-    def _layer(self, module: Any, args: Any, output: Any) -> None:
-        hidden = args[0] if args else output[0]
-        self.token_layers += int(hidden.shape[0] * hidden.shape[1])
-
-
-def alone(ask: dict[str, Callable[[str], Any]], questions: list[str]) -> dict[str, list[float]]:
-    """Per retriever, the latency (s) of each question asked alone, the retrievers taking turns question by question."""
-    out: dict[str, list[float]] = {name: [] for name in ask}
-    for q in questions:
-        for name, fn in ask.items():
-            t0 = time.perf_counter()
-            fn(q)
-            out[name].append(time.perf_counter() - t0)
-    return out
-
-
-def together(fn: Callable[[str], Any], questions: list[str], callers: int) -> tuple[list[float], float]:
-    """Latencies of `callers` threads each asking every `callers`-th question, and the wall time of them all."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    start = threading.Barrier(callers)
-
-    def work(c: int) -> None:
-        start.wait()
-        for q in questions[c::callers]:
-            t0 = time.perf_counter()
-            fn(q)
-            with lock:
-                latencies.append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=work, args=(c,)) for c in range(callers)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return latencies, time.perf_counter() - t0
-
-
-def summary(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    return {"p50_ms": 1e3 * statistics.median(s), "p90_ms": 1e3 * s[int(0.9 * (len(s) - 1))], "calls": len(s)}
-
-
-def counted(retriever: QRAGRetriever, hops: list[int], counter: PassCounter | None = None,
-            passes: list[int] | None = None, **call: Any) -> Callable[[str], Any]:
-    """`retriever.invoke(q, **call)`, appending to `hops` each call's documents taken by hops (those not past the
-    stop) and, with a `counter`, to `passes` the encoder passes it ran."""
-
-    def ask(q: str) -> Any:
-        forget_questions(retriever)
-        before = counter.passes if counter is not None else 0
-        docs = retriever.invoke(q, **call)
-        hops.append(sum(not d.metadata.get("past_stop", False) for d in docs))
-        if counter is not None and passes is not None:
-            passes.append(counter.passes - before)
-        return docs
-
-    return ask
-
-
-def forget_questions(qrag: QRAGRetriever) -> None:
-    """Empty the model's kept question vectors (`f_0(q)`, kept per question across calls), so that a question asked
-    again (the warm-up's, another size's, the callers' rounds) costs what a new one does; a no-op where the model
-    keeps none."""
-    kept = getattr(qrag.searcher.model, "_question_vectors", None)
-    if kept is not None:
-        kept.clear()
-
-
-def pass_counter(qrag: QRAGRetriever) -> PassCounter:
-    qnet = qrag.searcher.model
-    serving: Any = getattr(qnet, "_serving", None)  # a served copy of the state tower (bf16), when there is one
-    return PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None]
-                       + ([serving[1].encoder] if serving else []))
-
-
-def rss_kb(field: str) -> int:
-    """VmRSS or VmHWM (peak resident memory since the last `reset_peak`) of this process, in kB (-1 if unread)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
-
-
-def reset_peak() -> bool:
-    """Start VmHWM again from the present resident memory (Linux `clear_refs` 5); False where it cannot."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def trim_heap() -> None:
-    """Give the C heap's free memory back to the system (glibc `malloc_trim`), so a search's transient allocations
-    show in the resident peak instead of reusing pages an earlier search left resident."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def search_memory(fn: Callable[[str], Any], questions: list[str]) -> dict[str, Any]:
-    """The resident memory around these searches: before (the C heap trimmed), the peak during them (VmHWM after a
-    reset), the peak above the start, and tracemalloc's peak of the Python and NumPy allocations they made (torch's own allocator
-    is not traced) in a second pass over the same questions."""
-    gc.collect()
-    trim_heap()
-    before = rss_kb("VmRSS")
-    reset = reset_peak()
-    for q in questions:
-        fn(q)
-    peak = rss_kb("VmHWM") if reset else -1
-    tracemalloc.start()
-    for q in questions:
-        fn(q)
-    _, traced = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return {"rss_before_mb": before / 1024, "rss_peak_mb": peak / 1024 if reset else None,
-            "peak_above_start_mb": (peak - before) / 1024 if reset else None,
-            "tracemalloc_peak_mb": traced / 2**20, "questions": len(questions)}
 
 
 class KnownVectors(Embeddings):

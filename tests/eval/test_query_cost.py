@@ -1,0 +1,44 @@
+"""The query-cost benchmark's readings (`qrag.eval.query_cost`), on a fake clock and a real tiny model: latencies
+taken question by question with the retrievers taking turns, percentiles, callers at once, and encoder passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from qrag.eval.query_cost import PassCounter, alone, counted, summary, together
+from qrag.integrations import QRAGRetriever
+from qrag.training.model.qnet import QNetwork
+from tests.eval.fake_clock import FakeClock
+
+
+def test_retrievers_take_turns_question_by_question_and_each_span_is_its_own() -> None:
+    asked: list[tuple[str, str]] = []
+    clock = FakeClock([1 / 64, 3 / 64, 2 / 64, 5 / 64])  # q1 a, q1 b, q2 a, q2 b
+    got = alone({"a": lambda q: asked.append(("a", q)), "b": lambda q: asked.append(("b", q))}, ["q1", "q2"],
+                clock=clock)
+    assert asked == [("a", "q1"), ("b", "q1"), ("a", "q2"), ("b", "q2")]
+    assert got == {"a": [1 / 64, 2 / 64], "b": [3 / 64, 5 / 64]} and clock.spent
+
+
+def test_summary_reads_the_median_and_the_90th_percentile_in_milliseconds() -> None:
+    xs = [k / 1000 for k in (5, 1, 3, 2, 4, 9, 7, 6, 8, 10)]
+    assert summary(xs) == {"p50_ms": pytest.approx(5.5), "p90_ms": pytest.approx(9.0), "calls": 10}
+
+
+def test_callers_at_once_ask_every_question_once() -> None:
+    asked: list[str] = []
+    latencies, wall = together(asked.append, [f"q{i}" for i in range(7)], callers=3)
+    assert sorted(asked) == [f"q{i}" for i in range(7)] and len(latencies) == 7 and wall >= max(latencies) >= 0
+
+
+def test_passes_are_counted_per_query(tiny_qnet: QNetwork) -> None:
+    retriever = QRAGRetriever.from_texts(["Mary went to the kitchen.", "Mary took the milk.", "John is home."],
+                                         tiny_qnet, k=2, max_hops=2)
+    counter = PassCounter([tiny_qnet.state_tower.encoder, tiny_qnet.chunk_tower.encoder])
+    hops: list[int] = []
+    passes: list[int] = []
+    ask = counted(retriever, hops, counter, passes)
+    ask("Where is the milk?")
+    ask("Where is the milk?")  # asked again: its kept question vector forgotten first, so the same passes
+    assert len(hops) == 2 and hops[0] == hops[1] >= 1
+    assert passes[0] == passes[1] >= 1 and counter.token_layers > 0
