@@ -147,8 +147,8 @@ class _Segment:
         """From postings sorted by term, then row (O(P): no sort)."""
         first = np.flatnonzero(np.diff(term, prepend=-1))  # (U,) each term's first posting
         terms, starts = term[first], np.append(first, len(term)).astype(np.int64)
-        return cls(terms.astype(np.int64), starts, rows.astype(np.int32), tf.astype(np.int32),
-                   lengths.astype(np.int32))
+        return cls(terms.astype(np.int64, copy=False), starts, rows.astype(np.int32, copy=False),
+                   tf.astype(np.int32, copy=False), lengths.astype(np.int32, copy=False))
 
     def _posting_terms(self) -> np.ndarray:
         return np.repeat(self.terms, np.diff(self.starts))  # (P,)
@@ -160,12 +160,16 @@ class _Segment:
         slot = np.searchsorted(mine, theirs, side="right") + np.arange(len(theirs))  # (P_after,) in the merged order
         ours = np.ones(len(mine) + len(theirs), dtype=bool)
         ours[slot] = False
-        merged = []
-        for a, b in ((mine, theirs), (self.rows, after.rows.astype(np.int64) + self.size), (self.tf, after.tf)):
-            out = np.empty(len(ours), dtype=np.int64)
-            out[ours], out[slot] = a, b
-            merged.append(out)
-        term, rows, tf = merged
+        # Each array written once in its own dtype (terms int64, rows and tf int32): a merge of a large index
+        # holds no int64 copy of its rows and counts.
+        term = np.empty(len(ours), dtype=np.int64)
+        term[ours], term[slot] = mine, theirs
+        del mine, theirs
+        rows = np.empty(len(ours), dtype=np.int32)
+        rows[ours], rows[slot] = self.rows, after.rows + np.int32(self.size)
+        tf = np.empty(len(ours), dtype=np.int32)
+        tf[ours], tf[slot] = self.tf, after.tf
+        del ours, slot
         return _Segment._of_sorted(term, rows, tf, np.concatenate([self.lengths, after.lengths]))
 
     def without(self, drop: np.ndarray) -> _Segment:
