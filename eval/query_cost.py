@@ -1,5 +1,6 @@
-"""What a qrag query costs beside a plain retriever: the timing, counting and memory readings of the query-cost
-benchmark (`scripts/bench_query_cost.py` is its command line).
+"""The query-cost benchmark's readings: what a qrag query costs beside a plain retriever.
+
+Its command line is `scripts/bench_query_cost.py`.
 
 Latencies are read from an injectable clock (`time.perf_counter` by default; the tests give a fake one), one query
 at a time with the retrievers taking turns question by question, or from several callers at once. Encoder passes

@@ -1,6 +1,7 @@
-"""Reading the LangChain vector stores qrag knows (Chroma, Qdrant, FAISS, `InMemoryVectorStore`), beside their
-filter translators (`store_filters`): each store's search by vector and how its scores read, its documents (texts,
-ids, metadata and, when asked, vectors), which ids it holds, its size and its name in messages.
+"""Reading the LangChain vector stores qrag knows: Chroma, Qdrant, FAISS and `InMemoryVectorStore`.
+
+Beside their filter translators (`store_filters`): each store's search by vector and how its scores read, its
+documents (texts, ids, metadata and, when asked, vectors), which ids it holds, its size and its name in messages.
 
 Every store is told by `langchain_store_kind` (`isinstance`, a subclass read as its store).
 """

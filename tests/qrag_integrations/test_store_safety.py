@@ -155,7 +155,7 @@ def _churn_beside_searches(store: Any, qnet: QNetwork, seconds: float) -> tuple[
 
 
 def test_adds_and_deletes_beside_searches_over_an_in_memory_store(embeddings: Embeddings, qnet: QNetwork) -> None:
-    problems, searches = _churn_beside_searches(_in_memory(embeddings), qnet, seconds=6)
+    problems, searches = _churn_beside_searches(_in_memory(embeddings), qnet, seconds=3)
     assert problems == [] and searches > 0
 
 

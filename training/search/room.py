@@ -1,5 +1,7 @@
-"""Buffers with spare rows, for versions that grow by appending: an append writes into the spare rows instead of
-copying the rows before (amortised O(added)), and never overwrites rows an earlier version reads.
+"""Buffers with spare rows, for index versions that grow by appending.
+
+An append writes into the spare rows instead of copying the rows before (amortised O(added)), and never overwrites
+rows an earlier version reads.
 
 `used` rows are claimed: only a version that ends there may write past them, so two appends to one version give
 the first its spare rows and the second a new buffer. The index's filter masks and its chunks' windows grow this way.
