@@ -19,15 +19,18 @@ from typing import Any
 
 
 class StoreLock:
-    """A readers-writer lock that prefers writers: `with lock:` writes (one at a time, no reader inside), `with
-    lock.reading():` reads (many at once). A thread that already reads may read again inside (a search inside a
-    search never waits for a writer that waits for it)."""
+    """A fair readers-writer lock: `with lock:` writes (one at a time, no reader inside), `with lock.reading():` reads
+    (many at once). A waiting writer holds back readers that come after it, and a finished write lets in the readers
+    that waited for it before the next writer: neither side starves under the other's steady stream. A thread that
+    already reads may read again inside (a search inside a search never waits for a writer that waits for it)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._writing = False
         self._waiting_writers = 0
+        self._waiting_readers = 0
+        self._readers_turn = False  # a write just ended with readers waiting: they go before the next writer
         self._mine = threading.local()
 
     @contextlib.contextmanager
@@ -36,9 +39,16 @@ class StoreLock:
         depth = getattr(self._mine, "depth", 0)
         if depth == 0:
             with self._cond:
-                while self._writing or self._waiting_writers:
-                    self._cond.wait()
+                self._waiting_readers += 1
+                try:
+                    while self._writing or (self._waiting_writers and not self._readers_turn):
+                        self._cond.wait()
+                finally:
+                    self._waiting_readers -= 1
                 self._readers += 1
+                if not self._waiting_readers:
+                    self._readers_turn = False  # every reader that waited for the write is in
+                    self._cond.notify_all()
         self._mine.depth = depth + 1
         try:
             yield
@@ -56,7 +66,7 @@ class StoreLock:
         with self._cond:
             self._waiting_writers += 1
             try:
-                while self._writing or self._readers:
+                while self._writing or self._readers or self._readers_turn:
                     self._cond.wait()
             finally:
                 self._waiting_writers -= 1
@@ -66,6 +76,7 @@ class StoreLock:
     def __exit__(self, *exc: object) -> None:
         with self._cond:
             self._writing = False
+            self._readers_turn = self._waiting_readers > 0
             self._cond.notify_all()
 
 

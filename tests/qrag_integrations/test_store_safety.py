@@ -155,7 +155,7 @@ def _churn_beside_searches(store: Any, qnet: QNetwork, seconds: float) -> tuple[
 
 
 def test_adds_and_deletes_beside_searches_over_an_in_memory_store(embeddings: Embeddings, qnet: QNetwork) -> None:
-    problems, searches = _churn_beside_searches(_in_memory(embeddings), qnet, seconds=3)
+    problems, searches = _churn_beside_searches(_in_memory(embeddings), qnet, seconds=8)
     assert problems == [] and searches > 0
 
 
@@ -344,3 +344,48 @@ def test_llama_index_over_a_chroma_collection_holding_lists_refuses_filters_on_t
         QRAGLlamaIndexRetriever.from_vector_store(ChromaVectorStore(chroma_collection=chroma._collection),
                                                   tiny_qnet, similarity_top_k=3, filters=on_tags).retrieve(QUESTIONS[0])
     assert retriever.retrieve(QUESTIONS[0])
+
+
+# ---------------------------------------------------------------------- the store's lock
+@pytest.mark.parametrize("steady", ["writer", "readers"])
+def test_neither_readers_nor_writers_starve_under_the_others_steady_stream(steady: str) -> None:
+    """A writer that writes back to back never locks searches out (a finished write lets the waiting readers in
+    before the next), and searches back to back never lock a writer out (a waiting writer holds back new readers)."""
+    from qrag.integrations.store_writes import StoreLock
+
+    lock = StoreLock()
+    done = threading.Event()
+    deadline = time.monotonic() + 60  # a bound on the steady stream, never a timing asserted
+
+    def stream() -> None:
+        while not done.is_set() and time.monotonic() < deadline:
+            with lock if steady == "writer" else lock.reading():
+                time.sleep(0.001)  # a write (an add's embedding) or a search takes a while
+
+    streams = [threading.Thread(target=stream) for _ in range(1 if steady == "writer" else 3)]
+    for t in streams:
+        t.start()
+    for _ in range(20):  # the other side, twenty times
+        if steady == "writer":
+            with lock.reading():
+                pass
+        else:
+            with lock:
+                pass
+    finished_in_time = time.monotonic() < deadline
+    done.set()
+    for t in streams:
+        t.join()
+    assert finished_in_time
+
+
+def test_a_search_may_read_again_inside_but_never_write() -> None:
+    from qrag.integrations.store_writes import StoreLock
+
+    lock = StoreLock()
+    with lock.reading(), lock.reading():  # a search inside a search
+        with pytest.raises(RuntimeError, match="inside a search"):
+            with lock:
+                pass
+    with lock:  # the lock is free again
+        pass
