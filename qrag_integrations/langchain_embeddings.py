@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 import uuid
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -35,10 +34,10 @@ from qrag.integrations.metric import (
     fresh_unit_vectors,
 )
 from qrag.integrations.store_filters import (
+    ValueShapes,
     check_store_can_mean,
     langchain_store_kind,
     store_filter,
-    value_shapes,
 )
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
 from qrag.integrations.store_writes import checked_delete, refuse_held, writer_lock
@@ -55,7 +54,6 @@ from qrag.training.search import (
 )
 
 POSITION_KEY = "qrag_position"
-READ_ONCE = object()  # `_value_shapes` read the store itself (no BM25 index to read them from)
 
 
 class QRAGEmbeddings(Embeddings):
@@ -131,9 +129,7 @@ class LangChainChunkStore:
         self.vector_search, known = langchain_vector_search(store)
         self.score_map = self._checked_map(model, known)
         self.text_index: StoreLexical | None = None
-        self._shapes: dict[str, set[str]] = {}  # `_value_shapes`, of `_shapes_of` (a BM25 version, or READ_ONCE)
-        self._shapes_of: object = None
-        self._shapes_lock = threading.Lock()
+        self._shapes = ValueShapes()  # `_value_shapes`
 
     def _checked_map(self, model: QNetwork | None, known: ScoreMap | None) -> ScoreMap:
         def sample() -> tuple[list[str], list[list[float]] | None]:
@@ -236,21 +232,9 @@ class LangChainChunkStore:
         return args
 
     def _value_shapes(self) -> dict[str, set[str]]:
-        """Which metadata keys of the stored documents hold lists or dicts (`store_filters.value_shapes`): from the
-        BM25 index's version when there is one, else read once (metadata only) and kept in step with qrag's adds (a
-        key stays marked after its last list is deleted: a refusal, never a wrong answer)."""
-        with self._shapes_lock:
-            if self.text_index is not None:
-                version = self.text_index.version
-                if self._shapes_of is not version:
-                    self._shapes, self._shapes_of = value_shapes(version.metadatas), version
-            elif self._shapes_of is None:
-                self._shapes = {}
-                for docs in document_pages(self.store) or ():
-                    for key, shapes in value_shapes([d.metadata or {} for d in docs]).items():
-                        self._shapes.setdefault(key, set()).update(shapes)
-                self._shapes_of = READ_ONCE
-            return self._shapes
+        """Which metadata keys of the stored documents hold lists or dicts (`store_filters.ValueShapes`)."""
+        return self._shapes.current(None if self.text_index is None else self.text_index.version,
+                                    lambda: ([d.metadata or {} for d in docs] for docs in document_pages(self.store) or ()))
 
     # ------------------------------------------------------------------ a living store
     def add_texts(self, texts: list[str], metadatas: list[dict[str, Any]], ids: Sequence[str] | None) -> list[str]:
@@ -270,9 +254,7 @@ class LangChainChunkStore:
                         "add the texts under new ids")
             added = list(self.store.add_texts(texts, metadatas, ids=new_ids))
             self._added_lexical(texts, metadatas, added)
-            with self._shapes_lock:
-                for key, shapes in value_shapes([m or {} for m in metadatas]).items():
-                    self._shapes.setdefault(key, set()).update(shapes)
+            self._shapes.took([m or {} for m in metadatas])
         return added
 
     def _added_lexical(self, texts: list[str], metadatas: list[dict[str, Any]], added: list[str]) -> None:

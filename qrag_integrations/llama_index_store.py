@@ -31,7 +31,7 @@ from qrag.integrations.metric import (
     chroma_space,
     fresh_unit_vectors,
 )
-from qrag.integrations.store_filters import check_store_can_mean, value_shapes
+from qrag.integrations.store_filters import ValueShapes, check_store_can_mean
 from qrag.integrations.store_lexical import Hybrid, StoreLexical
 from qrag.integrations.store_writes import checked_delete, refuse_held, writer_lock
 from qrag.training.model import QNetwork
@@ -91,8 +91,7 @@ class LlamaIndexChunkStore:
         self.text_index: StoreLexical | None = None
         self._seen: OrderedDict[str, BaseNode] = OrderedDict()  # the nodes the store returned lately, by id
         self._seen_lock = threading.Lock()
-        self._shapes: dict[str, set[str]] = {}  # `_value_shapes`, of `_shapes_of` (a BM25 version, or self: read once)
-        self._shapes_of: object = None
+        self._shapes = ValueShapes()  # `_value_shapes`
         where = (f"the Chroma collection {store._collection.name!r}" if self._exp  # type: ignore[attr-defined]
                  else type(store).__name__)
 
@@ -211,9 +210,7 @@ class LlamaIndexChunkStore:
             if self.text_index is not None:
                 self.text_index.added([n.node_id for n in nodes], _embed_texts(nodes),
                                       [dict(n.metadata or {}) for n in nodes])
-            with self._seen_lock:
-                for key, shapes in value_shapes([dict(n.metadata or {}) for n in nodes]).items():
-                    self._shapes.setdefault(key, set()).update(shapes)
+            self._shapes.took([dict(n.metadata or {}) for n in nodes])
 
     def _check_new(self, ids: Sequence[str]) -> None:
         refuse_held(ids, self.stored_ids, f"this {type(self.store).__name__}", "insert the nodes under new ids")
@@ -271,17 +268,9 @@ class LlamaIndexChunkStore:
                      int(pos) if pos is not None else None)
 
     def _value_shapes(self) -> dict[str, set[str]]:
-        """Which metadata keys of the stored nodes hold lists or dicts (`store_filters.value_shapes`), as
-        `LangChainChunkStore._value_shapes` reads them."""
-        with self._seen_lock:
-            if self.text_index is not None:
-                version = self.text_index.version
-                if self._shapes_of is not version:
-                    self._shapes, self._shapes_of = value_shapes(version.metadatas), version
-            elif self._shapes_of is None:
-                self._shapes = value_shapes([dict(n.metadata or {}) for n in self._get_nodes(node_ids=None)])
-                self._shapes_of = self
-            return self._shapes
+        """Which metadata keys of the stored nodes hold lists or dicts (`store_filters.ValueShapes`)."""
+        return self._shapes.current(None if self.text_index is None else self.text_index.version,
+                                    lambda: [[dict(n.metadata or {}) for n in self._get_nodes(node_ids=None)]])
 
     def node(self, node_id: str) -> BaseNode | None:
         """The node the store last returned under `node_id` (metadata, relationships and exclusions as stored; None

@@ -25,9 +25,11 @@ with `FilterError` before the store is asked:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any, Literal
 
@@ -317,6 +319,39 @@ def value_shapes(metadatas: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
             elif isinstance(value, dict):
                 shapes.setdefault(key, set()).add("dict")
     return shapes
+
+
+class ValueShapes:
+    """Which metadata keys of a store's documents hold lists or dicts (`value_shapes`), as a store adapter keeps
+    them: from its BM25 index's current version when it has one, else read from the store once (metadata only) and
+    followed through qrag's adds (a key stays marked after its last list is deleted: a refusal, never a wrong
+    answer). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[str, set[str]] = {}
+        self._of: object = None  # the BM25 version they were read from, or `self` once read from the store
+        self._lock = threading.Lock()
+
+    def current(self, version: Any | None, read: Callable[[], Iterable[Sequence[Mapping[str, Any]]]],
+                ) -> dict[str, set[str]]:
+        """The shapes: of `version` (a `LexicalVersion`, its `metadatas`) when given, else of the pages of metadata
+        `read()` yields (read once)."""
+        with self._lock:
+            if version is not None:
+                if self._of is not version:
+                    self._shapes, self._of = value_shapes(version.metadatas), version
+            elif self._of is None:
+                self._shapes = {}
+                for page in read():
+                    self.took(page, locked=True)
+                self._of = self
+            return self._shapes
+
+    def took(self, metadatas: Sequence[Mapping[str, Any]], *, locked: bool = False) -> None:
+        """Follow an add of documents with these metadata."""
+        with contextlib.nullcontext() if locked else self._lock:
+            for key, shapes in value_shapes(metadatas).items():
+                self._shapes.setdefault(key, set()).update(shapes)
 
 
 def check_store_can_mean(kind: StoreKind | Literal["llama-index-chroma"], where: Filter,
