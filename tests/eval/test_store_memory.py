@@ -14,6 +14,7 @@ from tests.qrag_integrations.test_existing_collections import IDS, QUESTIONS, TE
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
+@pytest.mark.slow
 def test_the_first_answer_is_traced_and_the_bm25_beside_the_store_counted() -> None:
     store = InMemoryVectorStore(MiniLMEmbeddings())
     store.add_texts(TEXTS, ids=IDS)

@@ -154,6 +154,7 @@ def _churn_beside_searches(store: Any, qnet: QNetwork, seconds: float) -> tuple[
     return problems, searches
 
 
+@pytest.mark.slow  # the minute-long version below runs beside it in the slow suite
 def test_adds_and_deletes_beside_searches_over_an_in_memory_store(embeddings: Embeddings, qnet: QNetwork) -> None:
     problems, searches = _churn_beside_searches(_in_memory(embeddings), qnet, seconds=8)
     assert problems == [] and searches > 0
