@@ -64,58 +64,43 @@ READ_PAGE = 1000
 """Documents read from a store per call while indexing it for BM25 (Chroma, Qdrant): the peak holds one page."""
 
 
-def read_documents(store: VectorStore, limit: int | None = None, *, vectors: bool = True,
-                   ) -> tuple[list[Any], list[list[float]] | None] | None:
+def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[Any], list[list[float]]] | None:
     """The documents a LangChain store holds (the first `limit`), as LangChain `Document`s named as its search names
-    them, and, with `vectors`, their stored vectors (None without); None for a store qrag cannot read (its search
-    alone is used then). Without `vectors` no vector is asked of the store: reading a store for BM25 costs its texts,
-    ids and metadata, read in pages of `READ_PAGE`."""
+    them, and their stored vectors (what the check before the first query compares); None for a store qrag cannot
+    read (its search alone is used then). BM25 reads `document_pages`, which asks for no vector."""
     from langchain_core.documents import Document
 
     kind = langchain_store_kind(store)
     if kind == "chroma":
-        docs: list[Any] = []
-        stored: list[list[float]] = []
-        include = ["documents", "metadatas", *(["embeddings"] if vectors else [])]
-        while limit is None or len(docs) < limit:
-            page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(docs))
-            got = store._collection.get(limit=page, offset=len(docs), include=include)  # type: ignore[attr-defined]
-            docs += [Document(page_content=t or "", metadata=m or {}, id=i)
-                     for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
-            if vectors:
-                stored += [list(map(float, v)) for v in got["embeddings"]]
-            if len(got["ids"]) < page:
-                break
-        return docs, stored if vectors else None
+        got = store._collection.get(limit=limit, include=["documents", "metadatas", "embeddings"])  # type: ignore[attr-defined]
+        docs = [Document(page_content=t or "", metadata=m or {}, id=i)
+                for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
+        return docs, [list(map(float, v)) for v in got["embeddings"]]
     if kind == "in-memory":
         items = list(store.store.values())[:limit]  # type: ignore[attr-defined]
         return ([Document(page_content=d["text"], metadata=d.get("metadata") or {}, id=d["id"]) for d in items],
-                [list(d["vector"]) for d in items] if vectors else None)
+                [list(d["vector"]) for d in items])
     if kind == "faiss":
         rows = sorted(store.index_to_docstore_id.items())[:limit]  # type: ignore[attr-defined]
         found = [store.docstore.search(cid) for _, cid in rows]  # type: ignore[attr-defined]
         docs = [Document(page_content=d.page_content, metadata=d.metadata, id=cid)
                 for d, (_, cid) in zip(found, rows, strict=True)]
-        return docs, ([store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
-                      if vectors else None)
+        return docs, [store.index.reconstruct(int(r)).tolist() for r, _ in rows]  # type: ignore[attr-defined]
     if kind == "qdrant":
         points: list[Any] = []
-        docs, offset = [], None
+        offset = None
         while limit is None or len(points) < limit:
             batch, offset = store.client.scroll(  # type: ignore[attr-defined]
                 store.collection_name, limit=READ_PAGE if limit is None else limit,  # type: ignore[attr-defined]
-                offset=offset, with_payload=True, with_vectors=vectors)
+                offset=offset, with_payload=True, with_vectors=True)
             points += batch
             if offset is None:
                 break
-        stored = []
-        for p in points[:limit]:
-            docs.append(store._document_from_point(p, store.collection_name, store.content_payload_key,  # type: ignore[attr-defined]
-                                                   store.metadata_payload_key))  # type: ignore[attr-defined]
-            if vectors:
-                v = p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector  # type: ignore[attr-defined]
-                stored.append(list(v or []))
-        return docs, stored if vectors else None
+        docs = [store._document_from_point(p, store.collection_name, store.content_payload_key,  # type: ignore[attr-defined]
+                                           store.metadata_payload_key) for p in points[:limit]]  # type: ignore[attr-defined]
+        vectors = [list((p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector) or [])  # type: ignore[attr-defined]
+                   for p in points[:limit]]
+        return docs, vectors
     return None
 
 
