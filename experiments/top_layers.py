@@ -1,0 +1,163 @@
+"""Which paragraph model and state length should ship: adapters on the top layers only, states cut shorter? (issue
+"A multi-hop answer at a plain retriever's price, second round", items 1 and 2)
+
+A model whose trained layers are its top ones shares the frozen layers below with the base encoder, so `f_θ(s)` and
+`f_0(s)` cost one trunk pass (`qrag.training.model.trunk`); a state cut to fewer tokens of each passage
+(`max_state_piece_tokens`) costs fewer. Each candidate `NAME=MODEL@TOKENS` (a checkpoint folder or shipped name, the
+state pieces cut to TOKENS at search time; MODEL alone keeps its own length) is searched as a user calls it, with the
+baseline's saved search (lexical weight, word pairs, fill, stop threshold: what a candidate would ship with):
+
+- on SQuAD-format validation files (new_wiki, amazon_reviews; every paragraph one pool, 500 questions each) as
+  `qrag-eval ordinary-text` runs it, beside BM25 and the hybrid: hit@1 and recall@2/5/10;
+- on HotpotQA's 360 validation questions (rows 8 500-8 999), each over the whole validation pool (12 476 passages),
+  as `qrag-eval hotpotqa_pool --tasks val --methods qrag --budget 10` runs it: fact EM@2 and recall.
+
+The rule, committed before any candidate was trained (issue item 1): a candidate **holds** when its HotpotQA
+validation fact EM@2 is at least the baseline's − 0.02 and, on each of the two files, each of its paired margins to
+BM25 and to the hybrid (hit@1, recall@2/5/10) is at least the baseline's same margin − 0.01. Of the fp32 candidates
+that hold, the cheapest ships: the fewest state tokens, then the fewest trained layers (`--layers NAME=N`; the baseline
+trains all six). None holding: the baseline stays. A candidate served in another precision (`:bf16`) is judged by the
+same rule, to say whether that precision may be the default. Validation files only: the evaluation-only ones are
+refused.
+
+    python experiments/top_layers.py --squad runs/data/new_wiki_v1.0.json --squad runs/data/amazon_reviews_v1.0.json \
+        --candidate top1=runs/hp-top1/best@128 --candidate top1-64=runs/hp-top1/best@64 --layers top1=1 \
+        --layers top1-64=1 --chunk-vectors runs/cv --work runs/top_layers --out experiments/results/top_layers.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from pair_weight import HOTPOT, METRICS, squad_part  # experiments/pair_weight.py
+from squad_probe import parse_validation_args, squad_probe_parser  # experiments/squad_probe.py
+
+from qrag.eval.baselines import make_retrievers
+from qrag.eval.metrics import paired_margin
+from qrag.eval.ordinary_text import machine
+from qrag.eval.runner import read_results, run
+from qrag.eval.sweep import RunConfig
+from qrag.training.model.qnet import QNetwork
+from qrag.training.search.chunk_vectors import ChunkVectorFolder
+from qrag.training.search.searcher import load_model
+
+EM_TOLERANCE = 0.02
+MARGIN_TOLERANCE = 0.01
+BASELINE = "baseline"
+ALL_LAYERS = 6
+
+
+def candidate(text: str) -> tuple[str, str, int | None, str]:
+    """`NAME=MODEL[@TOKENS][:PRECISION]` as (name, model, tokens or None, serving precision, default fp32)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise ValueError(f"--candidate {text!r}: write NAME=MODEL[@TOKENS][:PRECISION]")
+    rest, colon, precision = rest.rpartition(":") if ":" in rest else (rest, "", "fp32")
+    model, at, tokens = rest.rpartition("@") if "@" in rest else (rest, "", "")
+    return name, model, int(tokens) if at else None, precision
+
+
+def loaded(model: str, tokens: int | None, search_of: QNetwork | None, precision: str = "fp32") -> QNetwork:
+    """The model, its state pieces cut to `tokens`, served in `precision`, searched as `search_of` is saved to be (its
+    hop settings)."""
+    net = load_model(model, precision=precision)  # type: ignore[arg-type]
+    if tokens is not None:
+        net.config = dataclasses.replace(net.config, max_state_piece_tokens=tokens)
+    if search_of is not None:
+        net.hop_settings = dataclasses.replace(search_of.hop_settings)
+    return net
+
+
+def hotpot(model: QNetwork, work: Path, name: str, folder: ChunkVectorFolder | None) -> dict[str, list[float]]:
+    """Per HotpotQA validation question, the model's fact EM@2 and recall@2/5/10."""
+    cfg = RunConfig(benchmark="hotpotqa_pool", out=work / f"hotpot_{name}", methods=("qrag",), tasks=("val",),
+                    num_samples=1000, model=name, budget=10,
+                    chunk_vectors=None if folder is None else folder.folder, progress=False)
+    run(cfg, retrievers=make_retrievers(("qrag",), checkpoint=model, budget=10, chunk_vectors=folder))
+    if folder is not None:
+        folder.save()
+    records = sorted(read_results(cfg.out / "results.jsonl"), key=lambda r: r["id"])
+    return {m: [float(r[m]) for r in records] for m in HOTPOT}
+
+
+def margins(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    """metric -> reference -> [paired difference, half-width] of qrag against BM25 and the hybrid."""
+    return {m: {ref: list(paired_margin(rows["qrag"][m], rows[ref][m])) for ref in ("bm25", "hybrid")}
+            for m in METRICS}
+
+
+def judge(got: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The rule's verdict on one candidate against the baseline, with the figures it read."""
+    entry: dict[str, Any] = {"squad": {}, "hotpot": {}}
+    short = []
+    for name, rows in got["squad"].items():
+        mine, theirs = margins(rows), margins(base["squad"][name])
+        entry["squad"][name] = {m: {"mean": statistics.fmean(rows["qrag"][m]), "margins": mine[m],
+                                    "baseline margins": theirs[m],
+                                    "vs baseline": list(paired_margin(rows["qrag"][m], base["squad"][name]["qrag"][m]))}
+                                for m in METRICS}
+        short += [f"{name} {m} vs {ref} {mine[m][ref][0]:+.3f} (baseline {theirs[m][ref][0]:+.3f})"
+                  for m in METRICS for ref in ("bm25", "hybrid")
+                  if mine[m][ref][0] < theirs[m][ref][0] - MARGIN_TOLERANCE]
+    for m in HOTPOT:
+        entry["hotpot"][m] = {"mean": statistics.fmean(got["hotpot"][m]),
+                              "vs baseline": list(paired_margin(got["hotpot"][m], base["hotpot"][m]))}
+    em, em0 = entry["hotpot"]["fact_em_at_sf"]["mean"], statistics.fmean(base["hotpot"]["fact_em_at_sf"])
+    if em < em0 - EM_TOLERANCE:
+        short.append(f"HotpotQA validation fact EM@2 {em:.3f} (baseline {em0:.3f})")
+    entry["holds"] = not short
+    entry["short"] = short
+    return entry
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = squad_probe_parser(__doc__)
+    p.add_argument("--candidate", action="append", default=[], type=candidate, help="NAME=MODEL[@TOKENS] (repeat)")
+    p.add_argument("--layers", action="append", default=[], help="NAME=N: the candidate's trained top layers")
+    p.add_argument("--work", type=Path, required=True, help="folder for the HotpotQA sweeps' records")
+    args = parse_validation_args(p, argv)
+    layers = {k: int(v) for k, _, v in (x.partition("=") for x in args.layers)}
+    base_encoder = QNetwork.from_encoder("all-MiniLM-L6-v2", train_towers="state", max_chunk_tokens=256, normalize=True)
+    folder = ChunkVectorFolder(args.chunk_vectors) if args.chunk_vectors else None
+    baseline = load_model(args.model)
+    per: dict[str, dict[str, Any]] = {}
+    for name, model, tokens, precision in [(BASELINE, args.model, None, "fp32"), *args.candidate]:
+        net = loaded(model, tokens, baseline, precision)
+        started = time.perf_counter()
+        with torch.no_grad():
+            squad = squad_part(net, base_encoder, args.squad, args, folder)
+        per[name] = {"model": model, "tokens": net.config.max_state_piece_tokens, "precision": precision, "squad": squad,
+                     "hotpot": hotpot(net, args.work, name, folder), "seconds": time.perf_counter() - started}
+        print(f"{name}: " + "  ".join(f"{f} " + " ".join(f"{statistics.fmean(v['qrag'][m]):.3f}" for m in METRICS)
+                                      for f, v in squad.items())
+              + f"  hotpot EM@2 {statistics.fmean(per[name]['hotpot']['fact_em_at_sf']):.3f}", file=sys.stderr)
+    table = {}
+    for name, got in per.items():
+        entry = judge(got, per[BASELINE])
+        entry.update(model=got["model"], tokens=got["tokens"], precision=got["precision"],
+                     layers=layers.get(name, ALL_LAYERS), seconds=got["seconds"])
+        table[name] = entry
+    holding = [n for n in table if n != BASELINE and table[n]["holds"] and table[n]["precision"] == "fp32"]
+    chosen = min(holding, key=lambda n: (table[n]["tokens"], table[n]["layers"]), default=BASELINE)
+    result = {"command": " ".join(["python", "experiments/top_layers.py", *(argv or sys.argv[1:])]),
+              "machine": machine(), "baseline": args.model,
+              "rule": f"holds: HotpotQA val fact EM@2 >= baseline - {EM_TOLERANCE}, every margin to BM25 and the hybrid "
+                      f"(hit@1, recall@2/5/10, both files) >= the baseline's - {MARGIN_TOLERANCE}; of those, the fewest "
+                      "state tokens, then the fewest trained layers; none: the baseline",
+              "chosen": chosen, "candidates": table}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"chosen: {chosen}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
