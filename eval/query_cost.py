@@ -1,6 +1,8 @@
 """The query-cost benchmark's readings: what a qrag query costs beside a plain retriever.
 
-Its command line is `scripts/bench_query_cost.py`.
+Its command line is `scripts/bench_query_cost.py`. `price` is the probe a user reads: `QRAGRetriever.from_texts` beside
+LangChain's `InMemoryVectorStore` and a Chroma collection's own retriever over the same vectors, each asked every
+question once (`Fresh`: warm-up, one-at-a-time and each round of callers draw disjoint questions).
 
 Latencies are read from an injectable clock (`time.perf_counter` by default; the tests give a fake one), one query
 at a time with the retrievers taking turns question by question, or from several callers at once. Encoder passes
@@ -15,7 +17,8 @@ import statistics
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,5 +182,59 @@ def search_memory(fn: Callable[[str], Any], questions: list[str]) -> dict[str, A
             "tracemalloc_peak_mb": traced / 2**20, "questions": len(questions)}
 
 
-__all__ = ["PassCounter", "alone", "counted", "forget_questions", "pass_counter", "reset_peak", "rss_kb",
-           "search_memory", "summary", "together", "trim_heap"]
+@dataclass(frozen=True)
+class Fresh:
+    """Disjoint questions for each part of a run, so that no retriever is asked a question twice: a few to warm up
+    (first-call allocations), those timed one at a time, and each round of callers' own."""
+
+    warmup: list[str]
+    alone: list[str]
+    rounds: list[list[str]]
+
+    @classmethod
+    def split(cls, questions: Sequence[str], *, warmup: int, alone: int, rounds: int, per_round: int) -> Fresh:
+        """The first distinct `questions`, in order: `warmup`, then `alone`, then `rounds` slices of `per_round`.
+
+        Raises:
+            ValueError: fewer distinct questions than the run asks.
+        """
+        distinct = list(dict.fromkeys(questions))
+        need = warmup + alone + rounds * per_round
+        if len(distinct) < need:
+            raise ValueError(f"{len(distinct)} distinct questions, but this run asks {need} (warm-up {warmup}, one at a "
+                             f"time {alone}, {rounds} rounds of {per_round}) and never asks one twice: build more "
+                             "questions or ask fewer.")
+        at = warmup + alone
+        return cls(distinct[:warmup], distinct[warmup:at],
+                   [distinct[at + r * per_round: at + (r + 1) * per_round] for r in range(rounds)])
+
+
+def price(ask: dict[str, Callable[[str], Any]], fresh: Fresh, *, callers: int, reference: str = "qrag",
+          clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Each retriever of `ask` warmed up, then timed one at a time (taking turns question by question), then by
+    `callers` threads at once, round by round (the retrievers alternating within a round, each round new questions).
+
+    Returns:
+        {'one_at_a_time': name -> summary, 'callers_at_once': name -> summary and queries_per_s,
+         'p50_ratio' / 'throughput_ratio': other name -> `reference`'s p50 (throughput) over its}.
+    """
+    for fn in ask.values():
+        for q in fresh.warmup:
+            fn(q)
+    one = {name: summary(xs) for name, xs in alone(ask, fresh.alone, clock).items()}
+    lat: dict[str, list[float]] = {name: [] for name in ask}
+    wall = dict.fromkeys(ask, 0.0)
+    for questions in fresh.rounds:
+        for name, fn in ask.items():
+            got, spent = together(fn, questions, callers, clock)
+            lat[name] += got
+            wall[name] += spent
+    many = {name: {**summary(xs), "queries_per_s": len(xs) / wall[name]} for name, xs in lat.items()}
+    others = [n for n in ask if n != reference]
+    return {"one_at_a_time": one, "callers_at_once": many,
+            "p50_ratio": {n: one[reference]["p50_ms"] / one[n]["p50_ms"] for n in others},
+            "throughput_ratio": {n: many[reference]["queries_per_s"] / many[n]["queries_per_s"] for n in others}}
+
+
+__all__ = ["Fresh", "PassCounter", "alone", "counted", "forget_questions", "pass_counter", "price", "reset_peak",
+           "rss_kb", "search_memory", "summary", "together", "trim_heap"]

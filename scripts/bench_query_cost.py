@@ -1,27 +1,15 @@
-"""What a qrag query costs against a plain retriever over the same MiniLM, in one run (issue 77's probe).
+"""What a qrag query costs against the retrievers a user runs today over the same MiniLM, in one run.
 
-    python scripts/bench_query_cost.py --passages 2000 --queries 30 --threads 1 --callers 8
+    python scripts/bench_query_cost.py --passages 2000 --queries 40 --threads 1 --callers 8 --rounds 2
 
     python scripts/bench_query_cost.py --sizes 2000,10033,20000,100000 --queries 30 --threads 1 \
         --saved <folder> --out results/query_cost/sizes.json
 
-`QRAGRetriever.from_texts(summaries, model="qrag/hotpotqa-minilm", k=5)` with the model's own search settings, and
-LangChain's `InMemoryVectorStore` over the bundled all-MiniLM-L6-v2 (`QRAGEmbeddings`, cosine) as the plain
-retriever, k=5, over the first `--passages` Wikipedia summaries (the FanOutQA summaries, `Title. text`), the pages
-of the questions asked first. The questions are qrag-adapt's, built from the summaries alone
-(`qrag.training.data.synthetic.make_questions`, seed 0): fan-outs and in-links over pages that name one another,
-with no labels and no evaluation-only set read (FanOutQA's questions are not asked). Torch runs `--threads`
-intra-op threads.
-
-- one query at a time: qrag and the plain retriever take turns question by question, so a change of the machine's
-  load falls on both; p50 / p90 latency and their ratio;
-- `--callers` threads at once, each asking its own questions, qrag and plain alternating round by round:
-  throughput and p50 latency;
-- per qrag query: encoder passes, the token-layers they ran (rows × padded tokens × layers: the encoder's work) and
-  the documents taken by hops (not past the stop; the model's guard can stop early), with their histogram.
-
-Every timed qrag call (and each round of callers) starts without the model's kept question vectors, so a question
-asked again costs what a new one does.
+The default run is `qrag.eval.price_probe`'s: `QRAGRetriever.from_texts(summaries, model=..., k=5)` with the model's
+own search settings and precision, beside LangChain's `InMemoryVectorStore` and a Chroma collection's own retriever
+filled with the same vectors, over the first `--passages` Wikipedia summaries (the pages of the questions first),
+each question asked once by each retriever: one at a time (taking turns question by question) and `--callers`
+threads at once for `--rounds` rounds of new questions. Torch runs `--threads` intra-op threads.
 
 `--sizes`: qrag (with the model's words and pairs BM25; as shipped, and with every hop of its horizon:
 `fill='question_unguarded'`, no stop rule) and the plain retriever one query at a time at each size, over one index
@@ -55,21 +43,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from langchain_core.embeddings import Embeddings
 
-from qrag.eval.query_cost import (
-    alone,
-    counted,
-    forget_questions,
-    pass_counter,
-    search_memory,
-    summary,
-    together,
-)
+from qrag.eval.price_probe import KnownVectors, run_price, summaries_and_questions
+from qrag.eval.query_cost import alone, counted, pass_counter, search_memory, summary
 from qrag.integrations import QRAGEmbeddings, QRAGRetriever
-from qrag.training.data.corpus import Corpus
-from qrag.training.data.synthetic import make_questions
-from qrag.training.data.wiki import read_pages
 from qrag.training.search import ChunkIndex, MultiHopSearcher
 from qrag.training.search.index import weighs_pairs
 from qrag.training.search.lexical import LexicalIndex
@@ -96,42 +73,6 @@ def saved_or_built(texts: list[str], args: argparse.Namespace, *, show_progress:
     if args.saved is not None:
         retriever.save_local(args.saved)
     return retriever
-
-
-def corpus(passages: int, queries: int) -> tuple[list[str], list[dict[str, Any]]]:
-    """The first `passages` summaries (`Title. text`), the pages of the first `queries` built questions first.
-
-    The questions are qrag-adapt's, built from the summaries alone (`qrag.training.data.synthetic.make_questions`,
-    seed 0: fan-outs and in-links over the pages that name one another; no labels, nothing evaluation-only read),
-    each with its own pages' titles."""
-    pages = read_pages()
-    titles = list(pages)
-    built = make_questions(Corpus(ids=tuple(titles), texts=tuple(f"{t}. {pages[t].text}" for t in titles),
-                                  source="the Wikipedia summaries", titles=tuple(titles)), seed=0)
-    asked = [{"question": q.question, "kind": q.kind, "supporting": [titles[r] for r in q.supporting]}
-             for q in built[:queries]]
-    gold = list(dict.fromkeys(t for q in asked for t in q["supporting"]))
-    taken = set(gold)
-    order = (gold + [t for t in titles if t not in taken])[:passages]
-    return [f"{t}. {pages[t].text}" for t in order], asked
-
-
-class KnownVectors(Embeddings):
-    """A LangChain embedder returning the vectors given for known texts (`known`) and `base`'s for the rest:
-    the plain store of a large index is filled with the vectors qrag's index already holds."""
-
-    def __init__(self, base: Embeddings) -> None:
-        self.base = base
-        self.known: dict[str, list[float]] = {}
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        missing = [t for t in texts if t not in self.known]
-        for t, v in zip(missing, self.base.embed_documents(missing) if missing else [], strict=True):
-            self.known[t] = v
-        return [self.known.pop(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.base.embed_query(text)
 
 
 def copy_text(text: str, copy: int) -> str:
@@ -193,7 +134,7 @@ def sizes_run(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
     place: the summaries first (size <= 10 033: the first `size`), then copies of them (module docstring)."""
     from langchain_core.vectorstores import InMemoryVectorStore
 
-    texts, asked = corpus(10**9, args.queries)
+    texts, asked = summaries_and_questions(10**9, args.queries)
     questions = [q["question"] for q in asked]
     n = len(texts)
     if sizes != sorted(sizes) or sizes[0] > n or sizes[0] < 1:
@@ -327,65 +268,24 @@ def main() -> None:
         print(f"wrote {args.out}")
         return
 
-    from langchain_core.vectorstores import InMemoryVectorStore
-
-    texts, asked = corpus(args.passages, max(args.queries, args.callers))
-    questions = [q["question"] for q in asked]
+    texts, asked = summaries_and_questions(args.passages, 3 + args.queries + args.rounds * 4 * args.callers)
     t0 = time.perf_counter()
     qrag = saved_or_built(texts, args, show_progress=False)
     index_s = time.perf_counter() - t0
-    plain = InMemoryVectorStore.from_texts(texts, QRAGEmbeddings("sentence-transformers/all-MiniLM-L6-v2"))
-    plain_retriever = plain.as_retriever(search_kwargs={"k": args.k})
-    torch.set_num_threads(args.threads)
-    hops: list[int] = []
-    ask = {"qrag": counted(qrag, hops), "plain": plain_retriever.invoke}
-    many_ask = {"qrag": qrag.invoke, "plain": plain_retriever.invoke}  # a round's questions are new to the model
-    for fn in ask.values():
-        for q in questions[:3]:  # warm-up: first-call allocations, outside the timing
-            fn(q)
-
-    counter = pass_counter(qrag)
-    timed = questions[: args.queries]
-    hops.clear()
-    lat = alone(ask, timed)
-    passes, token_layers = counter.passes / len(timed), counter.token_layers / len(timed)
-    alone_hops = list(hops)
-
-    rounds: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in ask}
-    for _ in range(args.rounds):
-        for name, fn in many_ask.items():
-            forget_questions(qrag)
-            got, wall = together(fn, timed, args.callers)
-            rounds[name] = (rounds[name][0] + got, rounds[name][1] + wall)
-
-    one = {name: summary(xs) for name, xs in lat.items()}
-    many = {name: {**summary(xs), "queries_per_s": len(xs) / wall} for name, (xs, wall) in rounds.items()}
-    result = {
-        "command": command,
-        "model": args.model, "k": args.k, "passages": len(texts), "queries": len(timed), "threads": args.threads,
-        "callers": args.callers, "rounds": args.rounds, "index_s": index_s,
-        "one_at_a_time": one,
-        "p50_ratio": one["qrag"]["p50_ms"] / one["plain"]["p50_ms"],
-        "callers_at_once": many,
-        "throughput_ratio": many["qrag"]["queries_per_s"] / many["plain"]["queries_per_s"],
-        "qrag_encoder_passes_per_query": passes,
-        "qrag_token_layers_per_query": token_layers,
-        "qrag_hops_per_query": statistics.mean(alone_hops),
-        "qrag_hops_histogram": dict(sorted(Counter(alone_hops).items())),
-        "questions_asked": asked[: args.queries],
-        "machine": {**machine, "load_average": os.getloadavg()},
-    }
-    print(f"| one at a time ({args.threads} thread) | p50 ms | p90 ms |")
-    print("|---|---|---|")
+    got = run_price(qrag, texts, asked, k=args.k, threads=args.threads, callers=args.callers, rounds=args.rounds,
+                    alone=args.queries)
+    result = {"command": command, "model": args.model, "k": args.k, "passages": len(texts), "threads": args.threads,
+              "callers": args.callers, "index_s": index_s, "precision": qrag.searcher.model.serving_precision(),
+              **got, "machine": {**machine, "load_average": os.getloadavg()}}
+    one, many = got["one_at_a_time"], got["callers_at_once"]
+    print(f"| one at a time ({args.threads} thread) | p50 ms | p90 ms | {args.callers} callers: queries/s |")
+    print("|---|---|---|---|")
     for name, s in one.items():
-        print(f"| {name} | {s['p50_ms']:.1f} | {s['p90_ms']:.1f} |")
-    print(f"qrag / plain p50: {result['p50_ratio']:.2f}x; {passes:.1f} encoder passes, {token_layers:.0f} token-layers, "
-          f"{result['qrag_hops_per_query']:.2f} hops per qrag query")
-    print(f"| {args.callers} callers at once | queries/s | p50 ms |")
-    print("|---|---|---|")
-    for name, s in many.items():
-        print(f"| {name} | {s['queries_per_s']:.2f} | {s['p50_ms']:.0f} |")
-    print(f"qrag / plain throughput: {result['throughput_ratio']:.2f}")
+        print(f"| {name} | {s['p50_ms']:.1f} | {s['p90_ms']:.1f} | {many[name]['queries_per_s']:.2f} |")
+    for name in got["p50_ratio"]:
+        print(f"qrag / {name}: p50 {got['p50_ratio'][name]:.2f}x, throughput {got['throughput_ratio'][name]:.2f}")
+    print(f"{got['qrag_encoder_passes_per_query']:.1f} encoder passes, {got['qrag_token_layers_per_query']:.0f} "
+          f"token-layers, {got['qrag_hops_per_query']:.2f} hops per qrag query")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")

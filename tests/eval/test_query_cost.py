@@ -3,9 +3,12 @@ taken question by question with the retrievers taking turns, percentiles, caller
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import pytest
 
-from qrag.eval.query_cost import PassCounter, alone, counted, summary, together
+from qrag.eval.query_cost import Fresh, PassCounter, alone, counted, price, summary, together
 from qrag.integrations import QRAGRetriever
 from qrag.training.model.qnet import QNetwork
 from tests.eval.fake_clock import FakeClock
@@ -42,3 +45,50 @@ def test_passes_are_counted_per_query(tiny_qnet: QNetwork) -> None:
     ask("Where is the milk?")  # asked again: its kept question vector forgotten first, so the same passes
     assert len(hops) == 2 and hops[0] == hops[1] >= 1
     assert passes[0] == passes[1] >= 1 and counter.token_layers > 0
+
+
+class Timeline:
+    """A clock that moves only when a fake retriever works: each call advances it by that retriever's cost."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def retriever(self, cost: float, asked: list[str]) -> Callable[[str], None]:
+        def ask(q: str) -> None:
+            with self.lock:
+                asked.append(q)
+                self.now += cost
+
+        return ask
+
+
+def test_fresh_questions_are_disjoint_and_too_few_are_refused_by_count() -> None:
+    qs = [f"q{i}" for i in range(12)] + ["q0", "q3"]  # repeats are dropped, not asked again
+    fresh = Fresh.split(qs, warmup=2, alone=4, rounds=3, per_round=2)
+    parts = [fresh.warmup, fresh.alone, *fresh.rounds]
+    assert [len(p) for p in parts] == [2, 4, 2, 2, 2]
+    flat = [q for p in parts for q in p]
+    assert len(set(flat)) == len(flat) == 12
+    with pytest.raises(ValueError, match="12 distinct questions, but this run asks 13"):
+        Fresh.split(qs, warmup=2, alone=5, rounds=3, per_round=2)
+
+
+def test_price_asks_each_retriever_every_question_once_and_reads_the_ratios() -> None:
+    clock = Timeline()
+    asked: dict[str, list[str]] = {"qrag": [], "plain": []}
+    ask = {"qrag": clock.retriever(1 / 16, asked["qrag"]), "plain": clock.retriever(1 / 64, asked["plain"])}
+    fresh = Fresh.split([f"q{i}" for i in range(20)], warmup=2, alone=6, rounds=3, per_round=4)
+    got = price(ask, fresh, callers=2, clock=clock)
+    for name in ask:
+        assert sorted(asked[name]) == sorted(f"q{i}" for i in range(20))  # every question once, none twice
+    assert got["one_at_a_time"]["qrag"] == {"p50_ms": 62.5, "p90_ms": 62.5, "calls": 6}
+    assert got["one_at_a_time"]["plain"]["p50_ms"] == 15.625
+    assert got["p50_ratio"] == {"plain": 4.0}
+    # the calls of a round run one after another on this clock: 12 calls over 12 costs
+    assert got["callers_at_once"]["qrag"]["queries_per_s"] == 16.0
+    assert got["callers_at_once"]["plain"]["queries_per_s"] == 64.0
+    assert got["throughput_ratio"] == {"plain": 0.25}

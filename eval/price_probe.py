@@ -1,0 +1,108 @@
+"""The price probe: a qrag query beside the retrievers a user runs today, over the same Wikipedia summaries.
+
+`QRAGRetriever.from_texts(summaries, model=..., k=k)` with the model's own search settings, LangChain's
+`InMemoryVectorStore` and a Chroma collection's own retriever (`langchain_chroma.Chroma`, its default l2 space),
+both filled with the vectors qrag's index holds (its chunk tower is the normalised base MiniLM; `KnownVectors`) and
+asking through the bundled all-MiniLM-L6-v2 (`QRAGEmbeddings`), k = k. The questions are qrag-adapt's, built from the
+summaries alone (`summaries_and_questions`); each retriever is asked each question once (`query_cost.Fresh`).
+Its command line is `scripts/bench_query_cost.py`; the readings are `qrag.eval.query_cost`'s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from langchain_core.embeddings import Embeddings
+
+from qrag.eval.query_cost import Fresh, counted, pass_counter, price
+from qrag.integrations import QRAGEmbeddings, QRAGRetriever
+from qrag.training.data.corpus import Corpus
+from qrag.training.data.synthetic import make_questions
+from qrag.training.data.wiki import read_pages
+from qrag.training.model.encoders import BUNDLED_MINILM
+from qrag.training.search import ChunkIndex
+
+
+def summaries_and_questions(passages: int, queries: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """The first `passages` summaries (`Title. text`), the pages of the first `queries` built questions first.
+
+    The questions are qrag-adapt's, built from the summaries alone (`qrag.training.data.synthetic.make_questions`,
+    seed 0: fan-outs and in-links over the pages that name one another; no labels, nothing evaluation-only read),
+    each with its own pages' titles."""
+    pages = read_pages()
+    titles = list(pages)
+    built = make_questions(Corpus(ids=tuple(titles), texts=tuple(f"{t}. {pages[t].text}" for t in titles),
+                                  source="the Wikipedia summaries", titles=tuple(titles)), seed=0)
+    asked = [{"question": q.question, "kind": q.kind, "supporting": [titles[r] for r in q.supporting]}
+             for q in built[:queries]]
+    gold = list(dict.fromkeys(t for q in asked for t in q["supporting"]))
+    taken = set(gold)
+    order = (gold + [t for t in titles if t not in taken])[:passages]
+    return [f"{t}. {pages[t].text}" for t in order], asked
+
+
+class KnownVectors(Embeddings):
+    """A LangChain embedder returning the vectors given for known texts (`known`) and `base`'s for the rest:
+    the plain store of a large index is filled with the vectors qrag's index already holds."""
+
+    def __init__(self, base: Embeddings) -> None:
+        self.base = base
+        self.known: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in texts if t not in self.known]
+        for t, v in zip(missing, self.base.embed_documents(missing) if missing else [], strict=True):
+            self.known[t] = v
+        return [self.known.pop(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.base.embed_query(text)
+
+
+
+
+def plain_retrievers(texts: list[str], vectors: torch.Tensor, k: int) -> dict[str, Callable[[str], Any]]:
+    """`InMemoryVectorStore`'s and a Chroma collection's own retriever over `texts` with these chunk vectors (the
+    queries embedded by the bundled MiniLM), as `invoke` functions."""
+    from langchain_chroma import Chroma
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    known = KnownVectors(QRAGEmbeddings(BUNDLED_MINILM))
+    known.known.update(zip(texts, vectors.tolist(), strict=True))
+    in_memory = InMemoryVectorStore(known)
+    in_memory.add_texts(texts)
+    known.known.update(zip(texts, vectors.tolist(), strict=True))
+    chroma = Chroma.from_texts(texts, known, collection_name=f"price-{uuid.uuid4().hex[:8]}")
+    return {"in_memory": in_memory.as_retriever(search_kwargs={"k": k}).invoke,
+            "chroma": chroma.as_retriever(search_kwargs={"k": k}).invoke}
+
+
+def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]], *, k: int, threads: int,
+              callers: int, rounds: int, alone: int, warmup: int = 3) -> dict[str, Any]:
+    """qrag (`texts` already indexed) beside `plain_retrievers`, each question of `asked` asked once by each
+    (`Fresh.split`: `warmup`, `alone` one at a time, `rounds` rounds of `callers` × 4 questions), one torch intra-op
+    pool of `threads`; with qrag's encoder passes, token-layers and hops per one-at-a-time query."""
+    index = qrag.searcher.store
+    if not isinstance(index, ChunkIndex):
+        raise TypeError(f"the price probe reads qrag's in-process index, got {type(index).__name__}")
+    fresh = Fresh.split([q["question"] for q in asked], warmup=warmup, alone=alone, rounds=rounds,
+                        per_round=4 * callers)
+    ask = {"qrag": qrag.invoke, **plain_retrievers(texts, index.vectors.cpu().float(), k)}
+    torch.set_num_threads(threads)
+    counter = pass_counter(qrag)
+    hops: list[int] = []
+    ask["qrag"] = counted(qrag, hops, counter)
+    passes_before, layers_before = counter.passes, counter.token_layers
+    got = price(ask, fresh, callers=callers)
+    calls = len(fresh.warmup) + len(fresh.alone) + sum(map(len, fresh.rounds))
+    return {**got, "questions": {"warmup": len(fresh.warmup), "one_at_a_time": len(fresh.alone),
+                                 "rounds": len(fresh.rounds), "per_round": 4 * callers, "asked_twice": 0},
+            "qrag_encoder_passes_per_query": (counter.passes - passes_before) / calls,
+            "qrag_token_layers_per_query": (counter.token_layers - layers_before) / calls,
+            "qrag_hops_per_query": statistics.mean(hops), "qrag_hops_histogram": dict(sorted(Counter(hops).items())),
+            "questions_asked": [q["question"] for q in asked]}
