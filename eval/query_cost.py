@@ -125,11 +125,11 @@ def forget_questions(qrag: QRAGRetriever) -> None:
 
 
 def pass_counter(qrag: QRAGRetriever) -> PassCounter:
-    """A `PassCounter` over every encoder a query of `qrag` runs (both towers, and a served low-precision copy)."""
+    """A `PassCounter` over every encoder a query of `qrag` runs (both towers, and the served low-precision copies)."""
     qnet = qrag.searcher.model
-    serving: Any = getattr(qnet, "_serving", None)  # a served copy of the state tower (bf16), when there is one
-    return PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None]
-                       + ([serving[1].encoder] if serving else []))
+    serving: Any = getattr(qnet, "_serving", None)  # served copies (bf16): the state tower's, and its base's
+    copies = [t.encoder for t in (serving[1:] if serving else ()) if t is not None]
+    return PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None] + copies)
 
 
 def rss_kb(field: str) -> int:

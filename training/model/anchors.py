@@ -46,17 +46,19 @@ def anchored_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_in
 
 
 def served_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_inputs: Inputs, sep_id: int,
-                  question_vectors: Callable[[Inputs], torch.Tensor], shared: int = 0) -> torch.Tensor:
+                  question_vectors: Callable[[Inputs], torch.Tensor], shared: int = 0,
+                  keep: Callable[[Inputs, torch.Tensor], None] | None = None) -> torch.Tensor:
     """(B, D) `anchored_states` of tokenised states (B, L) in a gradient-free pass, each term computed only where it
     does not cancel: a bare question (the first hop, s = q) is `f_θ(q)` under 'question' and `f_0(q)` under
     'first_hop' and 'passages', exactly what the full expressions reduce to; on the rows holding passages each
     pass runs over those rows, cut to their longest. `question_vectors(question)` gives `f_0(q)` of tokenised
     question pieces (B', Lq). Under 'question', `shared` bottom layers the two towers have in common
-    (`trunk.shared_layers`) run once for `f_θ(s)` and `f_0(s)`."""
+    (`trunk.shared_layers`) run once for `f_θ(s)` and `f_0(s)`, and a bare question's `f_0(q)`, its base's top
+    layers over that trunk, goes to `keep(question, vectors)` for its later hops."""
     if mode == "none":
         return state_tower(**state_inputs)  # (B, D)
     if mode == "question" and shared:
-        return _question_on_shared_trunk(state_tower, base, state_inputs, sep_id, question_vectors, shared)
+        return _question_on_shared_trunk(state_tower, base, state_inputs, sep_id, question_vectors, shared, keep)
     if mode == "question":
         s = state_tower(**state_inputs)  # (B, D): f_θ(s)
         return s + served_anchor(base, state_inputs, sep_id, question_vectors).to(s.dtype)
@@ -76,14 +78,22 @@ def served_states(mode: StateAnchor, state_tower: Tower, base: Tower, state_inpu
 
 
 def _question_on_shared_trunk(state_tower: Tower, base: Tower, state_inputs: Inputs, sep_id: int,
-                              question_vectors: Callable[[Inputs], torch.Tensor], shared: int) -> torch.Tensor:
+                              question_vectors: Callable[[Inputs], torch.Tensor], shared: int,
+                              keep: Callable[[Inputs, torch.Tensor], None] | None = None) -> torch.Tensor:
     """Anchor 'question' where the towers share their `shared` bottom layers: the trunk runs once over every row,
-    the state tower's top layers over every row, the base's top layers over the rows holding passages."""
+    the state tower's top layers over every row, the base's top layers over the rows holding passages, and, with
+    `keep`, over the bare questions' rows too: their `f_0(q)` (a question's whole base vector: its trunk is the
+    base's) is handed to `keep`, so a later hop does not encode the question again."""
     top = _layers(state_tower) - shared
     ids, mask = state_inputs["input_ids"], state_inputs["attention_mask"]  # (B, L)
     later = question_inputs(state_inputs, sep_id)["attention_mask"].sum(dim=1) < mask.sum(dim=1)  # (B,)
     hidden = state_tower.trunk(ids, mask, top)  # (B, L, H)
     s = state_tower.from_trunk(hidden, mask, top)  # (B, D): f_θ(s)
+    bare = ~later
+    if keep is not None and bool(bare.any()):
+        rows = _rows(state_inputs, bare)  # (B'', Lq): a bare state is its question piece
+        with eval_mode(base):
+            keep(rows, base.from_trunk(hidden[bare][:, : rows["input_ids"].shape[1]], rows["attention_mask"], top))
     if not bool(later.any()):
         return s
     rows = _rows(state_inputs, later)  # (B', L')

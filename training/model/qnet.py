@@ -114,7 +114,8 @@ class QNetwork(Serving):
         self._untrained_sums: list[float] | None = None  # set while both towers are the base encoder as loaded
         self._checked_rows: tuple[tuple[str, ...], list[list[int]]] | None = None  # check_chunk_lengths → embed_chunks
         self._adapters: dict[str, torch.Tensor] | None = None  # the LoRA tensors, once merged for serving
-        self._serving: tuple[Precision, Tower] | None = None  # `serve_in`: a low-precision copy of the state tower
+        self._serving: tuple[Precision, Tower, Tower | None] | None = None  # `serve_in`: low-precision copies
+        self._serving_asked: Precision = "fp32"  # what `serve_in` was asked (a save records it: 'auto' stays 'auto')
         self._graphed: GraphedPass | None = None  # `serve_graphed`: state passes replayed as CUDA graphs
         # f_0(q) by the question piece's token ids, valid while the chunk tower's tensors are these (`_base_stamp`)
         self._question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor] = OrderedDict()
@@ -591,5 +592,6 @@ class QNetwork(Serving):
                                "(load_model does that); load the checkpoint with QNetwork.from_pretrained to train it.")
         if mode:
             self._serving = None  # a network that trains serves from the tower it trains
+            self._serving_asked = "fp32"
             self._graphed = None
         return super().train(mode)

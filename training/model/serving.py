@@ -40,7 +40,8 @@ class Serving(nn.Module):
         chunk_tower: Tower
         tokenizer: PreTrainedTokenizerBase
         config: ModelConfig
-        _serving: tuple[Precision, Tower] | None
+        _serving: tuple[Precision, Tower, Tower | None] | None
+        _serving_asked: Precision
         _graphed: GraphedPass | None
         _adapters: dict[str, torch.Tensor] | None
         _question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor]
@@ -63,6 +64,12 @@ class Serving(nn.Module):
         """The state tower's arithmetic in gradient-free passes ('fp32' unless `serve_in` chose another)."""
         return self._serving[0] if self._serving is not None else "fp32"
 
+    @property
+    def serving_asked(self) -> Precision:
+        """The precision `serve_in` was last asked for ('auto' kept as 'auto'): what a saved searcher records, so that
+        it chooses again on the machine that loads it."""
+        return self._serving_asked
+
     def serve_in(self, precision: Precision) -> Self:
         """Run the gradient-free state passes (every served hop) on a copy of the state tower with its weights in
         `precision`: 'bf16' is faster on a CPU with bf16 units (AVX512-BF16, AMX) and moves the state vectors by
@@ -77,6 +84,7 @@ class Serving(nn.Module):
             ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.
         """
         dtype = low_precision_dtype(self.device, precision)
+        self._serving_asked = precision
         self._recapture()
         self.forget_kept()  # the serving copy replaced is listed no more
         if dtype is None:
@@ -85,7 +93,12 @@ class Serving(nn.Module):
         if self.training:
             raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
                              "passes keep the fp32 state tower.")
-        self._serving = (PRECISION_OF_DTYPE[dtype], copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
+        # under anchor 'question' the frozen base's top layers run on the state tower's trunk: a copy of the base in the
+        # same precision, so that the two still share their bottom layers (`_question_on_shared_trunk`)
+        base = (copy.deepcopy(self.chunk_tower).to(dtype).requires_grad_(False).eval()
+                if self.config.state_anchor == "question" else None)
+        self._serving = (PRECISION_OF_DTYPE[dtype], copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval(),
+                         base)
         return self
 
     def serve_graphed(self) -> Self:
@@ -108,31 +121,78 @@ class Serving(nn.Module):
         (`anchors.served_states`): a bare question's anchor terms that cancel are skipped, and `f_0(q)` is encoded
         once per question (`frozen_questions`), not at every hop."""
         tower = self._state_tower_for_pass()
-        return served_states(self.config.state_anchor, tower, self.chunk_tower, state_inputs,
-                             self.tokenizer.sep_token_id, self.frozen_questions, self._shared_layers(tower))
+        base = self._base_for_pass(tower)
+        shared = self._shared_layers(tower, base)
+        if not shared:
+            return served_states(self.config.state_anchor, tower, self.chunk_tower, state_inputs,
+                                 self.tokenizer.sep_token_id, self.frozen_questions)
 
-    def _shared_layers(self, tower: Tower) -> int:
-        """How many bottom layers the state tower `tower` shares with the frozen base under anchor 'question'
+        def frozen(question: dict[str, torch.Tensor]) -> torch.Tensor:
+            return self.frozen_questions(question, base)
+
+        def keep(question: dict[str, torch.Tensor], vectors: torch.Tensor) -> None:
+            self._keep_questions(question, vectors, base)
+
+        return served_states(self.config.state_anchor, tower, base, state_inputs, self.tokenizer.sep_token_id, frozen,
+                             shared, keep)
+
+    def _base_for_pass(self, tower: Tower) -> Tower:
+        """The frozen base a pass of `tower` anchors to: the serving copy's base (its precision) beside the serving
+        copy, else the chunk tower."""
+        if self._serving is not None and tower is self._serving[1] and self._serving[2] is not None:
+            base = self._serving[2]
+            if next(base.parameters()).device != self.device:
+                base = base.to(self.device)
+                self._serving = (self._serving[0], self._serving[1], base)
+            return base
+        return self.chunk_tower
+
+    def _shared_layers(self, tower: Tower, base: Tower) -> int:
+        """How many bottom layers the state tower `tower` shares with the frozen base `base` under anchor 'question'
         (`trunk.shared_layers`; 0 otherwise), found again whenever a weight of either changes. A tower that can train
         shares none: its weights move at every step, and acting keeps the passes it was trained with."""
         if self.config.state_anchor != "question" or any(p.requires_grad for p in tower.parameters()):
             return 0
-        stamp = (self._watched(tower).stamp(), self._watched(self.chunk_tower).stamp())
+        stamp = (self._watched(tower).stamp(), self._watched(base).stamp())
         cached = self._shared
         if cached is None or cached[0] != stamp:
-            cached = self._shared = (stamp, shared_layers(tower.encoder, self.chunk_tower.encoder))
+            cached = self._shared = (stamp, shared_layers(tower.encoder, base.encoder))
         return cached[1]
 
-    @torch.no_grad()
-    def frozen_questions(self, question: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, D) `f_0(q)`, the frozen base's vectors of tokenised question pieces `[CLS] q [SEP]` (B, Lq): kept per
-        question and autocast setting (`QUESTION_VECTORS` of them, while the chunk tower's weights stay as they are:
-        `weight_stamp`), so a search's later hops and a training episode's later steps do not encode the question
-        again. Each kept vector is a copy of its row, never a view holding its whole batch."""
+    def _question_keys(self, question: dict[str, torch.Tensor], base: Tower) -> list[tuple[Any, ...]]:
+        """The kept-vector key of each tokenised question piece (B, Lq): autocast setting, the base's precision and
+        the question's tokens."""
         device = question["input_ids"].device.type
         autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        dtype = next(base.parameters()).dtype
         lengths = question["attention_mask"].sum(dim=1).tolist()
-        keys = [(autocast, tuple(row[:n])) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
+        return [(autocast, dtype, tuple(row[:n])) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
+
+    def _keep_questions(self, question: dict[str, torch.Tensor], vectors: torch.Tensor, base: Tower) -> None:
+        """Keep `f_0(q)` of tokenised question pieces (B, Lq) computed elsewhere (`vectors` (B, D): on the state tower's
+        trunk at a first hop), as `frozen_questions` keeps what it encodes."""
+        keys = self._question_keys(question, base)
+        stamp = self._watched(self.chunk_tower).stamp()
+        with _QUESTION_VECTORS_LOCK:
+            if stamp != self._question_stamp:
+                self._question_vectors.clear()
+                self._question_stamp = stamp
+            for key, vector in zip(keys, vectors, strict=True):
+                self._question_vectors[key] = vector.clone()
+                self._question_vectors.move_to_end(key)
+            while len(self._question_vectors) > QUESTION_VECTORS:
+                self._question_vectors.popitem(last=False)
+
+    @torch.no_grad()
+    def frozen_questions(self, question: dict[str, torch.Tensor], base: Tower | None = None) -> torch.Tensor:
+        """(B, D) `f_0(q)`, the frozen base's vectors of tokenised question pieces `[CLS] q [SEP]` (B, Lq) (`base`: the
+        chunk tower, or its serving copy): kept per question, autocast setting and precision (`QUESTION_VECTORS` of
+        them, while the chunk tower's weights stay as they are: `weight_stamp`), so a search's later hops and a
+        training episode's later steps do not encode the question again. Each kept vector is a copy of its row,
+        never a view holding its whole batch."""
+        tower = self.chunk_tower if base is None else base
+        keys = self._question_keys(question, tower)
+        lengths = question["attention_mask"].sum(dim=1).tolist()
         stamp = self._watched(self.chunk_tower).stamp()
         with _QUESTION_VECTORS_LOCK:
             if stamp != self._question_stamp:
@@ -144,8 +204,8 @@ class Serving(nn.Module):
         if missing:
             idx = torch.tensor(missing, device=question["input_ids"].device)
             width = int(max(lengths[b] for b in missing))
-            with eval_mode(self.chunk_tower):
-                new = self.chunk_tower(**{k: v[idx][:, :width] for k, v in question.items()})  # (B', D)
+            with eval_mode(tower):
+                new = tower(**{k: v[idx][:, :width] for k, v in question.items()})  # (B', D)
             for b, vector in zip(missing, new, strict=True):
                 kept[keys[b]] = vector.clone()
         with _QUESTION_VECTORS_LOCK:
@@ -181,9 +241,9 @@ class Serving(nn.Module):
         state tower itself."""
         if self._serving is None or torch.is_grad_enabled():
             return self.state_tower
-        precision, tower = self._serving
+        precision, tower, _ = self._serving
         if next(tower.parameters()).device != self.device:
-            self._serving = (precision, tower.to(self.device))
+            self._serving = (precision, tower.to(self.device), self._serving[2])
         return self._serving[1]
 
     def merge_adapters(self) -> Self:

@@ -123,13 +123,45 @@ def test_towers_sharing_their_lower_layers_run_them_once(tiny_encoder_path: Path
     with torch.no_grad():  # only the top layer trains (trainer.train_layers=1): the trunk is the base's
         for p in found[1][-1].parameters():
             p.add_(0.05 * torch.randn_like(p))
-    assert qnet._shared_layers(qnet.state_tower) == 0  # a tower that trains shares nothing
+    assert qnet._shared_layers(qnet.state_tower, qnet.chunk_tower) == 0  # a tower that trains shares nothing
     qnet.requires_grad_(False)  # served (load_model merges and freezes)
-    assert qnet._shared_layers(qnet.state_tower) == len(found[1]) - 1
+    assert qnet._shared_layers(qnet.state_tower, qnet.chunk_tower) == len(found[1]) - 1
     full = qnet.state_vectors(qnet.tokenize_states(QUESTIONS, TAKEN))
     base_layers = {"runs": 0}
     for layer in layers_of(qnet.chunk_tower.encoder)[1]:  # type: ignore[index]
         layer.register_forward_hook(lambda *_: base_layers.__setitem__("runs", base_layers["runs"] + 1))
     torch.testing.assert_close(qnet.embed_states(QUESTIONS, TAKEN), full, atol=1e-5, rtol=0)
-    # f_0(q) once (every layer), f_0(s) from the shared trunk: the base's top layer alone
-    assert base_layers["runs"] == len(found[1]) + 1
+    # the two questions with passages: f_0(q) once (every layer) and f_0(s) from the shared trunk (the base's top
+    # layer alone); the bare third question's f_0(q) from the trunk too, kept for its later hops
+    assert base_layers["runs"] == len(found[1]) + 2
+    bare = qnet.state_vectors(qnet.tokenize_states(QUESTIONS, [[], [], []]))
+    qnet.forget_kept()
+    base_layers["runs"] = 0
+    first = qnet.embed_states(QUESTIONS, [[], [], []])  # a search's first hop: bare questions
+    torch.testing.assert_close(first, bare, atol=1e-5, rtol=0)
+    second = qnet.embed_states(QUESTIONS, TAKEN)  # its second hop: f_0(q) kept from the first
+    torch.testing.assert_close(second, full, atol=1e-5, rtol=0)
+    # the base's top layer alone: hop 1's bare rows; hop 2's rows with passages, and its bare third row again
+    assert base_layers["runs"] == 3  # never a whole pass of a question
+
+
+def test_a_served_low_precision_copy_shares_the_trunk_with_its_own_base(tiny_encoder_path: Path) -> None:
+    qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="question").eval()
+    found = layers_of(qnet.state_tower.encoder)
+    assert found is not None
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for p in found[1][-1].parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    qnet.requires_grad_(False)
+    full = qnet.state_vectors(qnet.tokenize_states(QUESTIONS, TAKEN))
+    qnet.serve_in("bf16")
+    assert qnet._serving is not None and qnet._serving[2] is not None
+    with torch.no_grad():  # a gradient-free pass serves from the copies
+        tower = qnet._state_tower_for_pass()
+    base = qnet._base_for_pass(tower)
+    assert tower is qnet._serving[1] and base is qnet._serving[2] and next(base.parameters()).dtype == torch.bfloat16
+    assert qnet._shared_layers(tower, base) == len(found[1]) - 1  # the bf16 copies share what the fp32 towers share
+    with torch.no_grad():
+        served = qnet.embed_states(QUESTIONS, TAKEN)
+    assert torch.nn.functional.cosine_similarity(served.float(), full, dim=1).min() > 0.99
