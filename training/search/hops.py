@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -284,14 +284,19 @@ class FirstRanking:
 
     def __init__(self, width: int) -> None:
         self.width = width
-        self.rows: dict[int, list[tuple[int, float, float]]] = {}
+        self.rows: dict[int, list[tuple[Any, float, float]]] = {}
 
     def keep(self, rows: Sequence[int], q: torch.Tensor, rank: torch.Tensor) -> None:
         """Keep the bare states' (R, N) Q-values and ranking scores of questions `rows`."""
-        for b, best in zip(rows, _best_items(q, rank, self.width), strict=True):
-            self.rows[b] = best
+        self.keep_items(rows, _best_items(q, rank, self.width))
 
-    def get(self, rows: Sequence[int], width: int) -> list[list[tuple[int, float, float]]] | None:
+    def keep_items(self, rows: Sequence[int], best: Sequence[list[tuple[Any, float, float]]]) -> None:
+        """Keep each question's best (item, Q, score) triples of its bare state, best first (`width` of them, or
+        every one its corpus holds)."""
+        for b, items in zip(rows, best, strict=True):
+            self.rows[b] = list(items[: self.width])
+
+    def get(self, rows: Sequence[int], width: int) -> list[list[tuple[Any, float, float]]] | None:
         """The kept rankings of questions `rows`, when every one is kept and `width` is the width kept; else None."""
         if width != self.width or any(b not in self.rows for b in rows):
             return None
@@ -468,24 +473,35 @@ def _scored(pairs: list[list[tuple[Chunk, float]]]) -> list[list[tuple[Chunk, fl
 
 
 def store_expand(model: QNetwork, questions: Sequence[str], store: ChunkStore, batch_size: int = 128,
-                 where: Filter | None = None, lexical_weight: float = 0.0) -> Expand[Chunk]:
+                 where: Filter | None = None, lexical_weight: float = 0.0,
+                 first: FirstRanking | None = None) -> Expand[Chunk]:
     """The `Expand` of an external store (position mode 'none'): items are its chunks, ranked by the store's inner
     products with the state vectors, the taken ones excluded by id (and those `where` refuses, by the store); with
     `lexical_weight` > 0, by Q plus the lexical evidence of the state's text, which the store's `lexical_search`
-    adds (a store the searcher gave a lexical index: `with_lexical`)."""
+    adds (a store the searcher gave a lexical index: `with_lexical`). With `first`, the first hop asks the store
+    for `first.width` chunks at least and keeps them, and a question fill reads them back (the bare question is not
+    encoded, nor the store asked, again)."""
     order = model.config.state_order
 
     def expand(rows: Sequence[int], taken: Sequence[Sequence[Chunk]], width: int) -> list[list[tuple[Chunk, float, float]]]:
+        bare = first is not None and not any(taken)
+        if bare and first is not None and (kept := first.get(rows, width)) is not None:
+            return kept
+        asked = max(width, first.width) if bare and first is not None else width
         pieces = [state_pieces([c.text for c in s], [c.position for c in s], order) for s in taken]
         names = [questions[b] for b in rows]
         states = encode_states(model, names, pieces, batch_size)  # (R, D)
         check_finite_q(states, names)
         if lexical_weight > 0:
             texts = [state_text(questions[b], [c.text for c in s]) for b, s in zip(rows, taken, strict=True)]
-            return store.lexical_search(states, width, [{c.id for c in s} for s in taken], where,  # type: ignore[attr-defined, no-any-return]
-                                        texts=texts, questions=names, weight=lexical_weight,
-                                        pair_weight=model.hop_settings.pair_weight)
-        return _scored(_store_search(store, states, width, taken, where))
+            got: list[list[tuple[Chunk, float, float]]] = store.lexical_search(  # type: ignore[attr-defined]
+                states, asked, [{c.id for c in s} for s in taken], where, texts=texts, questions=names,
+                weight=lexical_weight, pair_weight=model.hop_settings.pair_weight)
+        else:
+            got = _scored(_store_search(store, states, asked, taken, where))
+        if bare and first is not None:
+            first.keep_items(rows, got)
+        return [row[:width] for row in got]
 
     return expand
 

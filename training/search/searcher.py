@@ -299,7 +299,9 @@ class MultiHopSearcher:
             first = FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None  # the fill's ranking, kept
             return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight, first=first),
                                  questions, corpora.size(0), index.chunk, self.model.config.state_order == "document", cfg)
-        return _beam_results(store_expand(self.model, questions, store, where=where, lexical_weight=cfg.weight),
+        first = FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None  # the fill's ranking, kept
+        return _beam_results(store_expand(self.model, questions, store, where=where, lexical_weight=cfg.weight,
+                                          first=first),
                              questions, None,
                              lambda c: c, self.model.config.state_order == "document", cfg)
 
@@ -466,7 +468,8 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
 
     A folder holding `qrag_config.json`, or the name of a checkpoint shipped with qrag ("qrag/babilong-minilm"),
     loads as a trained checkpoint, ready to serve: its state tower's LoRA adapters are merged into its weights
-    (`QNetwork.merge_adapters`: faster hops, inference only); anything else is passed to
+    (`QNetwork.merge_adapters`: faster hops, inference only) and none of its weights trains (`requires_grad`
+    off: the layers a top-layer model left as its base's run once for both terms of its anchor); anything else is passed to
     `QNetwork.from_encoder` (an *untrained* model: both towers are the base encoder, its Q-values are not
     calibrated, so use an explicit `k` rather than the stop rule). An untrained model's chunk tower is marked
     frozen (`train_towers='state'`), so its chunk vectors are keyed by the base encoder and shared with
@@ -487,7 +490,8 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
         qnet = model
     elif isinstance(model, (str, Path)):
         p = resolve_checkpoint(model)
-        qnet = (QNetwork.from_pretrained(p).merge_adapters() if (p / CONFIG_FILE).is_file()
+        # a loaded checkpoint serves: nothing of it trains (its frozen layers are then shared where they can be)
+        qnet = (QNetwork.from_pretrained(p).merge_adapters().requires_grad_(False) if (p / CONFIG_FILE).is_file()
                 else QNetwork.from_encoder(str(model), train_towers="state"))
     else:
         raise TypeError(

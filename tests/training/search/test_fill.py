@@ -58,9 +58,11 @@ class ListStore:
 
     def __init__(self, index: ChunkIndex) -> None:
         self.index = index
+        self.widths: list[int] = []
 
     def search(self, queries: torch.Tensor, k: int,
                exclude: Sequence[Collection[str]] | None = None) -> list[list[ScoredChunk]]:
+        self.widths.append(k)
         return self.index.search(queries, k, exclude)
 
 
@@ -94,8 +96,12 @@ def test_the_guard_is_the_same_over_beams_stores_and_batched_corpora() -> None:
     expected = [("A", 0, 0.9, False), ("B", 1, 0.7, True), ("C", 1, 0.1, True)]
     # Beam 2 over the horizon: the best sequence A, B, C (2.1) is cut where the stop rule cuts it (before B).
     assert _view(MultiHopSearcher(model, index).search_one("q", k=3, beam_size=2)) == expected  # type: ignore[arg-type]
-    store = MultiHopSearcher(model, ListStore(index))  # type: ignore[arg-type]
+    listed = ListStore(index)
+    store = MultiHopSearcher(model, listed)  # type: ignore[arg-type]
+    model.state_calls.clear()
     assert _view(store.search_one("q", k=3)) == expected
+    # over a store too the question's ranking is hop 1's: the first hop asks the store for k, the fill reads them back
+    assert model.state_calls == [1, 1] and model.question_calls == [] and listed.widths == [3, 1]
     assert _view(store.search_one("q", k=3, beam_size=2)) == expected
     assert _view(search_many(model, ["q", "q"], [index, index], SearchConfig(k=3))[1]) == expected  # type: ignore[arg-type]
 
