@@ -26,6 +26,7 @@ from pydantic import ConfigDict, PrivateAttr, model_validator
 
 from qrag.integrations.frozen_floor import frozen
 from qrag.training.model import Precision, QNetwork
+from qrag.training.model.precision import indexing_precision
 from qrag.training.search import (
     FROM_MODEL,
     ChunkIndex,
@@ -195,7 +196,7 @@ class QRAGRetriever(BaseRetriever):
         backend: Literal["torch"] = "torch",
         show_progress: bool | None = None,
         ordered: bool = False,
-        precision: Precision = "fp32",
+        precision: Precision = "auto",
         long_chunks: LongChunks = "windows",
         **kwargs: Any,
     ) -> QRAGRetriever:
@@ -203,8 +204,9 @@ class QRAGRetriever(BaseRetriever):
         tower of `model` (a `QNetwork`, a `save_pretrained` folder, or an encoder name for an untrained model);
         `kwargs` are retriever fields (`k`, `max_hops`, ...).
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
-        `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
-        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`). Texts longer than the model reads are
+        `precision='auto'` (the default) serves the state passes of every hop from a bf16 copy of the state tower
+        where the CPU or GPU has native bf16 units (AVX512-BF16, AMX; `QNetwork.serve_in`) and in fp32 elsewhere,
+        and embeds the index in fp32; 'bf16' also indexes in bf16, 'fp32' keeps every pass in fp32. Texts longer than the model reads are
         searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
         check_retriever_backend(backend, "QRAGRetriever.from_texts")
         kwargs = cls._constructor_fields(kwargs)  # a bad argument is refused before anything is embedded
@@ -214,7 +216,8 @@ class QRAGRetriever(BaseRetriever):
             check_trace_keys(meta, TRACE_KEYS, f"metadatas[{i}]")
         qnet = load_model(model, precision=precision)
         index = ChunkIndex.from_texts(qnet, texts, ids, metas, show_progress=show_progress,
-                                      ordered=ordered, precision=precision, long_chunks=long_chunks)
+                                      ordered=ordered, precision=indexing_precision(precision),
+                                      long_chunks=long_chunks)
         return cls(searcher=MultiHopSearcher(qnet, index), **kwargs)
 
     @classmethod
@@ -230,7 +233,8 @@ class QRAGRetriever(BaseRetriever):
 
     @classmethod
     def from_vector_store(
-        cls, store: VectorStore, model: QNetwork | str | Path, *, id_key: str | None = None, **kwargs: Any
+        cls, store: VectorStore, model: QNetwork | str | Path, *, id_key: str | None = None,
+        precision: Precision = "auto", **kwargs: Any
     ) -> QRAGRetriever:
         """Hops against a vector store you already have: one holding `QRAGEmbeddings` vectors under a dot-product
         metric, or, for a model whose chunk tower is the untrained normalised base encoder (`qrag/hotpotqa-minilm`),
@@ -250,7 +254,7 @@ class QRAGRetriever(BaseRetriever):
         from qrag.integrations.langchain_embeddings import LangChainChunkStore
 
         kwargs = cls._constructor_fields(kwargs)
-        qnet = load_model(model)
+        qnet = load_model(model, precision=precision)
         return cls(searcher=MultiHopSearcher(qnet, LangChainChunkStore(store, model=qnet, id_key=id_key)), **kwargs)
 
     @classmethod

@@ -22,6 +22,7 @@ from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter
 from qrag.integrations.llama_index_filters import from_metadata_filters
 from qrag.integrations.llama_index_versions import NodesVersion, Shelf, shelf_for
 from qrag.training.model import Precision, QNetwork
+from qrag.training.model.precision import indexing_precision
 from qrag.training.search import (
     FROM_MODEL,
     ChunkIndex,
@@ -181,15 +182,16 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         node_parser: NodeParser | None = None,
         backend: Literal["torch"] = "torch",
         ordered: bool = False,
-        precision: Precision = "fp32",
+        precision: Precision = "auto",
         long_chunks: LongChunks = "windows",
         **kwargs: Any,
     ) -> QRAGLlamaIndexRetriever:
         """Index `nodes` (or `documents`, split by `node_parser` if given, else one node each) with the
         chunk tower of `model`: a `QNetwork`, a `save_pretrained` folder, or an encoder name (untrained).
         `ordered=True` declares the nodes one document in reading order (position-aware models need it);
-        `precision='bf16'` indexes and hops faster on hardware with bf16 units (`ChunkIndex.from_texts`, and the
-        state passes from a bf16 copy of the state tower: `QNetwork.serve_in`). Nodes longer than the model reads are
+        `precision='auto'` (the default) serves the state passes of every hop from a bf16 copy of the state tower
+        where the CPU or GPU has native bf16 units (AVX512-BF16, AMX; `QNetwork.serve_in`) and in fp32 elsewhere,
+        and embeds the index in fp32; 'bf16' also indexes in bf16, 'fp32' keeps every pass in fp32. Nodes longer than the model reads are
         searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
         check_retriever_backend(backend, "QRAGLlamaIndexRetriever.from_defaults")
         if model is None:
@@ -206,12 +208,14 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         qnet = load_model(model, precision=precision)
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         index = ChunkIndex.from_texts(qnet, texts, [n.node_id for n in nodes], [n.metadata for n in nodes],
-                                      ordered=ordered, precision=precision, long_chunks=long_chunks)
+                                      ordered=ordered, precision=indexing_precision(precision),
+                                      long_chunks=long_chunks)
         return cls(MultiHopSearcher(qnet, index), nodes, similarity_top_k, **kwargs)
 
     @classmethod
     def from_vector_store(
-        cls, vector_store: Any, model: QNetwork | str | Path, similarity_top_k: int | None = 2, **kwargs: Any
+        cls, vector_store: Any, model: QNetwork | str | Path, similarity_top_k: int | None = 2, *,
+        precision: Precision = "auto", **kwargs: Any
     ) -> QRAGLlamaIndexRetriever:
         """Hops against a LlamaIndex vector store (a database server) holding `QRAGLlamaIndexEmbedding` vectors
         under an inner-product metric, or, for a model whose chunk tower is the untrained normalised base encoder
@@ -226,7 +230,7 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         from qrag.integrations.llama_index_store import LlamaIndexChunkStore
 
         cls._check_args(similarity_top_k, kwargs)
-        qnet = load_model(model)
+        qnet = load_model(model, precision=precision)
         return cls(MultiHopSearcher(qnet, LlamaIndexChunkStore(vector_store, model=qnet)), [], similarity_top_k,
                    **kwargs)
 

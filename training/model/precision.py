@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from qrag.training.model.config import Precision
+
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 """/proc/cpuinfo flags of x86 CPUs that run bf16 arithmetic natively."""
 
@@ -101,6 +103,13 @@ def choose_precision(requested: str, device: torch.device) -> tuple[str, str]:
     if requested == "bf16":
         warnings.warn(f"precision 'bf16' asked, but {why}; running fp32 instead.", RuntimeWarning, stacklevel=3)
     return "fp32", why
+
+
+def indexing_precision(requested: Precision) -> Precision:
+    """The precision an index is embedded in when a retriever is built with `requested`: 'auto' embeds in fp32 (the
+    vectors a vector store filled by the same encoder holds, on every machine; only the per-query state passes
+    choose by the CPU), anything else as asked."""
+    return "fp32" if requested == "auto" else requested
 
 
 def accelerate_precision(requested: str, device: torch.device) -> tuple[str, str]:

@@ -30,7 +30,7 @@ def write_searcher(folder: Path, model: QNetwork, index: ChunkIndex, config: Sea
         raise SearchError("the index was embedded by another chunk tower than this model's (was the model trained "
                           "or replaced after indexing?); rebuild it with ChunkIndex.from_texts(model, ...).")
     blob = json.dumps({"format": SEARCH_FORMAT, "version": 1, "config": dataclasses.asdict(config),
-                       "serving_precision": model.serving_precision}, indent=2)
+                       "serving_precision": model.serving_asked}, indent=2)
     with atomic_dir(folder, check=_check_saved, replace=_replaceable) as tmp:
         model.save_pretrained(tmp / MODEL_DIR)
         index.save(tmp / INDEX_DIR)
