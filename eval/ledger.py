@@ -81,8 +81,10 @@ def read_ledger(ledger: str | Path | None = None) -> list[dict[str, Any]]:
 
 
 def read_counts(rows: Iterable[dict[str, Any]], model: str | None = None) -> Counter[str]:
-    """How many reads each evaluation file has in `rows` (of `model` alone, if given), by the file's name."""
-    return Counter(str(r.get("file")) for r in rows if model is None or r.get("model") == model)
+    """How many reads each evaluation file has in `rows` (of `model` alone, if given), by the file's name. A line of
+    another kind (`"kind": "release"`: a file that is evaluation only no more, and since when) is no read."""
+    return Counter(str(r.get("file")) for r in rows
+                   if r.get("kind", "read") == "read" and (model is None or r.get("model") == model))
 
 
 def _commit() -> str | None:

@@ -13,7 +13,7 @@ import pytest
 from qrag.eval import ledger
 from qrag.eval.cli import main as eval_main
 from qrag.training.data import evaluation_only
-from qrag.training.data.evaluation_only import KNOWN_FILES, file_sha256, recognise
+from qrag.training.data.evaluation_only import KNOWN_FILES, RELEASED, file_sha256, recognise
 from qrag.training.data.fanoutqa import fanoutqa_path
 from qrag.training.data.hotpot_pool import halueval_path
 
@@ -23,13 +23,14 @@ MULTIRC = Path(__file__).parent / "ordinary_text" / "multirc_tiny.json"
 
 
 def test_the_installed_evaluation_files_have_the_recorded_hashes() -> None:
-    known = {f.name: f.sha256 for f in KNOWN_FILES}
+    known = {f.name: f.sha256 for f in (*KNOWN_FILES, *RELEASED)}
     for split in ("dev", "test"):
         assert file_sha256(fanoutqa_path(split)) == known[f"fanoutqa/data/{fanoutqa_path(split).name}"]
+    assert {f.name for f in RELEASED} & {f.name for f in KNOWN_FILES} == set()
     assert file_sha256(halueval_path()) == evaluation_only.HOTPOTQA_TEST.sha256
 
 
-@pytest.mark.parametrize("split", ["dev", "test"])
+@pytest.mark.parametrize("split", ["test"])
 def test_a_renamed_copy_of_an_evaluation_file_is_recognised_by_its_bytes(tmp_path: Path, split: str) -> None:
     copy = shutil.copyfile(fanoutqa_path(split), tmp_path / "my_questions.json")
     found = recognise(copy)
@@ -51,7 +52,7 @@ def test_a_probe_refuses_a_renamed_evaluation_file(tmp_path: Path, capsys: pytes
         from squad_probe import parse_validation_args, squad_probe_parser
     finally:
         sys.path.remove(str(REPO / "experiments"))
-    renamed = shutil.copyfile(fanoutqa_path("dev"), tmp_path / "new_wiki_v1.0.json")
+    renamed = shutil.copyfile(fanoutqa_path("test"), tmp_path / "new_wiki_v1.0.json")
     with pytest.raises(SystemExit) as stop:
         parse_validation_args(squad_probe_parser(None), ["--squad", str(renamed), "--out", str(tmp_path / "o")])
     assert stop.value.code == 2 and "evaluation-only" in capsys.readouterr().err
@@ -125,3 +126,22 @@ def test_hotpotqa_test_rows_are_a_read_and_its_validation_rows_are_not(tmp_path:
     (row,) = reads(None)  # the default task is the test rows
     assert row["rows"] == "9 000-9 999 (test)" and row["recognised_by"] == ["content"] and not row["finished"]
     assert row["sha256"] == evaluation_only.HOTPOTQA_TEST.sha256 and row["file"] == evaluation_only.HOTPOTQA_TEST.name
+
+
+def test_a_file_holding_evaluation_questions_in_another_layout_is_recognised_by_them(tmp_path: Path) -> None:
+    rows = json.loads(fanoutqa_path("test").read_text(encoding="utf-8"))[:5]
+    relaid = tmp_path / "team_questions.jsonl"  # another layout, another name: only the questions are the test's
+    relaid.write_text("".join(json.dumps({"q": r["question"], "gold": ["x"]}) + "\n" for r in rows), encoding="utf-8")
+    found = recognise(relaid)
+    assert found is not None and found.by == ("questions",) and found.known is None
+    assert [(f.count, f.line) for f in found.questions] == [(5, 1)] and "FanOutQA test" in found.questions[0].set_name
+
+
+def test_a_release_line_is_no_read(tmp_path: Path) -> None:
+    book = tmp_path / "reads.jsonl"
+    ledger.append_read({"file": "a", "model": "m"}, book)
+    ledger.append_read({"kind": "release", "files": ["a"], "date": "2026-12-02"}, book)
+    assert ledger.read_counts(ledger.read_ledger(book)) == {"a": 1}
+    shipped = ledger.read_ledger(REPO / "results" / "eval_reads.jsonl")
+    released = [r for r in shipped if r.get("kind") == "release"]
+    assert released and "fanoutqa/data/fanout-final-dev.json" in released[0]["files"]

@@ -42,10 +42,10 @@ def test_the_script_writes_the_questions_for_evaluation_and_no_training_file(
     assert _rows(out / "test_questions.jsonl") == questions("test")
     printed = capsys.readouterr().out
     assert "test_questions.jsonl: 298 questions (EVALUATION ONLY" in printed
-    assert "dev_questions.jsonl: 122 questions (EVALUATION ONLY" in printed
-    for name in ("dev_questions.jsonl", "test_questions.jsonl"):  # the bytes recorded; qrag-eval logs each read
-        found = recognise(out / name)
-        assert found is not None and found.by == ("content",), name
+    assert "dev_questions.jsonl: 122 questions (a team's labelled questions" in printed
+    found = recognise(out / "test_questions.jsonl")  # the bytes recorded; qrag-eval logs each read
+    assert found is not None and found.by == ("content",)
+    assert recognise(out / "dev_questions.jsonl") is None  # dev trains, tunes and selects since 2026-12-02
 
 
 def test_dev_only_does_not_write_the_test_questions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

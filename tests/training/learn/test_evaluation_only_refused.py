@@ -36,7 +36,7 @@ def test_questions(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("flag", ["--data.train_path", "--data.val_path"])
 def test_qrag_train_refuses_a_renamed_copy_of_an_evaluation_file(
         flag: str, tmp_path: Path, own_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    copy = shutil.copyfile(fanoutqa_path("dev"), tmp_path / "my_questions.json")
+    copy = shutil.copyfile(fanoutqa_path("test"), tmp_path / "my_questions.json")
     out = tmp_path / "run"
     paths = {"--data.train_path": own_file, "--data.val_path": None, flag: copy}
     args = ["--data.source", "jsonl", "--trainer.output_dir", str(out)]
@@ -44,7 +44,7 @@ def test_qrag_train_refuses_a_renamed_copy_of_an_evaluation_file(
         args += [name, str(path)] if path is not None else []
     assert train_main(args) == 2
     err = capsys.readouterr().err
-    assert f"{flag} {str(copy)!r} is fanoutqa/data/fanout-final-dev.json (fanoutqa==1.1.1), known by its bytes" in err
+    assert f"{flag} {str(copy)!r} is fanoutqa/data/fanout-final-test.json (fanoutqa==1.1.1), known by its bytes" in err
     assert "nothing trains, tunes or selects on it" in err and "Train and validate on your own questions" in err
     assert not out.exists()
 
@@ -57,6 +57,33 @@ def test_qrag_train_refuses_the_question_files_built_from_fanoutqa(
                        str(test_questions), "--trainer.output_dir", str(tmp_path / "run")]) == 2
     assert "is test_questions.jsonl (scripts/fanoutqa_own_data.py (FanOutQA test)), known by its bytes" in (
         capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "csv", "json"])
+def test_evaluation_questions_in_another_layout_are_refused_by_their_text(tmp_path: Path, layout: str) -> None:
+    # FanOutQA's test questions re-written, re-cased and re-punctuated: other bytes, other name, the same questions
+    rows = [{"question": r["question"].upper().rstrip("?") + " ?", "supporting": r["supporting"]}
+            for r in questions("test")[:3]]
+    path = tmp_path / f"team.{layout}"
+    if layout == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    elif layout == "csv":
+        path.write_text("question,passage\n" + "".join(f'"{r["question"]}",{r["supporting"][0]}\n' for r in rows),
+                        encoding="utf-8")
+    else:
+        path.write_text(json.dumps({"queries": {str(i): r["question"] for i, r in enumerate(rows)}}), encoding="utf-8")
+    with pytest.raises(EvaluationOnlyError, match=r"holds evaluation-only questions, known by their text in any "
+                                                  r"layout: 3 of FanOutQA test .*'s questions \(line 2"
+                       if layout == "csv" else r"3 of FanOutQA test"):
+        refuse_evaluation_only(path, "--questions", "Use your own")
+
+
+def test_fanoutqa_dev_is_a_teams_labelled_questions_and_trains(tmp_path: Path, own_file: Path) -> None:
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in questions("dev")), encoding="utf-8")
+    refuse_evaluation_only(dev, "--questions", "unused")  # passes: neither its bytes, its name nor its text
+    refuse_evaluation_only(shutil.copyfile(fanoutqa_path("dev"), tmp_path / "d.json"), "--questions", "unused")
+    refuse_evaluation_only(own_file, "--questions", "unused")
 
 
 def test_a_name_alone_marks_a_file_and_the_message_says_how_to_unmark_it(own_file: Path, tmp_path: Path) -> None:
