@@ -5,6 +5,7 @@
     python scripts/ship_checkpoint.py runs/hp-q/best hotpotqa-minilm --rank 32 --fill question --stop-threshold 0.425
     python scripts/ship_checkpoint.py runs/hp-q/best hotpotqa-minilm --rank 32 --fill question_unguarded \
         --lexical-weight 0.2
+    python scripts/ship_checkpoint.py runs/hp-top1/best hotpotqa-minilm-top1 --top-layers 1 --settings-of qrag/hotpotqa-minilm
 
 A LoRA or top-layers checkpoint is re-based: the trained part is moved onto the bundled fp32 encoder and the
 encoder name becomes the bundled alias. `--trained-on DIR` loads a checkpoint whose base encoder is not where
@@ -12,6 +13,10 @@ the checkpoint says (`qrag/babilong-minilm` was trained against an fp16-stored c
 its own: `--trained-on` that folder; same weights up to fp16 rounding). A full fine-tune (the CPU main job trains the whole state tower, ~87 MB) is re-expressed as rank
 `--rank` LoRA adapters of its weight changes (`qrag.training.model.compress.low_rank_adapters`); evaluate the result
 (`qrag-eval babilong --model qrag/NAME`) against the full model before relying on it.
+
+A full fine-tune of the top layers alone (`trainer.train_layers N`: every layer below them is still the base's, which
+is checked) ships exactly with `--top-layers N`: those N layers' weights as they trained (`train_mode` 'top_layers'),
+nothing re-expressed. `--settings-of MODEL` saves that model's search (hop settings) with it.
 
 `--fill question --stop-threshold T` saves the off-domain guard as the model's search default (docs/METHOD.md
 §4.4; T chosen on validation data, e.g. by experiments/hop_guard.py); `--lexical-weight W` saves the weight of
@@ -29,10 +34,12 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+import torch
+
 from qrag.training.model.compress import low_rank_adapters
 from qrag.training.model.encoders import BUNDLED_MINILM
 from qrag.training.model.qnet import QNetwork
-from qrag.training.model.shipped import CHECKPOINTS_DIR
+from qrag.training.model.shipped import CHECKPOINTS_DIR, resolve_checkpoint
 from qrag.training.overlay import ConfigError
 from qrag.training.search.settings import FILLS
 
@@ -46,12 +53,36 @@ def rebase(trained: QNetwork) -> QNetwork:
     return rebased
 
 
+def top_layers(trained: QNetwork, n: int) -> QNetwork:
+    """A full fine-tune whose state tower trained only its top `n` layers, as a 'top_layers' checkpoint on the bundled
+    encoder holding exactly those layers' weights.
+
+    Raises:
+        ValueError: a weight below the top `n` layers differs from the bundled encoder's (it trained there too).
+    """
+    shipped = QNetwork.from_config(dataclasses.replace(trained.config, encoder=BUNDLED_MINILM, train_mode="top_layers",
+                                                       trainable_layers=n))
+    kept = shipped.trainable_state_dict()
+    trained_state = trained.state_dict()
+    for key, value in shipped.state_dict().items():
+        if key not in kept and key.startswith("state_tower.") and not torch.equal(trained_state[key], value):
+            raise ValueError(f"{key} differs from the bundled encoder's: more than the top {n} layers trained")
+    missing, unexpected = shipped.load_state_dict({k: trained_state[k] for k in kept}, strict=False)
+    assert not unexpected and not set(missing) & set(kept), (missing, unexpected)
+    shipped.hop_settings = trained.hop_settings
+    return shipped
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="a trained checkpoint folder")
     parser.add_argument("name", help="shipped name (becomes qrag/NAME)")
     parser.add_argument("--trained-on", default=None, help="where the checkpoint's base encoder is on this machine")
-    parser.add_argument("--rank", type=int, default=None, help="adapter rank for a full fine-tune (required for one)")
+    parser.add_argument("--rank", type=int, default=None, help="adapter rank for a full fine-tune (required for one, "
+                        "unless --top-layers)")
+    parser.add_argument("--top-layers", type=int, default=None,
+                        help="a full fine-tune of the top N layers alone: ship those layers exactly")
+    parser.add_argument("--settings-of", default=None, help="save this model's search (hop settings) with it")
     parser.add_argument("--fill", choices=FILLS, default=None, help="the search fill saved with the model "
                         "('question': the off-domain guard); default: the checkpoint's")
     parser.add_argument("--stop-threshold", type=float, default=None,
@@ -60,7 +91,12 @@ def main() -> int:
                         help="the weight of lexical evidence at every hop saved with the model (0: Q alone)")
     args = parser.parse_args()
     trained = QNetwork.from_pretrained(args.checkpoint, encoder=args.trained_on)
-    if trained.config.train_mode == "full":
+    if trained.config.train_mode == "full" and args.top_layers is not None:
+        try:
+            shipped = top_layers(trained, args.top_layers)
+        except ValueError as e:
+            parser.error(f"--top-layers {args.top_layers}: {e}")
+    elif trained.config.train_mode == "full":
         if args.rank is None:
             parser.error(f"{args.checkpoint} is a full fine-tune (~87 MB per tower): pass --rank (e.g. 32) to ship "
                          "it as low-rank adapters.")
@@ -76,6 +112,8 @@ def main() -> int:
             parser.error(f"--rank applies to full fine-tunes; {args.checkpoint} is train_mode "
                          f"{trained.config.train_mode!r} and ships as it is.")
         shipped = rebase(trained)
+    if args.settings_of is not None:
+        shipped.hop_settings = dataclasses.replace(QNetwork.from_pretrained(resolve_checkpoint(args.settings_of)).hop_settings)
     settings = shipped.hop_settings
     try:
         shipped.hop_settings = dataclasses.replace(
