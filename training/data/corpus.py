@@ -26,7 +26,7 @@ from __future__ import annotations
 import difflib
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -264,9 +264,11 @@ def load_corpus(path: str | Path) -> Corpus:
 
 
 def iter_corpus(path: str | Path, *, corpus: str | Path, num_distractors: int | None = None, seed: int = 0,
-                split: str = "train", neighbours: NeighbourSearch | None = None) -> Iterator[Episode]:
+                split: str = "train", neighbours: NeighbourSearch | None = None,
+                read: Callable[[str | Path, Corpus], list[Question]] = read_questions) -> Iterator[Episode]:
     """The questions of `path` as episodes over `corpus`, in file order (module docstring); with `num_distractors`,
-    their negatives are found by `neighbours` (`qrag.training.search.pool_neighbours`).
+    their negatives are found by `neighbours` (`qrag.training.search.pool_neighbours`). `read` reads the questions
+    (qrag's JSON Lines; `label_formats.read_labels` reads every format teams have).
 
     Raises:
         FileNotFoundError / EpisodeError: as `read_corpus` and `read_questions`.
@@ -276,7 +278,7 @@ def iter_corpus(path: str | Path, *, corpus: str | Path, num_distractors: int | 
         raise ValueError(f"num_distractors must be >= 0 (or None: the whole corpus), got {num_distractors}.")
     key = str(Path(corpus).expanduser().resolve())
     docs = load_corpus(key)
-    questions = read_questions(path, docs)
+    questions = read(path, docs)
     meta = {"source": "corpus", "corpus": docs.source}
     if num_distractors is None:
         for q in questions:

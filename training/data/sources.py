@@ -268,13 +268,14 @@ def _hotpotqa_pool(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any
 
 def _corpus(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:
     from qrag.training.data.corpus import iter_corpus
+    from qrag.training.data.label_formats import read_labels
 
     if o.get("corpus") is None:
         raise ValueError("source 'corpus' needs corpus=PATH (qrag-train --data.corpus, qrag-eval --corpus): a JSON "
                          "Lines file of {\"id\", \"text\"} passages or a folder of .txt/.md files.")
     n = o.get("num_distractors")
     yield from iter_corpus(path, corpus=o["corpus"], num_distractors=None if n is None else int(n), seed=seed,
-                           split=split, neighbours=o.get("neighbours"))
+                           split=split, neighbours=o.get("neighbours"), read=lambda p, c: read_labels(p, c).questions)
 
 
 def _jsonl(task: Any, split: str, seed: int, path: Any, ns: Any, nt: Any, o: dict[str, Any]) -> Iterator[Episode]:

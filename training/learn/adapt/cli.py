@@ -7,8 +7,11 @@
 Writes DIR/model (a model folder: `QRAGRetriever.from_texts(texts, model="DIR/model")`, `qrag-eval --model
 DIR/model`) and DIR/report.md (the questions it made, the validation table, what it chose and why, the time of each
 phase). The whole run, set-up included, keeps within --minutes; stopped, the same command goes on where it was.
-Passages: one {"id", "text"} (and optionally "title") per line, or a folder of .txt / .md files; questions:
-{"question", "supporting": [passage ids]} per line. No language model is called, at training or at search.
+Passages: one {"id", "text"} (and optionally "title") per line, or a folder of .txt / .md files; questions: qrag's
+{"question", "supporting": [passage ids]} per line, LlamaIndex's EmbeddingQAFinetuneDataset JSON, sentence-transformers'
+IR triple (queries, corpus, relevant_docs), a CSV of question and passage_id, or {"question", "answer"} lines (weak
+labels: the passages holding the answer; `qrag.training.data.label_formats`). A malformed file is refused, naming its
+line and field, before anything trains. No language model is called, at training or at search.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True, help="the passages: a JSON Lines file or a folder of .txt/.md files")
     ap.add_argument("--out", required=True, help="a new or empty folder (or this command's earlier run, to go on)")
-    ap.add_argument("--questions", help="labelled questions over the corpus, mixed with the ones built from it")
+    ap.add_argument("--questions", help="labelled questions over the corpus, mixed with the ones built from it (qrag's "
+                    ".jsonl, LlamaIndex's or sentence-transformers' .json, .csv of question,passage_id)")
     ap.add_argument("--init", default="qrag/hotpotqa-minilm", help="the model to start from (default: %(default)s)")
     ap.add_argument("--minutes", type=float, default=30.0, help="the whole run's budget, set-up included (%(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the questions and the training (%(default)s)")

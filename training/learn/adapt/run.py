@@ -34,8 +34,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from qrag.training.data.corpus import Question, iter_corpus, read_corpus, read_questions
+from qrag.training.data.corpus import Question, iter_corpus, read_corpus
 from qrag.training.data.episode import Episode
+from qrag.training.data.label_formats import read_labels
 from qrag.training.data.synthetic import SyntheticError, SyntheticQuestion, make_questions
 from qrag.training.learn.adapt.choice import (
     CHOICE_K,
@@ -144,8 +145,11 @@ class Adapt:
         self.corpus = read_corpus(o.corpus)
         labelled_lines: list[str] = []
         self.labelled: list[Question] = []
+        self.weak_labels, self.skipped_labels = False, []
         if o.questions is not None:
-            self.labelled = read_questions(o.questions, self.corpus)
+            labels = read_labels(o.questions, self.corpus)  # any format teams have (label_formats)
+            self.labelled = labels.questions
+            self.weak_labels, self.skipped_labels = labels.weak, labels.skipped
             labelled_lines = Path(o.questions).expanduser().read_text(encoding="utf-8").splitlines()
         self.synthetic = make_questions(self.corpus, seed=o.seed, limit=o.max_questions) if o.max_questions else []
         total = len(self.synthetic) + len(self.labelled)
