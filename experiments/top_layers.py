@@ -122,7 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = squad_probe_parser(__doc__)
     p.add_argument("--candidate", action="append", default=[], type=candidate, help="NAME=MODEL[@TOKENS] (repeat)")
     p.add_argument("--layers", action="append", default=[], help="NAME=N: the candidate's trained top layers")
-    p.add_argument("--work", type=Path, required=True, help="folder for the HotpotQA sweeps' records")
+    p.add_argument("--work", type=Path, required=True,
+                   help="folder for the HotpotQA sweeps' records and each candidate's reading (reused when it is there)")
+    p.add_argument("--only", default=None, type=lambda t: set(t.split(",")),
+                   help="read only these candidates (comma-separated names; the baseline too if named) and stop: "
+                        "runs in parallel, then one run over every reading")
     args = parse_validation_args(p, argv)
     layers = {k: int(v) for k, _, v in (x.partition("=") for x in args.layers)}
     base_encoder = QNetwork.from_encoder("all-MiniLM-L6-v2", train_towers="state", max_chunk_tokens=256, normalize=True)
@@ -130,15 +134,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     baseline = load_model(args.model)
     per: dict[str, dict[str, Any]] = {}
     for name, model, tokens, precision in [(BASELINE, args.model, None, "fp32"), *args.candidate]:
+        if args.only is not None and name not in args.only:
+            continue
         net = loaded(model, tokens, baseline, precision)
-        started = time.perf_counter()
-        with torch.no_grad():
-            squad = squad_part(net, base_encoder, args.squad, args, folder)
-        per[name] = {"model": model, "tokens": net.config.max_state_piece_tokens, "precision": precision, "squad": squad,
-                     "hotpot": hotpot(net, args.work, name, folder), "seconds": time.perf_counter() - started}
+        record = args.work / f"{name}.json"  # a candidate's reading, kept: runs in parallel share them
+        said = {"model": model, "tokens": net.config.max_state_piece_tokens, "precision": precision,
+                "files": [str(f) for f in args.squad], "num_questions": args.num_questions, "seed": args.seed}
+        kept = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+        if kept is not None and all(kept.get(k) == v for k, v in said.items()):
+            per[name] = kept
+        else:
+            started = time.perf_counter()
+            with torch.no_grad():
+                squad = squad_part(net, base_encoder, args.squad, args, folder)
+            per[name] = {**said, "squad": squad, "hotpot": hotpot(net, args.work, name, folder),
+                         "seconds": time.perf_counter() - started}
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps(per[name]) + "\n", encoding="utf-8")
         print(f"{name}: " + "  ".join(f"{f} " + " ".join(f"{statistics.fmean(v['qrag'][m]):.3f}" for m in METRICS)
-                                      for f, v in squad.items())
+                                      for f, v in per[name]["squad"].items())
               + f"  hotpot EM@2 {statistics.fmean(per[name]['hotpot']['fact_em_at_sf']):.3f}", file=sys.stderr)
+    if args.only is not None:
+        return 0
     table = {}
     for name, got in per.items():
         entry = judge(got, per[BASELINE])
