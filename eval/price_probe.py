@@ -3,7 +3,8 @@
 `QRAGRetriever.from_texts(summaries, model=..., k=k)` with the model's own search settings, LangChain's
 `InMemoryVectorStore` and a Chroma collection's own retriever (`langchain_chroma.Chroma`, its default l2 space),
 both filled with the vectors qrag's index holds (its chunk tower is the normalised base MiniLM; `KnownVectors`) and
-asking through the bundled all-MiniLM-L6-v2 (`QRAGEmbeddings`), k = k. The questions are qrag-adapt's, built from the
+asking through the bundled all-MiniLM-L6-v2 (`QRAGEmbeddings`), k = k; and the same model over that Chroma
+collection (`QRAGRetriever.from_vector_store`: the store path, against `from_texts`). The questions are qrag-adapt's, built from the
 summaries alone (`summaries_and_questions`); each retriever is asked each question once (`query_cost.Fresh`).
 Its command line is `scripts/bench_query_cost.py`; the readings are `qrag.eval.query_cost`'s.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import statistics
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -66,9 +66,9 @@ class KnownVectors(Embeddings):
 
 
 
-def plain_retrievers(texts: list[str], vectors: torch.Tensor, k: int) -> dict[str, Callable[[str], Any]]:
-    """`InMemoryVectorStore`'s and a Chroma collection's own retriever over `texts` with these chunk vectors (the
-    queries embedded by the bundled MiniLM), as `invoke` functions."""
+def plain_stores(texts: list[str], vectors: torch.Tensor) -> dict[str, Any]:
+    """An `InMemoryVectorStore` and a Chroma collection (its default l2 space) of `texts` holding these chunk vectors,
+    their queries embedded by the bundled MiniLM."""
     from langchain_chroma import Chroma
     from langchain_core.vectorstores import InMemoryVectorStore
 
@@ -78,8 +78,7 @@ def plain_retrievers(texts: list[str], vectors: torch.Tensor, k: int) -> dict[st
     in_memory.add_texts(texts)
     known.known.update(zip(texts, vectors.tolist(), strict=True))
     chroma = Chroma.from_texts(texts, known, collection_name=f"price-{uuid.uuid4().hex[:8]}")
-    return {"in_memory": in_memory.as_retriever(search_kwargs={"k": k}).invoke,
-            "chroma": chroma.as_retriever(search_kwargs={"k": k}).invoke}
+    return {"in_memory": in_memory, "chroma": chroma}
 
 
 def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]], *, k: int, threads: int,
@@ -92,11 +91,13 @@ def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]]
         raise TypeError(f"the price probe reads qrag's in-process index, got {type(index).__name__}")
     fresh = Fresh.split([q["question"] for q in asked], warmup=warmup, alone=alone, rounds=rounds,
                         per_round=4 * callers)
-    ask = {"qrag": qrag.invoke, **plain_retrievers(texts, index.vectors.cpu().float(), k)}
+    stores = plain_stores(texts, index.vectors.cpu().float())
+    over_store = QRAGRetriever.from_vector_store(stores["chroma"], qrag.searcher.model, k=k)  # the same model
     torch.set_num_threads(threads)
     counter = pass_counter(qrag)
     hops: list[int] = []
-    ask["qrag"] = counted(qrag, hops, counter)
+    ask = {"qrag": counted(qrag, hops, counter), "qrag_over_chroma": counted(over_store, []),
+           **{name: store.as_retriever(search_kwargs={"k": k}).invoke for name, store in stores.items()}}
     passes_before, layers_before = counter.passes, counter.token_layers
     got = price(ask, fresh, callers=callers)
     calls = len(fresh.warmup) + len(fresh.alone) + sum(map(len, fresh.rounds))
