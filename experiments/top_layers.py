@@ -4,7 +4,8 @@
 A model whose trained layers are its top ones shares the frozen layers below with the base encoder, so `f_θ(s)` and
 `f_0(s)` cost one trunk pass (`qrag.training.model.trunk`); a state cut to fewer tokens of each passage
 (`max_state_piece_tokens`) costs fewer. Each candidate `NAME=MODEL@TOKENS` (a checkpoint folder or shipped name, the
-state pieces cut to TOKENS at search time; MODEL alone keeps its own length) is searched as a user calls it, with the
+state pieces cut to TOKENS at search time, the question's too; `@pTOKENS`: each passage's piece alone; MODEL alone
+keeps its own lengths) is searched as a user calls it, with the
 baseline's saved search (lexical weight, word pairs, fill, stop threshold: what a candidate would ship with):
 
 - on SQuAD-format validation files (new_wiki, amazon_reviews; every paragraph one pool, 500 questions each) as
@@ -55,25 +56,33 @@ BASELINE = "baseline"
 ALL_LAYERS = 6
 
 
-def candidate(text: str) -> tuple[str, str, int | None, str]:
+def candidate(text: str) -> tuple[str, str, str | None, str]:
     """`NAME=MODEL[@TOKENS][:PRECISION]` as (name, model, tokens or None, serving precision, default fp32)."""
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise ValueError(f"--candidate {text!r}: write NAME=MODEL[@TOKENS][:PRECISION]")
     rest, colon, precision = rest.rpartition(":") if ":" in rest else (rest, "", "fp32")
     model, at, tokens = rest.rpartition("@") if "@" in rest else (rest, "", "")
-    return name, model, int(tokens) if at else None, precision
+    return name, model, tokens if at else None, precision
 
 
-def loaded(model: str, tokens: int | None, search_of: QNetwork | None, precision: str = "fp32") -> QNetwork:
-    """The model, its state pieces cut to `tokens`, served in `precision`, searched as `search_of` is saved to be (its
-    hop settings)."""
+def loaded(model: str, tokens: str | None, search_of: QNetwork | None, precision: str = "fp32") -> QNetwork:
+    """The model, its state pieces cut to `tokens` ('N': every piece, the question's too; 'pN': each passage's alone),
+    served in `precision`, searched as `search_of` is saved to be (its hop settings)."""
     net = load_model(model, precision=precision)  # type: ignore[arg-type]
-    if tokens is not None:
-        net.config = dataclasses.replace(net.config, max_state_piece_tokens=tokens)
+    if tokens is not None and tokens.startswith("p"):
+        net.config = dataclasses.replace(net.config, max_state_passage_tokens=int(tokens[1:]))
+    elif tokens is not None:
+        net.config = dataclasses.replace(net.config, max_state_piece_tokens=int(tokens))
     if search_of is not None:
         net.hop_settings = dataclasses.replace(search_of.hop_settings)
     return net
+
+
+def state_tokens(net: QNetwork) -> int:
+    """The tokens a state keeps of each passage: what the rule counts."""
+    c = net.config
+    return c.max_state_piece_tokens if c.max_state_passage_tokens is None else c.max_state_passage_tokens
 
 
 def hotpot(model: QNetwork, work: Path, name: str, folder: ChunkVectorFolder | None) -> dict[str, list[float]]:
@@ -138,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         net = loaded(model, tokens, baseline, precision)
         record = args.work / f"{name}.json"  # a candidate's reading, kept: runs in parallel share them
-        said = {"model": model, "tokens": net.config.max_state_piece_tokens, "precision": precision,
+        said = {"model": model, "tokens": state_tokens(net), "precision": precision,
                 "files": [str(f) for f in args.squad], "num_questions": args.num_questions, "seed": args.seed}
         kept = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
         if kept is not None and all(kept.get(k) == v for k, v in said.items()):

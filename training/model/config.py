@@ -44,6 +44,10 @@ class ModelConfig:
     """Chunk tokens kept by the chunk tower (special tokens included); longer chunks are cut."""
     max_state_piece_tokens: int = 64
     """Tokens kept of each state piece (the question, each selected chunk) before splicing."""
+    max_state_passage_tokens: int | None = None
+    """Tokens kept of each selected chunk's piece of a state, where it differs from `max_state_piece_tokens` (which
+    then cuts the question alone): a later hop's state needs less of each passage than of the question (chosen on
+    validation for the shipped paragraph model: docs/RESULTS.md). None: `max_state_piece_tokens`."""
     max_state_tokens: int = 512
     """Cap on the spliced state length (the end is cut)."""
     scale: float = 10.0
@@ -98,6 +102,9 @@ class ModelConfig:
         for name in ("max_chunk_tokens", "max_state_piece_tokens", "max_state_tokens", "trainable_layers", "lora_rank"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.max_state_passage_tokens is not None and self.max_state_passage_tokens < 1:
+            raise ConfigError(f"model.max_state_passage_tokens must be >= 1 (or None: max_state_piece_tokens), got "
+                              f"{self.max_state_passage_tokens}.")
         if self.scale <= 0:
             raise ConfigError(f"model.scale must be > 0, got {self.scale}.")
         d = self.dropout

@@ -269,9 +269,10 @@ class QNetwork(Serving):
         return len(over)
 
     def state_token_ids(self, question: str, selected_chunks: Sequence[str]) -> list[int]:
-        """`[CLS] q [SEP] c1 [SEP] c2 [SEP]`, each piece truncated to `max_state_piece_tokens` on its own."""
+        """`[CLS] q [SEP] c1 [SEP] c2 [SEP]`, each piece truncated on its own: the question to `max_state_piece_tokens`,
+        each chunk to `max_state_passage_tokens` (where set, else the same)."""
         return state_token_ids(self.tokenizer, question, selected_chunks, self.config.max_state_piece_tokens,
-                               self.config.max_state_tokens)
+                               self.config.max_state_tokens, self.config.max_state_passage_tokens)
 
     def tokenize_states(
         self, questions: Sequence[str], selected_chunks: Sequence[Sequence[str]]

@@ -153,10 +153,14 @@ def passage_inputs(state_inputs: dict[str, torch.Tensor], sep_id: int) -> dict[s
     return {"input_ids": ids.gather(1, src).masked_fill(keep == 0, 0), "attention_mask": keep}
 
 
-def state_token_ids(tokenizer: Any, question: str, chunks: Sequence[str], piece_tokens: int, state_tokens: int) -> list[int]:
+def state_token_ids(tokenizer: Any, question: str, chunks: Sequence[str], piece_tokens: int, state_tokens: int,
+                    passage_tokens: int | None = None) -> list[int]:
     """`[CLS] q [SEP] c1 [SEP] c2 [SEP]` (a tokenizer without [CLS]/[SEP] uses BOS/EOS), each piece cut to
-    `piece_tokens` on its own, the whole to `state_tokens`."""
-    pieces = tokenizer([question, *chunks], add_special_tokens=False, truncation=True, max_length=piece_tokens)["input_ids"]
+    `piece_tokens` on its own (each chunk's to `passage_tokens` where given), the whole to `state_tokens`."""
+    cut = piece_tokens if passage_tokens is None else passage_tokens
+    pieces = tokenizer([question, *chunks], add_special_tokens=False, truncation=True,
+                       max_length=max(piece_tokens, cut))["input_ids"]
+    pieces = [pieces[0][:piece_tokens], *(p[:cut] for p in pieces[1:])]
     cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     ids: list[int] = [cls_id] if cls_id is not None else []

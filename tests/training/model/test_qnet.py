@@ -37,6 +37,13 @@ def test_state_splices_separately_truncated_pieces(tiny_encoder_path: Path) -> N
     c2 = tok("ok", add_special_tokens=False)["input_ids"]
     cls, sep = tok.cls_token_id, tok.sep_token_id
     assert ids == [cls, *q, sep, *c1, sep, *c2, sep]
+    # each passage cut shorter than the question (max_state_passage_tokens), or longer
+    for passage_tokens, question, chunk in ((2, "where is the", "mary took"), (4, "where is the", "mary took the milk")):
+        qnet.config.max_state_passage_tokens = passage_tokens
+        q = tok(question, add_special_tokens=False)["input_ids"]
+        c1 = tok(chunk, add_special_tokens=False)["input_ids"]
+        assert qnet.state_token_ids("where is the milk now", ["mary took the milk there", "ok"]) == [
+            cls, *q, sep, *c1, sep, *c2, sep]
 
 
 def test_embed_matches_forward_and_batching_is_order_free(tiny_qnet: QNetwork) -> None:
