@@ -73,7 +73,7 @@ def loaded(model: str, tokens: str | None, search_of: QNetwork | None, precision
     if tokens is not None and tokens.startswith("p"):
         net.config = dataclasses.replace(net.config, max_state_passage_tokens=int(tokens[1:]))
     elif tokens is not None:
-        net.config = dataclasses.replace(net.config, max_state_piece_tokens=int(tokens))
+        net.config = dataclasses.replace(net.config, max_state_piece_tokens=int(tokens), max_state_passage_tokens=None)
     if search_of is not None:
         net.hop_settings = dataclasses.replace(search_of.hop_settings)
     return net
@@ -140,12 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     layers = {k: int(v) for k, _, v in (x.partition("=") for x in args.layers)}
     base_encoder = QNetwork.from_encoder("all-MiniLM-L6-v2", train_towers="state", max_chunk_tokens=256, normalize=True)
     folder = ChunkVectorFolder(args.chunk_vectors) if args.chunk_vectors else None
-    baseline = load_model(args.model)
+    first = candidate(f"{BASELINE}={args.model}")  # --model MODEL[@TOKENS]: the baseline as it was shipped
+    baseline = loaded(first[1], first[2], None)
     per: dict[str, dict[str, Any]] = {}
-    for name, model, tokens, precision in [(BASELINE, args.model, None, "fp32"), *args.candidate]:
+    for name, model, tokens, precision in [first, *args.candidate]:
         if args.only is not None and name not in args.only:
             continue
-        net = loaded(model, tokens, baseline, precision)
+        net = baseline if name == BASELINE else loaded(model, tokens, baseline, precision)
         record = args.work / f"{name}.json"  # a candidate's reading, kept: runs in parallel share them
         said = {"model": model, "tokens": state_tokens(net), "precision": precision,
                 "files": [str(f) for f in args.squad], "num_questions": args.num_questions, "seed": args.seed}

@@ -25,8 +25,7 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, PrivateAttr, model_validator
 
 from qrag.integrations.frozen_floor import frozen
-from qrag.training.model import Precision, QNetwork
-from qrag.training.model.precision import indexing_precision
+from qrag.training.model import Precision, QNetwork, indexing_precision
 from qrag.training.search import (
     FROM_MODEL,
     ChunkIndex,

@@ -21,8 +21,7 @@ from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter
 
 from qrag.integrations.llama_index_filters import from_metadata_filters
 from qrag.integrations.llama_index_versions import NodesVersion, Shelf, shelf_for
-from qrag.training.model import Precision, QNetwork
-from qrag.training.model.precision import indexing_precision
+from qrag.training.model import Precision, QNetwork, indexing_precision
 from qrag.training.search import (
     FROM_MODEL,
     ChunkIndex,

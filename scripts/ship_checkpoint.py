@@ -18,6 +18,9 @@ A full fine-tune of the top layers alone (`trainer.train_layers N`: every layer 
 is checked) ships exactly with `--top-layers N`: those N layers' weights as they trained (`train_mode` 'top_layers'),
 nothing re-expressed. `--settings-of MODEL` saves that model's search (hop settings) with it.
 
+`--state-passage-tokens N` saves how much of each passage a later hop's state reads (chosen on validation data, e.g.
+by experiments/top_layers.py).
+
 `--fill question --stop-threshold T` saves the off-domain guard as the model's search default (docs/METHOD.md
 §4.4; T chosen on validation data, e.g. by experiments/hop_guard.py); `--lexical-weight W` saves the weight of
 lexical evidence at every hop (§4.5; chosen on validation data, e.g. by experiments/lexical_levers.py); otherwise
@@ -83,6 +86,8 @@ def main() -> int:
     parser.add_argument("--top-layers", type=int, default=None,
                         help="a full fine-tune of the top N layers alone: ship those layers exactly")
     parser.add_argument("--settings-of", default=None, help="save this model's search (hop settings) with it")
+    parser.add_argument("--state-passage-tokens", type=int, default=None,
+                        help="tokens a state keeps of each passage (model.max_state_passage_tokens), chosen on validation")
     parser.add_argument("--fill", choices=FILLS, default=None, help="the search fill saved with the model "
                         "('question': the off-domain guard); default: the checkpoint's")
     parser.add_argument("--stop-threshold", type=float, default=None,
@@ -114,6 +119,12 @@ def main() -> int:
         shipped = rebase(trained)
     if args.settings_of is not None:
         shipped.hop_settings = dataclasses.replace(QNetwork.from_pretrained(resolve_checkpoint(args.settings_of)).hop_settings)
+    if args.state_passage_tokens is not None:
+        shipped.config = dataclasses.replace(shipped.config, max_state_passage_tokens=args.state_passage_tokens)
+        try:
+            shipped.config.validate()
+        except ConfigError as e:
+            parser.error(str(e))
     settings = shipped.hop_settings
     try:
         shipped.hop_settings = dataclasses.replace(

@@ -9,6 +9,7 @@ from typing import Any
 
 import llama_index.core.instrumentation as instrument
 import pytest
+import torch
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
@@ -17,6 +18,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import Document, MetadataMode, NodeWithScore, TextNode
 
 from qrag.integrations import QRAGHopEvent, QRAGLlamaIndexRetriever
+from qrag.training.model.precision import choose_precision
 from qrag.training.model.qnet import QNetwork
 
 
@@ -127,10 +129,15 @@ def test_documents_and_bad_input(texts: list[str], questions: list[str], adapter
 @pytest.mark.usefixtures("bf16_as_native")
 def test_bf16_precision_indexes_and_serves_in_bf16(texts: list[str], questions: list[str], tiny_encoder_path: Path) -> None:
     nodes = [TextNode(text=t, id_=f"n{i}") for i, t in enumerate(texts)]
-    fp32 = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3)
+    fp32 = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3,
+                                                 precision="fp32")
     fast = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3,
                                                  precision="bf16")
+    default = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3)
     assert fast.searcher.model.serving_precision == "bf16" and fp32.searcher.model.serving_precision == "fp32"
+    # 'auto' by default: bf16 where this CPU has native bf16, fp32 elsewhere; the index in fp32 either way
+    assert default.searcher.model.serving_precision == choose_precision("auto", torch.device("cpu"))[0]
+    assert default.searcher.store.vectors.dtype == torch.float32
     got = fast.retrieve(questions[0])
     assert len(got) == 3 and {n.node.node_id for n in got} <= {n.node_id for n in nodes}
 

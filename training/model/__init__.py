@@ -21,6 +21,7 @@ import lazy_loader
 if TYPE_CHECKING:
     from qrag.training.model.config import HopSettings, ModelConfig, Precision
     from qrag.training.model.folder import CheckpointError
+    from qrag.training.model.precision import indexing_precision
     from qrag.training.model.qnet import QNetwork
     from qrag.training.model.shipped import shipped_names
     from qrag.training.model.towers import model_lock
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "config": ["HopSettings", "ModelConfig", "Precision"],
     "folder": ["CheckpointError"],
+    "precision": ["indexing_precision"],
     "qnet": ["QNetwork"],
     "shipped": ["shipped_names"],
     "towers": ["model_lock"],

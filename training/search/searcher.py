@@ -477,7 +477,8 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
 
     `precision='bf16'` (or 'fp16' on a GPU) serves the state passes from a low-precision copy of the state tower
     (`QNetwork.serve_in`: faster hops on hardware with bf16 units; a passed-in network is changed in place, as by
-    `.to(device)`); the default 'fp32' leaves the network's serving precision as it is. On a GPU the state passes
+    `.to(device)`); 'auto' does so where the hardware has native bf16, for a network this loads (a passed-in one is
+    left as it serves); the default 'fp32' leaves the network's serving precision as it is. On a GPU the state passes
     are replayed as CUDA graphs (`QNetwork.serve_graphed`; `QRAG_CUDA_GRAPHS=0` keeps them eager).
 
     Raises:
@@ -498,7 +499,10 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
             f"model must be a QNetwork, a checkpoint folder or an encoder name, got {type(model).__name__}."
         )
     qnet = qnet.to(device) if device is not None else qnet
-    qnet = qnet.eval().serve_in(precision) if precision != "fp32" else qnet
+    # 'auto' chooses for what this loads; a network passed in keeps how it serves (a copy made here would not follow
+    # later edits of its weights): its owner calls serve_in
+    passed_auto = precision == "auto" and isinstance(model, QNetwork)
+    qnet = qnet.eval().serve_in(precision) if precision != "fp32" and not passed_auto else qnet
     return qnet.eval().serve_graphed() if qnet.device.type == "cuda" else qnet
 
 
