@@ -68,10 +68,12 @@ def squad_part(model: QNetwork, base: QNetwork, files: Sequence[str], args: Any,
     return out
 
 
-def hotpot_part(model: QNetwork, work: Path, weight: float, folder: ChunkVectorFolder | None) -> dict[str, list[float]]:
-    """Per HotpotQA validation question, qrag's fact EM@2 and recall@2/5/10 (the sweep's records)."""
-    cfg = RunConfig(benchmark="hotpotqa_pool", out=work / f"hotpot_{weight:g}", methods=("qrag",), tasks=("val",),
-                    num_samples=1000, model="qrag/hotpotqa-minilm", budget=10,
+def hotpot_part(model: QNetwork, work: Path, tag: str, folder: ChunkVectorFolder | None,
+                label: str = "qrag/hotpotqa-minilm") -> dict[str, list[float]]:
+    """Per HotpotQA validation question, qrag's fact EM@2 and recall@2/5/10 (the sweep's records, in
+    `work/hotpot_{tag}`; `label` names the model there)."""
+    cfg = RunConfig(benchmark="hotpotqa_pool", out=work / f"hotpot_{tag}", methods=("qrag",), tasks=("val",),
+                    num_samples=1000, model=label, budget=10,
                     chunk_vectors=None if folder is None else folder.folder, progress=False)
     run(cfg, retrievers=make_retrievers(("qrag",), checkpoint=model, budget=10, chunk_vectors=folder))
     if folder is not None:
@@ -96,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.perf_counter()
         with torch.no_grad():
             squad = squad_part(model, base, args.squad, args, folder)
-        hotpot = hotpot_part(model, args.work, w, folder)
+        hotpot = hotpot_part(model, args.work, f"{w:g}", folder)
         per[w] = {"squad": squad, "hotpot": hotpot, "seconds": time.perf_counter() - started}
         print(f"ρ {w:g}: " + "  ".join(f"{name} " + " ".join(f"{statistics.fmean(v['qrag'][m]):.3f}" for m in METRICS)
                                         for name, v in squad.items())

@@ -38,14 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pair_weight import HOTPOT, METRICS, squad_part  # experiments/pair_weight.py
+from pair_weight import HOTPOT, METRICS, hotpot_part, squad_part  # experiments/pair_weight.py
 from squad_probe import parse_validation_args, squad_probe_parser  # experiments/squad_probe.py
 
-from qrag.eval.baselines import make_retrievers
 from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text import machine
-from qrag.eval.runner import read_results, run
-from qrag.eval.sweep import RunConfig
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.searcher import load_model
@@ -83,18 +80,6 @@ def state_tokens(net: QNetwork) -> int:
     """The tokens a state keeps of each passage: what the rule counts."""
     c = net.config
     return c.max_state_piece_tokens if c.max_state_passage_tokens is None else c.max_state_passage_tokens
-
-
-def hotpot(model: QNetwork, work: Path, name: str, folder: ChunkVectorFolder | None) -> dict[str, list[float]]:
-    """Per HotpotQA validation question, the model's fact EM@2 and recall@2/5/10."""
-    cfg = RunConfig(benchmark="hotpotqa_pool", out=work / f"hotpot_{name}", methods=("qrag",), tasks=("val",),
-                    num_samples=1000, model=name, budget=10,
-                    chunk_vectors=None if folder is None else folder.folder, progress=False)
-    run(cfg, retrievers=make_retrievers(("qrag",), checkpoint=model, budget=10, chunk_vectors=folder))
-    if folder is not None:
-        folder.save()
-    records = sorted(read_results(cfg.out / "results.jsonl"), key=lambda r: r["id"])
-    return {m: [float(r[m]) for r in records] for m in HOTPOT}
 
 
 def margins(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
@@ -157,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             started = time.perf_counter()
             with torch.no_grad():
                 squad = squad_part(net, base_encoder, args.squad, args, folder)
-            per[name] = {**said, "squad": squad, "hotpot": hotpot(net, args.work, name, folder),
+            per[name] = {**said, "squad": squad, "hotpot": hotpot_part(net, args.work, name, folder, label=name),
                          "seconds": time.perf_counter() - started}
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(json.dumps(per[name]) + "\n", encoding="utf-8")
