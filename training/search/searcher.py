@@ -290,16 +290,15 @@ class MultiHopSearcher:
                       where: Filter | None, allowed: torch.Tensor | None) -> list[SearchResult]:
         """Hops from the hop engine: greedy or beam over the index's vectors (a snapshot; the rows `allowed` lets them
         take), or over an external store's ranking (filtered by the store with `where`)."""
+        first = _first_ranking(cfg)
         if isinstance(store, ChunkIndex):
             index = store
             corpora = Corpora.shared(index.vectors, index.texts, len(questions), index.lexical, allowed,
                                      _windows_for(self.model, index))
             if cfg.beam_size == 1:
                 return _greedy_results(self.model, questions, corpora, [index.chunk] * len(questions), cfg)
-            first = FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None  # the fill's ranking, kept
             return _beam_results(corpus_expand(self.model, questions, corpora, lexical_weight=cfg.weight, first=first),
                                  questions, corpora.size(0), index.chunk, self.model.config.state_order == "document", cfg)
-        first = FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None  # the fill's ranking, kept
         return _beam_results(store_expand(self.model, questions, store, where=where, lexical_weight=cfg.weight,
                                           first=first),
                              questions, None,
@@ -368,7 +367,7 @@ def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chu
     the first hop's ranking is kept (`hops.FirstRanking`): it is the question's own ranking, not encoded again."""
     horizons = [_horizon(cfg, corpora.size(b)) for b in range(len(questions))]
     live_stop = cfg.k is None or cfg.guarded  # the stop rule ends the hops (else it only flags them)
-    first = FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None
+    first = _first_ranking(cfg)
     hopped = greedy_hops(model, questions, corpora, horizons, threshold=cfg.threshold if live_stop else None,
                          min_hops=cfg.min_hops, lexical_weight=cfg.weight, first=first)
     expand = corpus_expand(model, questions, corpora, lexical_weight=cfg.weight, first=first)
@@ -376,6 +375,12 @@ def _greedy_results(model: QNetwork, questions: list[str], corpora: Corpora, chu
                              [corpora.size(b) for b in range(len(questions))], cfg)
     return [_result(questions[b], _hop_beam(_kept(h, n), chunk[b]), [(chunk[b](i), q, sc) for i, q, sc in more], cfg)
             for b, (h, n, more) in enumerate(zip(hopped, kept, extra, strict=True))]
+
+
+def _first_ranking(cfg: SearchConfig) -> FirstRanking | None:
+    """Where a question fill will rank the rest of `k` by the bare question's state: the first hop's ranking, to be
+    kept for it (`hops.FirstRanking`); None otherwise."""
+    return FirstRanking(cfg.k) if cfg.k is not None and cfg.by_question else None
 
 
 def _past_hops(expand: Expand[Item], taken: Sequence[Sequence[Item]], scores: Sequence[Sequence[float]],
