@@ -74,13 +74,9 @@ def label_format(path: str | Path) -> LabelFormat:
     if suffix in (".csv", ".tsv"):
         return "csv"
     if suffix == ".json":
-        data = _json(p)
-        if not isinstance(data, dict):
-            raise EpisodeError(f"{p}: a JSON label file must be an object with 'queries', 'corpus' and 'relevant_docs' "
-                               f"(LlamaIndex's EmbeddingQAFinetuneDataset, sentence-transformers' IR triple), got "
-                               f"{type(data).__name__}; qrag's own labels are JSON Lines (.jsonl).")
-        return "llama_index" if "mode" in data else "sentence_transformers"
+        return _triple_format(p, _json(p))
     if suffix in (".jsonl", ".ndjson"):
+
         for _, _where, rec in iter_json_lines(p, "questions file"):
             if isinstance(rec, dict) and "supporting" not in rec and "answer" in rec:
                 return "answers"
@@ -97,6 +93,11 @@ def read_labels(path: str | Path, corpus: Corpus) -> Labels:
     Raises:
         FileNotFoundError / EpisodeError: a missing file; a malformed one (file, line or key, and field named).
     """
+    p = Path(path)
+    if p.suffix.lower() == ".json" and p.is_file():  # parsed once: the format is told from the same object
+        data = _json(p)
+        fmt = _triple_format(p, data)
+        return Labels(_read_triple(p, data, corpus), fmt)
     fmt = label_format(path)
     if fmt == "qrag":
         return Labels(read_questions(path, corpus), fmt)
@@ -105,7 +106,16 @@ def read_labels(path: str | Path, corpus: Corpus) -> Labels:
     if fmt == "answers":
         questions, skipped = _read_answers(Path(path), corpus)
         return Labels(questions, fmt, skipped)
-    return Labels(_read_triple(Path(path), corpus, fmt), fmt)
+    raise AssertionError(f"unreachable: {fmt}")  # a .json file is read above
+
+
+def _triple_format(p: Path, data: Any) -> LabelFormat:
+    """LlamaIndex's dataset (it records a `mode`) or sentence-transformers' triple, from a parsed JSON label file."""
+    if not isinstance(data, dict):
+        raise EpisodeError(f"{p}: a JSON label file must be an object with 'queries', 'corpus' and 'relevant_docs' "
+                           f"(LlamaIndex's EmbeddingQAFinetuneDataset, sentence-transformers' IR triple), got "
+                           f"{type(data).__name__}; qrag's own labels are JSON Lines (.jsonl).")
+    return "llama_index" if "mode" in data else "sentence_transformers"
 
 
 def _json(p: Path) -> Any:
@@ -122,9 +132,8 @@ def _folded(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
-def _read_triple(p: Path, corpus: Corpus, fmt: LabelFormat) -> list[Question]:
-    """LlamaIndex's EmbeddingQAFinetuneDataset or sentence-transformers' IR triple (module docstring)."""
-    data = _json(p)
+def _read_triple(p: Path, data: Any, corpus: Corpus) -> list[Question]:
+    """LlamaIndex's EmbeddingQAFinetuneDataset or sentence-transformers' IR triple, parsed (module docstring)."""
     for key in ("queries", "corpus", "relevant_docs"):
         if not isinstance(data.get(key), dict):
             raise EpisodeError(f"{p}: key {key!r} must be an object ({{id: ...}}), got "
