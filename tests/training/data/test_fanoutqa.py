@@ -3,7 +3,6 @@ the script writes them for evaluation and writes no training file from either.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,16 +12,13 @@ import pytest
 
 from qrag.training.data.evaluation_only import recognise
 from qrag.training.data.fanoutqa import questions
+from tests.scripts import SCRIPTS, load_script
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "fanoutqa_own_data.py"
+SCRIPT = SCRIPTS / "fanoutqa_own_data.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fanoutqa_own_data", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fanoutqa_own_data")
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -13,16 +12,11 @@ import torch
 from qrag.training.model.encoders import BUNDLED_MINILM
 from qrag.training.model.qnet import QNetwork
 from qrag.training.model.trunk import layers_of
-
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "ship_checkpoint.py"
+from tests.scripts import load_script
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ship_checkpoint", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ship_checkpoint")
 
 
 def _fine_tune(layers: list[int]) -> QNetwork:
