@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrag.training.model import precision
 from qrag.training.model.qnet import QNetwork
 from qrag.training.model.trunk import layers_of
 
@@ -145,7 +146,10 @@ def test_towers_sharing_their_lower_layers_run_them_once(tiny_encoder_path: Path
     assert base_layers["runs"] == 3  # never a whole pass of a question
 
 
-def test_a_served_low_precision_copy_shares_the_trunk_with_its_own_base(tiny_encoder_path: Path) -> None:
+def test_a_served_low_precision_copy_shares_the_trunk_with_its_own_base(tiny_encoder_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # what is shared does not depend on the CPU: a CPU without native bf16 is made to take the bf16 copy too
+    monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (True, "taken as native for this test"))
     qnet = QNetwork.from_encoder(str(tiny_encoder_path), train_towers="state", state_anchor="question").eval()
     found = layers_of(qnet.state_tower.encoder)
     assert found is not None
