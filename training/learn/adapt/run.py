@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import itertools
 import json
+import math
 import random
 import statistics
 import sys
@@ -100,6 +101,10 @@ NEGATIVES = 100
 """Negatives per training episode (the `corpus-cpu` preset's), three quarters of them hard."""
 REHEARSE_SHARE = 0.25
 """Share of the training episodes that are the start's own training questions (rehearsal)."""
+LABELLED_SHARE = 0.5
+"""Least share of the run's own training episodes (built and labelled, before rehearsal) that are the team's labelled
+questions: each is repeated as often as it takes. Drawn uniformly among 4 000 built questions, 100 labelled ones would be
+2 % of the episodes, and a 30-minute run (about 2 400 episodes on 2 AVX2 cores) would see each of them half a time."""
 CHOICE_MARGIN = 1.3
 """The time the choice is given: this many times the start's scoring, per blend. Each candidate is searched once
 without a stop rule at the longest horizon and its threshold calibrated on those hops (`held_out_scores`), so its
@@ -290,7 +295,7 @@ class Adapt:
 
     def _held_out_questions(self) -> list[tuple[str, list[str]]]:
         """The held-out questions the choice scores (the labelled ones when there are any)."""
-        rows = [json.loads(line) for line in (self.folder.work / "val.jsonl").read_text(encoding="utf-8").splitlines()]
+        rows = _rows(self.folder.work / "val.jsonl")
         labelled = [r for r in rows if r.get("kind") == "labelled"]
         return [(r["question"], list(r["supporting"])) for r in (labelled or rows)]
 
@@ -360,8 +365,12 @@ class Adapt:
     def training_episodes(self) -> list[Episode]:
         """The training episodes: the built and labelled questions', and the start's own rehearsed."""
         train = self._corpus_episodes("train.jsonl", "train")
+        ids = {r["id"] for r in _rows(self.folder.work / "train.jsonl") if r.get("kind") == "labelled"}
+        labelled = [ep for ep in train if ep.id in ids]
+        repeats = labelled_repeats(len(labelled), len(train) - len(labelled), LABELLED_SHARE)
+        train += labelled * (repeats - 1)  # the same episodes again: uniform draws then find them at least that share
         rehearsed = self._rehearsal(len(train))
-        self.record.facts["rehearsed"] = len(rehearsed)
+        self.record.facts.update({"rehearsed": len(rehearsed), "labelled_repeats": repeats})
         return train + rehearsed
 
     def _train(self) -> None:
@@ -457,6 +466,19 @@ class Adapt:
         net = tuned if weight == 1 else blend_networks(self.start, tuned, weight)
         net.config = dataclasses.replace(net.config, init=self.options.init)
         return net.eval()
+
+
+def labelled_repeats(labelled: int, built: int, share: float = LABELLED_SHARE) -> int:
+    """How many times each labelled question trains so that the `labelled` of them make at least `share` of the
+    episodes beside `built` others (once each when they already do, or there are none)."""
+    if labelled == 0 or labelled >= share * (labelled + built):
+        return 1
+    return math.ceil(share * built / ((1 - share) * labelled))
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    """The questions of one of the run's JSON Lines files (work/train.jsonl, work/val.jsonl)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def blend_weights(score_seconds: float, budget_seconds: float) -> tuple[float, ...]:

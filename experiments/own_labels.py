@@ -1,0 +1,153 @@
+"""A team's labelled questions, measured by k-fold: `qrag-adapt --questions` scored on the fold it never saw.
+
+    python experiments/own_labels.py run --data runs/fanoutqa --work runs/own_labels --fold 0 --size all
+    python experiments/own_labels.py score --data runs/fanoutqa --work runs/own_labels --fold 0 --size all
+    python experiments/own_labels.py report --work runs/own_labels --out experiments/results/own_labels.json
+
+FanOutQA dev's 122 questions with two or more evidence pages (`scripts/fanoutqa_own_data.py runs/fanoutqa
+--dev-only`) play a team's labels over the 10 033 summaries. They are shuffled once (seed `FOLD_SEED`) into `FOLDS`
+folds. For fold f and size n, the training file is the first n questions, in that shuffled order, of the other folds
+(n = `all`: every one of them; 30 of them are the first 30 of the 60, so the curve's points are nested), written in
+qrag's jsonl; `run` is the README's command on it (`qrag-adapt --corpus corpus.jsonl --questions FILE --out DIR`,
+`--threads 2`, its 30-minute budget, everything else its defaults), `score` searches fold f's questions with
+`qrag-eval corpus` at k = 5 and k = 10: the adapted model, the model it started from (`init`), BM25 and the hybrid,
+each over the whole corpus with its own saved settings. `report` pools every scored (fold, size) per size: recall@5
+and @10 of each, and the adapted model's paired margin to each other with a 95% interval (normal, over questions).
+
+The rule, written before any run: no choice is made on these readings. The recipe is qrag-adapt's as committed with
+this file (its labelled questions at least `LABELLED_SHARE` of its own episodes, chosen before any reading; its
+blend, hop count and stop rule chosen inside the run on its own 20% of the training questions); the readings are the
+measurement, whatever they say. A later recipe is read on a fresh fold seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+FOLDS = 4
+FOLD_SEED = "own-labels/0"
+METHODS = ("bm25", "hybrid", "init", "qrag")
+KS = (5, 10)
+
+
+def shuffled(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The questions in the one order every fold and size is cut from (by id, shuffled with `FOLD_SEED`)."""
+    order = sorted(questions, key=lambda q: str(q["id"]))
+    random.Random(FOLD_SEED).shuffle(order)
+    return order
+
+
+def held_out(questions: list[dict[str, Any]], fold: int) -> list[dict[str, Any]]:
+    """Fold `fold`: every `FOLDS`-th question of the shuffled order from position `fold`."""
+    return shuffled(questions)[fold::FOLDS]
+
+
+def training_questions(questions: list[dict[str, Any]], fold: int, size: str) -> list[dict[str, Any]]:
+    """The first `size` questions of the shuffled order outside fold `fold`, or all of them (`all`)."""
+    others = [q for i, q in enumerate(shuffled(questions)) if i % FOLDS != fold]
+    return others if size == "all" else others[: int(size)]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def run_dir(work: Path, fold: int, size: str) -> Path:
+    return work / f"fold{fold}-{size}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    out = run_dir(args.work, args.fold, args.size)
+    train = write_jsonl(args.work / f"fold{args.fold}-{args.size}.train.jsonl",
+                        training_questions(_read(args.data / "dev_questions.jsonl"), args.fold, args.size))
+    command = [sys.executable, "-m", "qrag.training.learn.adapt.cli", "--corpus", str(args.data / "corpus.jsonl"),
+               "--questions", str(train), "--out", str(out), "--threads", str(args.threads)]
+    print(" ".join(command), file=sys.stderr)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    return subprocess.call(command, env=env)
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    out = run_dir(args.work, args.fold, args.size)
+    held = write_jsonl(args.work / f"fold{args.fold}.held.jsonl",
+                       held_out(_read(args.data / "dev_questions.jsonl"), args.fold))
+    for k in KS:
+        command = [sys.executable, "-m", "qrag.eval.cli", "corpus", "--data", str(held), "--corpus",
+                   str(args.data / "corpus.jsonl"), "--model", str(out / "model"), "--methods", ",".join(METHODS),
+                   "--budget", str(k), "--num-samples", "1000", "--chunk-vectors", str(out / "work" / "vectors"),
+                   "--no-progress", "--out", str(out / f"held@{k}")]
+        print(" ".join(command), file=sys.stderr)
+        if subprocess.call(command):
+            return 1
+    return 0
+
+
+def margin(a: list[float], b: list[float]) -> dict[str, float]:
+    """Mean of a - b and its normal 95% half-interval over the paired questions."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
+    return {"margin": statistics.fmean(d), "ci95": 1.96 * se}
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    sizes: dict[str, dict[str, Any]] = {}
+    for held in sorted(args.work.glob("fold*-*/held@*/results.jsonl")):
+        run = held.parent.parent.name  # fold{f}-{size}
+        size, k = run.split("-", 1)[1], int(held.parent.name.split("@")[1])
+        by = sizes.setdefault(size, {"folds": set(), "per": {}})
+        by["folds"].add(run.split("-")[0])
+        for r in _read(held):
+            by["per"].setdefault((k, r["method"]), {})[f"{run.split('-')[0]}/{r['id']}"] = float(r["fact_recall"])
+    report: dict[str, Any] = {"folds": FOLDS, "fold_seed": FOLD_SEED, "sizes": {}}
+    for size, by in sizes.items():
+        row: dict[str, Any] = {"folds_scored": sorted(by["folds"])}
+        for k in KS:
+            per = {m: by["per"].get((k, m), {}) for m in METHODS}
+            ids = sorted(set.intersection(*(set(v) for v in per.values())))
+            if not ids:
+                continue
+            cols = {m: [per[m][i] for i in ids] for m in METHODS}
+            row[f"recall@{k}"] = {"n": len(ids), **{m: statistics.fmean(v) for m, v in cols.items()},
+                                  **{f"qrag-{m}": margin(cols["qrag"], cols[m]) for m in METHODS if m != "qrag"}}
+        report["sizes"][size] = row
+    text = json.dumps(report, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name in ("run", "score"):
+        p = sub.add_parser(name)
+        p.add_argument("--data", type=Path, required=True, help="scripts/fanoutqa_own_data.py's folder")
+        p.add_argument("--work", type=Path, required=True)
+        p.add_argument("--fold", type=int, required=True, choices=range(FOLDS))
+        p.add_argument("--size", default="all", help="training questions: a number, or 'all' (the other folds)")
+        p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("report")
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    return {"run": cmd_run, "score": cmd_score, "report": cmd_report}[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
