@@ -1,4 +1,4 @@
-"""What `qrag-adapt` ships: the blend weight and horizon that find most held-out passages and keep the start.
+"""What `qrag-adapt` ships: the blend weight and horizon that find most held-out passages, never fewer than the start.
 
 The fine-tune is blended with its start at each weight and searched with each horizon (docs/METHOD.md §3.10).
 
@@ -10,9 +10,12 @@ Each candidate (weight w of the fine-tune, horizon h) is scored on
   distractor setting): fact recall of `START_HOPS` greedy hops, where the start must not lose more than
   `HARM_TOLERANCE`.
 
-The rule: among the candidates within `HARM_TOLERANCE` of the start on its own data (the start itself always is),
-those whose held-out recall is within one standard error of the highest; of them, the largest weight, and at that
-weight the highest held-out recall (a tie goes to the shorter horizon). Every candidate is scored on the same
+The rule: **never worse than the start** - a blend that finds fewer of the held-out questions' passages than the
+start at its best horizon is refused, whatever else it reads, and so is one that costs the start more than
+`HARM_TOLERANCE` on its own data (the start itself is never refused). Among the rest, those whose held-out recall is
+within one standard error of the highest; of them, the largest weight, and at that weight the highest held-out
+recall (a tie goes to the shorter horizon). When every blend is refused or below, the start ships, and the reason
+says so with the figures. Every candidate is scored on the same
 questions, so the standard error is the paired one: of the per-question differences from the highest
 (`paired_standard_error`); what the questions share (an easy question is easy for every blend) does not count as
 noise. What a blend keeps of the start is what the
@@ -71,26 +74,37 @@ def choose(candidates: Sequence[Candidate]) -> tuple[Candidate, str]:
         raise ValueError("the candidates must include the start (weight 0): it is what the rule compares with.")
     reference = starts[0].start_score
     floor = None if reference is None else reference - HARM_TOLERANCE
-    allowed = [c for c in candidates if floor is None or c.start_score is None or c.start_score >= floor - 1e-9]
+    start_best = max(s.held_out for s in starts)
+    harmful = [c for c in candidates
+               if c.weight and floor is not None and c.start_score is not None and c.start_score < floor - 1e-9]
+    worse = [c for c in candidates if c.weight and c not in harmful and c.held_out < start_best - 1e-9]
+    allowed = [c for c in candidates if c not in harmful and c not in worse]
     top = max(allowed, key=lambda c: (round(c.held_out, 6), c.weight, -c.horizon))
     near = [c for c in allowed if c.held_out >= top.held_out - paired_standard_error(c, top) - 1e-9]
     best = max(near, key=lambda c: (c.weight, round(c.held_out, 6), -c.horizon))
-    refused = [c for c in candidates if c not in allowed]
-    why = (f"{best.name} with {best.horizon} hops finds the most held-out passages (recall@{CHOICE_K} "
-           f"{best.held_out:.3f}, the start {max(s.held_out for s in starts):.3f})")
-    if best != top:
+    if best.weight == 0:
+        tuned = max((c for c in candidates if c.weight), key=lambda c: c.held_out, default=None)
+        why = (f"the start ships unchanged: no blend found more held-out passages than it did (recall@{CHOICE_K} "
+               f"{start_best:.3f} with {best.horizon} hops" + (f"; the best blend, {tuned.name} with {tuned.horizon} "
+                                                                f"hops, {tuned.held_out:.3f}" if tuned else "") + ")")
+    elif best != top:
         why = (f"{best.name} with {best.horizon} hops (held-out recall@{CHOICE_K} {best.held_out:.3f}, the start "
-               f"{max(s.held_out for s in starts):.3f}) is the largest share of the fine-tune within one paired standard "
+               f"{start_best:.3f}) is the largest share of the fine-tune within one paired standard "
                f"error ({paired_standard_error(best, top):.3f}) of the most held-out passages found ({top.name}, "
-               f"{top.horizon} hops: "
-               f"{top.held_out:.3f})")
+               f"{top.horizon} hops: {top.held_out:.3f})")
+    else:
+        why = (f"{best.name} with {best.horizon} hops finds the most held-out passages (recall@{CHOICE_K} "
+               f"{best.held_out:.3f}, the start {start_best:.3f})")
+    if worse:
+        why += (f"; {len(worse)} candidate(s) found fewer than the start ({', '.join(sorted({c.name for c in worse}))}) "
+                "and were refused")
     if floor is None:
         why += "; the start has no validation data of its own here, so nothing guarded what it knew"
-    elif refused:
-        why += (f"; {len({c.weight for c in refused})} weight(s) were refused for costing the start more than "
+    elif harmful:
+        why += (f"; {len({c.weight for c in harmful})} weight(s) were refused for costing the start more than "
                 f"{HARM_TOLERANCE} on its own validation data ({reference:.3f})")
     else:
-        why += f"; every candidate stayed within {HARM_TOLERANCE} of the start on its own validation data ({reference:.3f})"
+        why += f"; no candidate cost the start more than {HARM_TOLERANCE} on its own validation data ({reference:.3f})"
     return best, why + "."
 
 

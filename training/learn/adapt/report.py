@@ -57,9 +57,11 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
     if choice:
         lines += ["", "## Choice", "",
                   f"**The fine-tune's share w = {choice['weight']:g}, {choice['horizon']} hops** (the fine-tune: the "
-                  f"run's `{choice['tuned']}/` checkpoint). {choice['why']} The rule: among the candidates within "
-                  f"{HARM_TOLERANCE} of the start on its own data, those within one paired standard error of the highest "
-                  "held-out recall; of them the largest weight, at its best horizon (a tie: the shorter). Each "
+                  f"run's `{choice['tuned']}/` checkpoint). {choice['why']} The rule: never worse than the start (a blend "
+                  "finding fewer held-out passages than the start at its best horizon is refused, and the start ships "
+                  f"if every blend is); among the candidates within {HARM_TOLERANCE} of the start on its own data, those "
+                  "within one paired standard error of the highest held-out recall; of them the largest weight, at its "
+                  "best horizon (a tie: the shorter). Each "
                   "candidate is searched with its own stop threshold, calibrated on its hops over the held-out "
                   "questions at each horizon (a blend's Q-values are its own); the choice ships with the threshold "
                   f"it was scored with{_threshold(f, choice)}."]
