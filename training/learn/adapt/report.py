@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 import platform
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -13,6 +16,8 @@ from qrag.training.model.precision import cpu_bf16_support, speed_flags
 if TYPE_CHECKING:
     from qrag.training.learn.adapt.folder import AdaptFolder, AdaptOptions, Record
 
+CURVE_ROWS = 8
+"""Most rows of the run's learning curve in the report."""
 PHASES = {"set-up": "reading the corpus, building questions, checks", "questions": "writing the question files",
           "embed": "embedding the corpus", "start": "scoring the start", "train": "training",
           "choose": "scoring blends, choosing, saving the model and the corpus's index", "report": "this report"}
@@ -79,10 +84,37 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
                       "machine."]
         lines += ["", ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}"
                                 for k, v in sorted(train.items()))]
+        lines += learning_curve(folder.work / "run" / "metrics.jsonl")
     lines += ["", "## Time", "", "| phase | minutes |", "|---|---|"]
     lines += [f"| {PHASES.get(name, name)} | {s / 60:.1f} |" for name, s in record.seconds.items()]
     lines += [f"| **in all** | **{record.spent / 60:.1f}** (budget {options.minutes:g}) |", ""]
     folder.report.write_text("\n".join(lines), encoding="utf-8")
+
+
+def learning_curve(metrics: Path, rows: int = CURVE_ROWS) -> list[str]:
+    """The run's own learning curve from the trainer's metrics.jsonl: at most `rows` of its logged points, evenly
+    spaced and the last always kept: transitions, updates, the training episodes' fact recall (the share of a
+    question's passages its hops found while acting) and the TD loss. Empty when the file is missing or logs none."""
+    if not metrics.is_file():
+        return []
+    logged = [r for r in (json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip())
+              if "charts/fact_recall" in r and "transitions" in r]
+    if not logged:
+        return []
+    step = max(1, math.ceil(len(logged) / rows))
+    kept = logged[::step]
+    if kept[-1] is not logged[-1]:
+        kept = [*kept[: rows - 1], logged[-1]]
+    out = ["", "### The run's learning curve", "",
+           "What the training questions' own hops found while it acted (exploring, so below what its search finds), "
+           "logged as it trained:", "", "| transitions | updates | training questions' fact recall | TD loss |",
+           "|---|---|---|---|"]
+    for r in kept:
+        updates = r.get("charts/updates")
+        loss = r.get("losses/td_loss")
+        out.append(f"| {int(r['transitions'])} | {'–' if updates is None else int(updates)} | "
+                   f"{float(r['charts/fact_recall']):.3f} | {'–' if loss is None else f'{float(loss):.4f}'} |")
+    return out
 
 
 def _table(f: dict[str, Any]) -> list[str]:

@@ -1,5 +1,5 @@
-"""`qrag-adapt`'s choice rule and its output folder, by hand: what it ships, what it refuses, what a resumed run
-keeps."""
+"""`qrag-adapt`'s choice rule, its output folder and its report, by hand: what it ships, what it refuses, what a
+resumed run keeps, the learning curve it shows."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from qrag.training.learn.adapt.choice import (
     standard_error,
 )
 from qrag.training.learn.adapt.folder import AdaptError, AdaptFolder, Request
+from qrag.training.learn.adapt.report import learning_curve
 
 
 def test_the_best_held_out_recall_wins_among_those_that_keep_the_start() -> None:
@@ -136,3 +137,15 @@ def test_a_folder_holding_something_else_or_another_request_is_refused_and_kept(
     (run.work / "adapt.json").write_text(json.dumps({"format": "something"}))
     with pytest.raises(AdaptError, match="not a readable qrag-adapt record"):
         run.open(REQUEST)
+
+
+def test_the_report_shows_the_runs_learning_curve_evenly_spaced_with_its_last_point(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"transitions": 512 * i, "charts/fact_recall": 0.5 + 0.01 * i, "losses/td_loss": 0.1, "charts/updates": 16 * i}
+            for i in range(1, 11)]
+    rows.insert(3, {"transitions": 1600, "val/fact_recall": 0.9})  # a validation line: not a training point
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = [line for line in learning_curve(metrics, rows=4) if line.startswith("| ") and line[2].isdigit()]
+    assert [line.split(" | ")[0] for line in table] == ["| 512", "| 2048", "| 3584", "| 5120"]  # 1, 4, 7 of 10; the last
+    assert table[-1] == "| 5120 | 160 | 0.600 | 0.1000 |"
+    assert learning_curve(tmp_path / "missing.jsonl") == []
