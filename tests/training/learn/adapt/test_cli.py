@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from qrag.training.data.corpus import read_corpus
 from qrag.training.learn.adapt import run as adapt_module
 from qrag.training.learn.adapt.cli import main
 from qrag.training.learn.config import load_preset
@@ -243,6 +244,22 @@ def test_labelled_questions_set_the_horizon_and_score_the_choice(tmp_path: Path,
     assert facts["held_out_from"] == "labelled" and facts["held_out_questions"] == 2 + round(0.1 * built)
     held = [json.loads(line) for line in (tmp_path / "mixed" / "work" / "val.jsonl").read_text().splitlines()]
     assert sum(r["kind"] == "labelled" for r in held) == 2
+    # The same labels as LlamaIndex's EmbeddingQAFinetuneDataset JSON (new node ids, found by their text): the same
+    # questions train and are held out, in the same order (only their ids differ)
+    rows = [json.loads(line) for line in labelled.read_text().splitlines()]
+    texts = dict(zip(read_corpus(corpus).ids, read_corpus(corpus).texts, strict=True))
+    llama = tmp_path / "qa_dataset.json"
+    llama.write_text(json.dumps({
+        "queries": {f"query-{i}": r["question"] for i, r in enumerate(rows)},
+        "corpus": {f"node-{p}": texts[p] for r in rows for p in r["supporting"]},
+        "relevant_docs": {f"query-{i}": [f"node-{p}" for p in r["supporting"]] for i, r in enumerate(rows)},
+        "mode": "text"}))
+    assert main([*base[:-1], str(llama), "--out", str(tmp_path / "llama")]) == 2
+    capsys.readouterr()
+    for name in ("train.jsonl", "val.jsonl"):
+        a, b = ([(r["question"], r["supporting"], r.get("kind")) for r in map(json.loads, (tmp_path / run / "work" /
+                 name).read_text().splitlines())] for run in ("mixed", "llama"))
+        assert a == b
     # Labelled questions alone (none built): ten are too few.
     assert main([*base, "--out", str(tmp_path / "alone"), "--max-questions", "0"]) == 2
     assert "yields 0 questions (and 10 labelled); qrag-adapt needs at least 30" in capsys.readouterr().err
