@@ -128,8 +128,40 @@ def cmd_report(args: argparse.Namespace) -> int:
     text = json.dumps(report, indent=1)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")
+        plot(report, args.out.with_suffix(".png"))
     print(text)
     return 0
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """recall@5 and @10 against the number of training questions: the adapted model with its paired 95% interval to
+    the start drawn as error bars, the start, BM25 and the hybrid."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def size(name: str) -> int:
+        return (FOLDS - 1) * 122 // FOLDS if name == "all" else int(name)
+
+    sizes = sorted(report["sizes"], key=size)
+    fig, axes = plt.subplots(1, len(KS), figsize=(5 * len(KS), 3.6), sharey=True)
+    for ax, k in zip(axes, KS, strict=True):
+        rows = [(size(s), report["sizes"][s].get(f"recall@{k}")) for s in sizes]
+        rows = [(x, r) for x, r in rows if r]
+        xs = [x for x, _ in rows]
+        for method, style in (("bm25", ":"), ("hybrid", "--"), ("init", "-.")):
+            ax.plot(xs, [r[method] for _, r in rows], style, marker="o", label=method if method != "init" else "the start")
+        ax.errorbar(xs, [r["qrag"] for _, r in rows], yerr=[r["qrag-init"]["ci95"] for _, r in rows], marker="o",
+                    capsize=3, label="adapted (bars: paired 95% to the start)")
+        ax.set_xlabel("labelled questions trained on")
+        ax.set_title(f"recall@{k}, FanOutQA dev, {FOLDS}-fold")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("recall")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> int:
