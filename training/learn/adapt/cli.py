@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     ap.add_argument("--max-questions", type=int, default=None,
                     help="most questions built from the corpus (default: 4000; 0: none, --questions alone)")
+    ap.add_argument("--train-layers", type=int, default=None,
+                    help="top layers of the state tower that train (0: every layer; default: the corpus-cpu preset's, 1)")
     return ap
 
 
@@ -53,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"qrag-adapt: error: --threads must be >= 1, got {args.threads}.", file=sys.stderr)
         return 2
+    if args.train_layers is not None and args.train_layers < 0:
+        print(f"qrag-adapt: error: --train-layers must be >= 0 (0: every layer), got {args.train_layers}.",
+              file=sys.stderr)
+        return 2
     from qrag.training.data import EpisodeError
     from qrag.training.learn.adapt.folder import MAX_QUESTIONS, AdaptOptions
     from qrag.training.learn.adapt.run import Adapt
@@ -63,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     options = AdaptOptions(corpus=args.corpus, out=args.out, questions=args.questions, init=args.init,
                            minutes=args.minutes, seed=args.seed, threads=args.threads,
-                           max_questions=MAX_QUESTIONS if args.max_questions is None else args.max_questions)
+                           max_questions=MAX_QUESTIONS if args.max_questions is None else args.max_questions,
+                           train_layers=args.train_layers)
     run = Adapt(options)
     try:
         run.prepare()

@@ -48,6 +48,8 @@ class AdaptOptions:
     seed: int = 0
     threads: int | None = None
     max_questions: int = MAX_QUESTIONS
+    train_layers: int | None = None
+    """Top layers of the state tower that train (0: every layer); None: the `corpus-cpu` preset's."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Request:
     init: str
     seed: int
     max_questions: int
+    train_layers: int | None = None  # None: the preset's (a record from before the flag reads so)
 
 
 def digest(texts: Iterable[str]) -> str:

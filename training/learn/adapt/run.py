@@ -147,6 +147,8 @@ class Adapt:
             raise AdaptError(f"--init {o.init!r} trains its chunk tower; qrag-adapt fine-tunes models whose chunk tower "
                              "is frozen (train_towers 'state', as the shipped paragraph model), so the corpus is "
                              "embedded once.")
+        if o.train_layers:  # asked by hand: a count the start's state tower cannot split is refused before any work
+            check_splittable(QNetwork.from_pretrained(o.init).state_tower.encoder, o.train_layers, "--train-layers")
         self.corpus = read_corpus(o.corpus)
         labelled_lines: list[str] = []
         self.labelled: list[Question] = []
@@ -170,7 +172,7 @@ class Adapt:
             corpus_digest=digest([*self.corpus.ids, *self.corpus.texts]),
             questions=str(Path(o.questions).expanduser().resolve()) if o.questions else None,
             questions_digest=digest(labelled_lines) if o.questions else None, init=o.init, seed=o.seed,
-            max_questions=o.max_questions)
+            max_questions=o.max_questions, train_layers=o.train_layers)
         self.record = self.folder.open(request)
         self.spent_before = self.record.spent  # earlier invocations of a resumed run
         self.record.seconds["set-up"] = self.record.seconds.get("set-up", 0.0) + self.clock() - tick
@@ -351,6 +353,8 @@ class Adapt:
         config.trainer.threads = o.threads or torch.get_num_threads()
         config.trainer.resume = (run / "last").is_dir()
         config.optim.warmup_steps, config.optim.lr = WARMUP_UPDATES, LEARNING_RATE
+        if o.train_layers is not None:
+            config.trainer.train_layers = o.train_layers
         if config.trainer.train_layers:  # a start whose state tower cannot be split trains every layer instead
             try:
                 if not takes_train_layers(config.model):

@@ -71,6 +71,8 @@ def test_bad_arguments_are_named(tmp_path: Path, corpus: Path, capsys: pytest.Ca
         (["--out", str(mine)], "already holds files \\(keep.txt\\)"),
         (["--out", str(tmp_path / "o"), "--minutes", "0"], "--minutes must be a positive number"),
         (["--out", str(tmp_path / "o"), "--threads", "0"], "--threads must be >= 1"),
+        (["--out", str(tmp_path / "o"), "--train-layers", "-1"], "--train-layers must be >= 0 \\(0: every layer\\)"),
+        (["--out", str(tmp_path / "o"), "--train-layers", "6"], "--train-layers must be between 1 and 5"),
         (["--out", str(tmp_path / "o"), "--init", str(tmp_path)], "is not a trained qrag checkpoint"),
         (["--out", str(tmp_path / "o"), "--questions", str(tmp_path / "none.jsonl")], "none.jsonl"),
     ]
