@@ -46,7 +46,9 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
         f"labelled: {f['labelled']}. Training: {f['train_questions']}; held out to choose on: "
         f"{f['held_out_questions']} ({'the labelled ones score the choice' if f['held_out_from'] == 'labelled' else 'built ones'}). "
         f"Horizon trained: {f['horizon']} hops (the median number of supporting passages; the start's: "
-        f"{f['start_horizon']}). Rehearsed: {f.get('rehearsed', 0)} of the start's own training questions.", "",
+        f"{f['start_horizon']}). Rehearsed: {f.get('rehearsed', 0)} of the start's own training questions."
+        + (f" Each labelled training question is drawn {f['labelled_repeats']} times as often as a built one, so "
+           "that they are at least half of the run's own episodes." if f.get("labelled_repeats", 1) > 1 else ""), "",
         "Ten of its training questions, with their passages (in a fan-out, the first names the others; in an "
         "in-link question, each names the passage it asks about):", "",
     ]
