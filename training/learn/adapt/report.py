@@ -78,8 +78,9 @@ def write_report(folder: AdaptFolder, record: Record, options: AdaptOptions) -> 
         lines += ["", "## Training", "",
                   f"**{train.get('updates', 0)} updates** ({train.get('transitions', 0)} transitions) in "
                   f"{seconds / 60:.1f} minutes ({100 * seconds / (60 * options.minutes):.0f} % of the "
-                  f"{options.minutes:g}-minute budget), the top {f.get('train_layers', 0) or 'every'} "
-                  "layer(s) of the state tower trained."]
+                  f"{options.minutes:g}-minute budget), "
+                  + (f"the top {f['train_layers']} layer(s) of the state tower trained." if f.get("train_layers")
+                     else "every layer of the state tower trained.")]
         if int(train.get("updates", 0)) < FEW_UPDATES:
             lines += ["", f"**Too few updates to matter** (fewer than {FEW_UPDATES}): the fine-tune is close to the "
                       "start. Run it again with more `--minutes` (it goes on from where it stopped), or on a faster "
