@@ -164,7 +164,10 @@ class Adapt:
             raise SyntheticError(
                 f"the corpus {self.corpus.source} ({len(self.corpus.texts)} passages) yields {len(self.synthetic)} "
                 f"questions{f' (and {len(self.labelled)} labelled)' if self.labelled else ''}; qrag-adapt needs at "
-                f"least {MIN_QUESTIONS}. Questions come from passages that name one another by title or subject: "
+                f"least {MIN_QUESTIONS}. "
+                + ("Label more questions, or build some beside yours with --max-questions 4000. "
+                   if self.labelled and not o.max_questions else "")
+                + "Questions come from passages that name one another by title or subject: "
                 "give passages titles ({\"id\", \"title\", \"text\"}), a larger corpus (a few thousand passages), or "
                 "labelled questions with --questions.")
         request = Request(

@@ -238,7 +238,8 @@ def test_labelled_questions_set_the_horizon_and_score_the_choice(tmp_path: Path,
         for b in range(10)])
     base = ["--corpus", str(corpus), "--init", str(tiny_start), "--threads", "1", "--minutes", "0.3",
             "--questions", str(labelled)]
-    assert main([*base, "--out", str(tmp_path / "mixed")]) == 2  # stops before training: the budget is too short
+    build = ["--max-questions", "4000"]  # with labels, none are built unless asked
+    assert main([*base, *build, "--out", str(tmp_path / "mixed")]) == 2  # stops before training: too short a budget
     assert "pass more minutes" in capsys.readouterr().err
     facts = json.loads((tmp_path / "mixed" / "work" / "adapt.json").read_text())["facts"]
     built = facts["built"]
@@ -256,14 +257,24 @@ def test_labelled_questions_set_the_horizon_and_score_the_choice(tmp_path: Path,
         "corpus": {f"node-{p}": texts[p] for r in rows for p in r["supporting"]},
         "relevant_docs": {f"query-{i}": [f"node-{p}" for p in r["supporting"]] for i, r in enumerate(rows)},
         "mode": "text"}))
-    assert main([*base[:-1], str(llama), "--out", str(tmp_path / "llama")]) == 2
+    assert main([*base[:-1], str(llama), *build, "--out", str(tmp_path / "llama")]) == 2
     capsys.readouterr()
     for name in ("train.jsonl", "val.jsonl"):
         a, b = ([(r["question"], r["supporting"], r.get("kind")) for r in map(json.loads, (tmp_path / run / "work" /
                  name).read_text().splitlines())] for run in ("mixed", "llama"))
         assert a == b
-    # Labelled questions alone (none built): ten are too few.
-    assert main([*base, "--out", str(tmp_path / "alone"), "--max-questions", "0"]) == 2
-    assert "yields 0 questions (and 10 labelled); qrag-adapt needs at least 30" in capsys.readouterr().err
+    # Labelled questions alone (the default with --questions: none built): ten are too few, and the fix is named.
+    assert main([*base, "--out", str(tmp_path / "alone")]) == 2
+    err = capsys.readouterr().err
+    assert "yields 0 questions (and 10 labelled); qrag-adapt needs at least 30" in err and "--max-questions 4000" in err
     assert main(["--corpus", str(corpus), "--out", str(tmp_path / "x"), "--max-questions", "0"]) == 2
     assert "without --questions" in capsys.readouterr().err
+    # Enough labelled questions train alone, every layer of the state tower (the recipe with labels), unless asked
+    many = _lines(tmp_path / "many.jsonl", [
+        {"question": f"{what} Lantern{b}?", "supporting": [f"band-{b}", f"Ada Voss{b}", f"Cleo Marsh{b}"]}
+        for b in range(12) for what in ("Who plays in", "Which guitarists are in", "Name the members of")])
+    assert main([*base[:-1], str(many), "--out", str(tmp_path / "labels")]) == 2  # too short a budget to train
+    capsys.readouterr()
+    record = json.loads((tmp_path / "labels" / "work" / "adapt.json").read_text())
+    assert record["facts"]["built"] == 0 and record["facts"]["labelled"] == 36
+    assert (record["request"]["max_questions"], record["request"]["train_layers"]) == (0, 0)
