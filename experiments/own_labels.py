@@ -2,7 +2,7 @@
 
     python experiments/own_labels.py run --data runs/fanoutqa --work runs/own_labels --fold 0 --size all
     python experiments/own_labels.py score --data runs/fanoutqa --work runs/own_labels --fold 0 --size all
-    python experiments/own_labels.py report --work runs/own_labels --out experiments/results/own_labels.json
+    python experiments/own_labels.py report --work runs/own_labels --out experiments/results/own_labels.json [--folds 0]
 
 FanOutQA dev's 122 questions with two or more evidence pages (`scripts/fanoutqa_own_data.py runs/fanoutqa
 --dev-only`) play a team's labels over the 10 033 summaries. They are shuffled once (seed `FOLD_SEED`) into `FOLDS`
@@ -140,6 +140,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     sizes: dict[str, dict[str, Any]] = {}
     for held in sorted(args.work.glob("fold*-*/held@*/results.jsonl")):
         run = held.parent.parent.name  # fold{f}-{size}
+        if args.folds is not None and int(run.split("-")[0][len("fold"):]) not in args.folds:
+            continue
         size, k = run.split("-", 1)[1], int(held.parent.name.split("@")[1])
         by = sizes.setdefault(size, {"folds": set(), "per": {}})
         by["folds"].add(run.split("-")[0])
@@ -147,7 +149,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             by["per"].setdefault((k, r["method"]), {})[f"{run.split('-')[0]}/{r['id']}"] = float(r["fact_recall"])
     mark = args.work / "fold_seed.txt"
     seed = mark.read_text(encoding="utf-8").strip() if mark.is_file() else FOLD_SEED
-    report: dict[str, Any] = {"folds": FOLDS, "fold_seed": seed, "sizes": {}}
+    pooled = sorted(args.folds) if args.folds is not None else "every one scored"
+    report: dict[str, Any] = {"folds": FOLDS, "fold_seed": seed, "pooled_folds": pooled, "sizes": {}}
     for size, by in sizes.items():
         row: dict[str, Any] = {"folds_scored": sorted(by["folds"])}
         for k in KS:
@@ -178,6 +181,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     def size(name: str) -> int:
         return (FOLDS - 1) * 122 // FOLDS if name == "all" else int(name)
 
+    folds = report.get("pooled_folds", "every one scored")
+    pooled = f"fold {','.join(map(str, folds))}" if isinstance(folds, list) else f"{FOLDS}-fold"
     sizes = sorted(report["sizes"], key=size)
     fig, axes = plt.subplots(1, len(KS), figsize=(5 * len(KS), 3.6), sharey=True)
     for ax, k in zip(axes, KS, strict=True):
@@ -189,7 +194,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.errorbar(xs, [r["qrag"] for _, r in rows], yerr=[r["qrag-init"]["ci95"] for _, r in rows], marker="o",
                     capsize=3, label="adapted (bars: paired 95% to the start)")
         ax.set_xlabel("labelled questions trained on")
-        ax.set_title(f"recall@{k}, FanOutQA dev, {FOLDS}-fold")
+        ax.set_title(f"recall@{k}, FanOutQA dev, {pooled} (seed {report['fold_seed']})", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("recall")
     axes[0].legend(fontsize=8)
@@ -214,6 +219,8 @@ def main() -> int:
     p = sub.add_parser("report")
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--folds", type=lambda v: {int(f) for f in v.split(",")}, default=None,
+                   help="pool these folds only (e.g. 0: a curve whose every point is the same held-out questions)")
     args = ap.parse_args()
     return {"run": cmd_run, "score": cmd_score, "report": cmd_report}[args.command](args)
 
