@@ -91,14 +91,20 @@ def run_dir(work: Path, fold: int, size: str) -> Path:
     return work / f"fold{fold}-{size}"
 
 
+def _marked_seed(work: Path) -> str | None:
+    """The fold seed a work folder was cut with (`fold_seed.txt`; None before its first run)."""
+    mark = work / "fold_seed.txt"
+    return mark.read_text(encoding="utf-8").strip() if mark.is_file() else None
+
+
 def _seed(args: argparse.Namespace) -> str:
     """The fold seed of this work folder: the first run writes it, a later call with another seed is refused."""
-    mark = args.work / "fold_seed.txt"
-    if mark.is_file() and mark.read_text(encoding="utf-8").strip() != args.fold_seed:
-        raise SystemExit(f"{args.work} was cut with fold seed {mark.read_text(encoding='utf-8').strip()!r}, not "
-                         f"{args.fold_seed!r}: give that seed or another --work folder.")
+    marked = _marked_seed(args.work)
+    if marked is not None and marked != args.fold_seed:
+        raise SystemExit(f"{args.work} was cut with fold seed {marked!r}, not {args.fold_seed!r}: give that seed or "
+                         "another --work folder.")
     args.work.mkdir(parents=True, exist_ok=True)
-    mark.write_text(args.fold_seed + "\n", encoding="utf-8")
+    (args.work / "fold_seed.txt").write_text(args.fold_seed + "\n", encoding="utf-8")
     return str(args.fold_seed)
 
 
@@ -139,16 +145,15 @@ def margin(a: list[float], b: list[float]) -> dict[str, float]:
 def cmd_report(args: argparse.Namespace) -> int:
     sizes: dict[str, dict[str, Any]] = {}
     for held in sorted(args.work.glob("fold*-*/held@*/results.jsonl")):
-        run = held.parent.parent.name  # fold{f}-{size}
-        if args.folds is not None and int(run.split("-")[0][len("fold"):]) not in args.folds:
+        fold, size = held.parent.parent.name.split("-", 1)  # fold{f}-{size}
+        if args.folds is not None and int(fold[len("fold"):]) not in args.folds:
             continue
-        size, k = run.split("-", 1)[1], int(held.parent.name.split("@")[1])
+        k = int(held.parent.name.split("@")[1])
         by = sizes.setdefault(size, {"folds": set(), "per": {}})
-        by["folds"].add(run.split("-")[0])
+        by["folds"].add(fold)
         for r in _read(held):
-            by["per"].setdefault((k, r["method"]), {})[f"{run.split('-')[0]}/{r['id']}"] = float(r["fact_recall"])
-    mark = args.work / "fold_seed.txt"
-    seed = mark.read_text(encoding="utf-8").strip() if mark.is_file() else FOLD_SEED
+            by["per"].setdefault((k, r["method"]), {})[f"{fold}/{r['id']}"] = float(r["fact_recall"])
+    seed = _marked_seed(args.work) or FOLD_SEED  # the folders of the first two rules predate the mark
     pooled = sorted(args.folds) if args.folds is not None else "every one scored"
     report: dict[str, Any] = {"folds": FOLDS, "fold_seed": seed, "pooled_folds": pooled, "sizes": {}}
     for size, by in sizes.items():
