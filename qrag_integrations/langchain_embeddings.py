@@ -19,7 +19,9 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from qrag.integrations.langchain_stores import (
+    READABLE,
     document_pages,
+    documents_by_id,
     langchain_vector_search,
     read_documents,
     store_name,
@@ -206,11 +208,15 @@ class LangChainChunkStore:
                        pair_weight: float) -> list[list[Hybrid]]:
         """Per query row: the `k` best (chunk, Q-value, Q + `weight` · lexical evidence of `texts[r]`), exactly as an
         in-process index ranks them (`store_lexical.StoreLexical.search`; a chunk BM25 holds that the store lost is
-        looked up by id and dropped)."""
+        looked up by id and dropped; the few that could still reach the top, scored from their stored vectors)."""
         assert self.text_index is not None, "with_lexical() first"
         return self.text_index.search(lambda q, n, skip, w: self.search(q, n, skip, w), queries, k, exclude, where,
-                                      texts, questions, weight, pair_weight,
-                                      held=self._held)
+                                      texts, questions, weight, pair_weight, held=self._held,
+                                      lookup=self._lookup if langchain_store_kind(self.store) in READABLE else None)
+
+    def _lookup(self, ids: Sequence[str]) -> list[tuple[Chunk, list[float]]]:
+        """Those of `ids` the store holds, as chunks with their stored vectors (`documents_by_id`)."""
+        return [(self._chunk(doc), vector) for doc, vector in documents_by_id(self.store, ids) or []]
 
     def _held(self, ids: Sequence[str]) -> set[str]:
         """Which of `ids` the store holds; all of them for a store that cannot look ids up (nothing is dropped)."""

@@ -60,6 +60,8 @@ def langchain_vector_search(store: VectorStore) -> tuple[VectorSearch, ScoreMap 
     return search, None
 
 
+READABLE = ("chroma", "in-memory", "faiss", "qdrant")
+"""The stores whose documents qrag reads (for BM25, the check before the first query, and lookups by id)."""
 READ_PAGE = 1000
 """Documents read from a store per call while indexing it for BM25 (Chroma, Qdrant): the peak holds one page."""
 
@@ -104,12 +106,46 @@ def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[A
     return None
 
 
+def documents_by_id(store: VectorStore, ids: Sequence[str]) -> list[tuple[Any, list[float]]] | None:
+    """Those of `ids` a LangChain store holds, as `Document`s named as its search names them, each with its stored
+    vector (what a hop scores exactly instead of asking the store for more); None for a store qrag cannot look up so.
+    Chroma, Qdrant and `InMemoryVectorStore` are asked by id; FAISS reads its docstore and `reconstruct`s the rows."""
+    from langchain_core.documents import Document
+
+    kind = langchain_store_kind(store)
+    if kind not in READABLE:
+        return None
+    if not ids:
+        return []
+    if kind == "chroma":
+        got = store._collection.get(ids=list(ids), include=["documents", "metadatas", "embeddings"])  # type: ignore[attr-defined]
+        return [(Document(page_content=t or "", metadata=m or {}, id=i), list(map(float, x)))
+                for i, t, m, x in zip(got["ids"], got["documents"], got["metadatas"], got["embeddings"], strict=True)]
+    if kind == "in-memory":
+        held = [store.store[i] for i in ids if i in store.store]  # type: ignore[attr-defined]
+        return [(Document(page_content=d["text"], metadata=d.get("metadata") or {}, id=d["id"]), list(d["vector"]))
+                for d in held]
+    if kind == "faiss":  # its row of each id read as LangChain's own delete reads it
+        rows = {cid: row for row, cid in store.index_to_docstore_id.items()}  # type: ignore[attr-defined]
+        return [(Document(page_content=d.page_content, metadata=d.metadata, id=cid),
+                 store.index.reconstruct(rows[cid]).tolist())  # type: ignore[attr-defined]
+                for cid in ids if cid in rows and isinstance(d := store.docstore.search(cid), Document)]  # type: ignore[attr-defined]
+    if kind == "qdrant":
+        points = store.client.retrieve(store.collection_name, ids=[uuid_form(i) for i in ids],  # type: ignore[attr-defined]
+                                       with_payload=True, with_vectors=True)
+        return [(store._document_from_point(p, store.collection_name, store.content_payload_key,  # type: ignore[attr-defined]
+                                            store.metadata_payload_key),  # type: ignore[attr-defined]
+                 list((p.vector.get(store.vector_name) if isinstance(p.vector, dict) else p.vector) or []))  # type: ignore[attr-defined]
+                for p in points]
+    return None
+
+
 def document_pages(store: VectorStore, page: int = READ_PAGE) -> Iterator[list[Any]] | None:
     """The documents a LangChain store holds, `page` at a time, as `Document`s named as its search names them, with
     their texts, ids and metadata and never their vectors (what BM25 and the filter checks read: a page is indexed
     and dropped before the next is read); None for a store qrag cannot read."""
     kind = langchain_store_kind(store)
-    if kind not in ("chroma", "in-memory", "faiss", "qdrant"):
+    if kind not in READABLE:
         return None
     return _pages(store, kind, page)
 

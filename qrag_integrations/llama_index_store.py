@@ -182,7 +182,18 @@ class LlamaIndexChunkStore:
         """Per query row: the `k` best (chunk, Q-value, Q + `weight` · lexical evidence), as an in-process index ranks."""
         assert self.text_index is not None, "with_lexical() first"
         return self.text_index.search(lambda q, n, skip, w: self.search(q, n, skip, w), queries, k, exclude, where,
-                                      texts, questions, weight, pair_weight, held=self.stored_ids)
+                                      texts, questions, weight, pair_weight, held=self.stored_ids,
+                                      lookup=self._lookup)
+
+    def _lookup(self, ids: Sequence[str]) -> list[tuple[Chunk, list[float]]]:
+        """Those of `ids` the Chroma collection holds, as chunks with their stored vectors (what a hop scores exactly
+        instead of asking the store for more)."""
+        got = self.store._collection.get(ids=list(ids), include=["embeddings"])  # type: ignore[attr-defined]
+        vectors = {i: list(map(float, x)) for i, x in zip(got["ids"], got["embeddings"], strict=True)}
+        if not vectors:
+            return []  # (get_nodes without ids would read the whole store)
+        return [(self._chunk(n), vectors[n.node_id]) for n in self._get_nodes(node_ids=list(vectors))
+                if n.node_id in vectors]
 
     # ------------------------------------------------------------------ a living store
     def add(self, nodes: Sequence[BaseNode], embed: Callable[[list[str]], list[list[float]]]) -> None:

@@ -9,8 +9,12 @@ The index is versioned like the in-process one: an add or a delete makes a new `
 whole, and a search reads one version from its first row to its last, so its ids, rows, metadata and BM25 always
 agree. A chunk BM25 holds that could still reach the top but that the store no longer returns (deleted past this
 index, through another retriever or outside qrag) is looked up in the store (`held`): one the store no longer holds
-is dropped from the index, not fetched for. A store whose own filter refuses a chunk qrag's filter allows would keep
-the search asking: after `MAX_ROUNDS` calls it ranks what the store returned. Framework-free.
+is dropped from the index, not fetched for. A store that hands back chunks by id with their stored vectors (`lookup`:
+every store qrag reads) is not asked again at all while few chunks block: those are scored exactly from their own
+vectors (⟨state, x⟩ is the Q-value the store's search would have reported), so a hop costs one search and at most one
+lookup. Without `lookup`, or with more than `EXACT` blocking, the store is asked for four times more; a store whose own
+filter refuses a chunk qrag's filter allows would keep the search asking: after `MAX_ROUNDS` calls it ranks what the
+store returned. Framework-free.
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ from qrag.training.search import Chunk, Filter, LexicalIndex, ScoredChunk, lexic
 # (queries (R, D), n, exclude, where) → the store's n best (chunk, Q-value) per row
 VectorSearch = Callable[[torch.Tensor, int, Sequence[Collection[str]], Filter | None], list[list[ScoredChunk]]]
 Held = Callable[[Sequence[str]], set[str]]  # which of these ids the store still holds
+Lookup = Callable[[Sequence[str]], list[tuple[Chunk, list[float]]]]  # those of these ids it holds, with stored vectors
 Hybrid = tuple[Chunk, float, float]  # (chunk, Q-value, Q + ω · evidence)
 MAX_ROUNDS = 4
 """Most store calls one row of a hop makes (each asks for four times more than the last)."""
 LOOKUPS = 64
 """Most ids a row looks up in the store at a time (those whose evidence could still reach the top)."""
+EXACT = 256
+"""Most blocking chunks a row scores from their stored vectors (`Lookup`) instead of asking the store for more."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +122,12 @@ class StoreLexical:
 
     def search(self, search: VectorSearch, states: torch.Tensor, k: int, exclude: Sequence[Collection[str]],
                where: Filter | None, texts: Sequence[str], questions: Sequence[str], weight: float,
-               pair_weight: float, held: Held | None = None) -> list[list[Hybrid]]:
+               pair_weight: float, held: Held | None = None, lookup: Lookup | None = None) -> list[list[Hybrid]]:
         """Per state row (R, D): the `k` best chunks by Q + `weight` · evidence of the state's text `texts[r]` (plus
         `pair_weight` × the question's word pairs' evidence), exactly as over an in-process index; the excluded ids
         and those `where` refuses are never returned. One version throughout; each row's evidence is (N,), never a
-        (rows × documents) block. `held(ids)`: which ids the store still holds (None: never looked up)."""
+        (rows × documents) block. `held(ids)`: which ids the store still holds (None: never looked up);
+        `lookup(ids)`: the held ones' chunks and stored vectors (None: the store is asked for more instead)."""
         v = self._version
         n = len(v.ids)
         allowed = torch.ones(n, dtype=torch.bool)  # (N,)
@@ -137,19 +145,18 @@ class StoreLexical:
                     pairs = v.lexical.pair_scores([questions[r]])  # (1, N)
                     evidence = evidence + pair_weight * lexical_evidence(pairs, available[None])[0]
             out.append(self._row(v, search, states[r : r + 1], k, exclude[r], where, evidence, available, weight,
-                                 held, gone))
+                                 held, lookup, gone))
         if gone:
             self.deleted(gone)  # the store no longer holds them: later searches do not look for them again
         return out
 
     def _row(self, v: LexicalVersion, search: VectorSearch, state: torch.Tensor, k: int, skip: Collection[str],
              where: Filter | None, evidence: torch.Tensor, available: torch.Tensor, weight: float, held: Held | None,
-             gone: set[str]) -> list[Hybrid]:
+             lookup: Lookup | None, gone: set[str]) -> list[Hybrid]:
         fetch = max(2 * k, k + 10)
         for rounds in range(1, MAX_ROUNDS + 1):
             hits = search(state, fetch, [skip], where)[0]  # best Q first
-            scored = sorted(((c, q, q + weight * _evidence(v, evidence, c.id)) for c, q in hits),
-                            key=lambda h: -h[2])
+            scored = _ranked(v, hits, evidence, weight)
             if len(hits) < fetch or fetch >= len(v.ids) + len(skip) or rounds == MAX_ROUNDS:
                 return scored[:k]  # the store has nothing more to give (or was asked enough)
             unseen = available.clone()  # (N,)
@@ -160,6 +167,18 @@ class StoreLexical:
                 blocking = (unseen & (bound >= scored[k - 1][2])).nonzero().flatten()
                 if not len(blocking):
                     return scored[:k]
+                if lookup is not None and len(blocking) <= EXACT:
+                    ids = [v.ids[int(i)] for i in blocking]
+                    found = lookup(ids)
+                    gone |= set(ids) - {c.id for c, _ in found}
+                    if any(len(x) != state.shape[1] for _, x in found):
+                        break  # a stored vector this state cannot be scored against: ask the store instead
+                    if not found:
+                        return scored[:k]
+                    q = (torch.tensor([x for _, x in found]) @ state[0].float()).tolist()  # (F,) their Q-values
+                    # every chunk that could beat the k-th is scored now: those unseen and not blocking could not
+                    return _ranked(v, [*hits, *((c, qi) for (c, _), qi in zip(found, q, strict=True))], evidence,
+                                   weight)[:k]
                 if held is None:
                     break
                 ids = [v.ids[int(i)] for i in blocking[:LOOKUPS]]
@@ -169,6 +188,11 @@ class StoreLexical:
                 gone |= missing
             fetch *= 4
         raise AssertionError("unreachable: the last round returns")
+
+
+def _ranked(v: LexicalVersion, hits: Sequence[ScoredChunk], evidence: torch.Tensor, weight: float) -> list[Hybrid]:
+    """The chunks with their Q-values as (chunk, Q, Q + `weight` · evidence), best hybrid score first."""
+    return sorted(((c, q, q + weight * _evidence(v, evidence, c.id)) for c, q in hits), key=lambda h: -h[2])
 
 
 def _evidence(v: LexicalVersion, evidence: torch.Tensor, cid: str) -> float:

@@ -1,8 +1,9 @@
 """A store behind `from_vector_store` is as safe as the in-process index: a tenant floor and a per-call filter mean
 on every accepted store what they mean in process; adds and deletes beside searches never raise and never let a
 deleted id come back after its delete returned; BM25 over a store reads texts and ids only, is versioned, and a
-document the store lost is looked up once instead of fetching the whole store; an inner-product store another
-encoder filled is refused by name."""
+document the store lost is looked up once instead of fetching the whole store, and the few chunks that could still
+reach the top are scored from their stored vectors, so each hop asks the store once (every LangChain store, and
+LlamaIndex's Chroma); an inner-product store another encoder filled is refused by name."""
 
 from __future__ import annotations
 
@@ -49,29 +50,39 @@ def _in_memory(embeddings: Embeddings, texts: list[str] = TEXTS, ids: list[str] 
     return store
 
 
-def _chroma(embeddings: Embeddings) -> Any:
+def _chroma(embeddings: Embeddings, texts: list[str] = TEXTS, ids: list[str] = IDS,
+            metas: list[dict[str, Any]] = META) -> Any:
     chromadb = pytest.importorskip("chromadb")
     from langchain_chroma import Chroma
 
-    return Chroma.from_texts(TEXTS, embeddings, metadatas=META, ids=IDS, client=chromadb.EphemeralClient(),
+    return Chroma.from_texts(texts, embeddings, metadatas=metas, ids=ids, client=chromadb.EphemeralClient(),
                              collection_name=f"c-{uuid.uuid4().hex[:10]}")
 
 
-def _qdrant(embeddings: Embeddings) -> Any:
+def _qdrant(embeddings: Embeddings, texts: list[str] = TEXTS, ids: list[str] = IDS,
+            metas: list[dict[str, Any]] = META) -> Any:
     pytest.importorskip("qdrant_client")
     from langchain_qdrant import QdrantVectorStore
     from qdrant_client.http.models import Distance
 
-    return QdrantVectorStore.from_texts(TEXTS, embeddings, metadatas=META, ids=IDS, location=":memory:",
+    return QdrantVectorStore.from_texts(texts, embeddings, metadatas=metas, ids=ids, location=":memory:",
                                         collection_name=f"q-{uuid.uuid4().hex[:10]}", distance=Distance.COSINE)
 
 
-def _faiss(embeddings: Embeddings) -> Any:
+def _faiss(embeddings: Embeddings, texts: list[str] = TEXTS, ids: list[str] = IDS,
+           metas: list[dict[str, Any]] = META) -> Any:
     pytest.importorskip("faiss")
     from langchain_community.vectorstores import FAISS
 
-    return FAISS.from_texts(TEXTS, embeddings, metadatas=META, ids=IDS)
+    return FAISS.from_texts(texts, embeddings, metadatas=metas, ids=ids)
 
+
+# beside the facts, lists that share the questions' words (BM25 evidence, low Q) and unrelated notes: more documents
+# than a hop's first search asks for, so a search without lookups by id asks again for four times more
+_MANY_TEXTS = [*TEXTS, *(f"Word list {i}: tower, fair, designed, beekeeper, mountain, museum, painting, hang."
+                         for i in range(30)), *(f"Recipe {i}: mix flour, water and salt, then bake." for i in range(30))]
+MANY = (_MANY_TEXTS, [*IDS, *(str(uuid.uuid5(uuid.NAMESPACE_URL, f"more-{i}")) for i in range(60))],
+        [{"n": i} for i in range(len(_MANY_TEXTS))])
 
 MAKERS = {"in_memory": _in_memory, "chroma_l2": _chroma, "qdrant_cosine": _qdrant, "faiss_l2": _faiss}
 
@@ -248,6 +259,111 @@ def test_a_store_that_never_returns_a_document_bm25_holds_is_asked_a_bounded_num
     got = index.search(search, torch.zeros(1, 4), 2, [set()], None, ["milk"], ["milk"], weight=0.5, pair_weight=0.0,
                        held=lambda ids: set(ids))  # 'a' is held: the store's own filter hides it
     assert len(asked) == MAX_ROUNDS and len(got[0]) == 2
+
+
+def test_a_chunk_the_store_did_not_return_is_scored_from_its_stored_vector_in_one_lookup() -> None:
+    from qrag.training.search import Chunk
+
+    others = [f"b{i}" for i in range(40)]
+    index = StoreLexical(["a", *others], ["milk milk milk", *("apple box" for _ in others)],
+                         [{} for _ in range(41)], pairs=False)
+    state = torch.tensor([[1.0, 0.0]])
+    asked: list[int] = []
+    looked: list[list[str]] = []
+
+    def search(q: torch.Tensor, n: int, skip: Any, where: Any) -> list[list[Any]]:
+        asked.append(n)  # Q falls from 0.9 by 0.01 a rank; 'a' (Q 0.5) is never among them
+        return [[(Chunk(f"b{i}", "apple box", {}), 0.9 - 0.01 * i) for i in range(min(n, 40))]]
+
+    def lookup(ids: Any) -> list[tuple[Any, list[float]]]:
+        looked.append(list(ids))
+        return [(Chunk(i, "milk milk milk", {}), [0.5, 7.0]) for i in ids if i == "a"]
+
+    got = index.search(search, state, 2, [set()], None, ["milk"], ["milk"], weight=0.5, pair_weight=0.0,
+                       lookup=lookup)[0]
+    assert asked == [12] and looked == [["a"]]  # one search, one lookup of the one chunk that could reach the top
+    # 'a': Q = <(1, 0), (0.5, 7)> = 0.5 and BM25 evidence 1 (the only document with 'milk'): 0.5 + 0.5 · 1 = 1.0
+    assert [(c.id, round(q, 6), round(h, 6)) for c, q, h in got] == [("a", 0.5, 1.0), ("b0", 0.9, 0.9)]
+
+
+def test_a_chunk_the_store_lost_is_dropped_by_the_lookup_not_fetched_for() -> None:
+    from qrag.training.search import Chunk
+
+    others = [f"b{i}" for i in range(40)]
+    index = StoreLexical(["a", *others], ["milk milk milk", *("apple box" for _ in others)],
+                         [{} for _ in range(41)], pairs=False)
+    asked: list[int] = []
+
+    def search(q: torch.Tensor, n: int, skip: Any, where: Any) -> list[list[Any]]:
+        asked.append(n)
+        return [[(Chunk(f"b{i}", "apple box", {}), 0.9 - 0.01 * i) for i in range(min(n, 40))]]
+
+    got = index.search(search, torch.tensor([[1.0, 0.0]]), 2, [set()], None, ["milk"], ["milk"], weight=0.5,
+                       pair_weight=0.0, lookup=lambda ids: [])[0]
+    assert asked == [12] and [c.id for c, _, _ in got] == ["b0", "b1"]
+    assert "a" not in index.version.rows  # gone from the index: the next search does not look for it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(MAKERS))
+def test_each_hop_over_every_store_is_one_search_and_ranks_as_in_process(kind: str, embeddings: Embeddings,
+                                                                          qnet: QNetwork) -> None:
+    texts, ids, metas = MANY
+    store = MAKERS[kind](embeddings, texts, ids, metas)
+    over = QRAGRetriever.from_vector_store(store, qnet)
+    chunks = over.searcher.store  # type: ignore[union-attr]
+    calls: list[int] = []
+    search = chunks.vector_search
+
+    def counted(vector: Any, k: int = 4, **kwargs: Any) -> Any:
+        calls.append(k)
+        return search(vector, k=k, **kwargs)
+
+    chunks.vector_search = counted
+    exact = QRAGRetriever.from_texts(texts, qnet, ids=ids, metadatas=metas)
+    for q in QUESTIONS:
+        calls.clear()
+        a, b = exact.invoke(q), over.invoke(q)
+        assert _ids(b) == _ids(a), q
+        assert [d.metadata["q_value"] for d in b] == pytest.approx([d.metadata["q_value"] for d in a], abs=1e-4)
+        # one search a hop (a later hop's over-fetches its taken ids), never one for four times more
+        assert len(calls) <= qnet.hop_settings.max_hops and max(calls) < 4 * min(calls), (q, calls)
+
+
+@pytest.mark.slow
+def test_each_hop_over_a_llama_index_chroma_store_is_one_query_and_ranks_as_from_defaults(qnet: QNetwork) -> None:
+    chromadb = pytest.importorskip("chromadb")
+    pytest.importorskip("llama_index.vector_stores.chroma")
+    from llama_index.core.schema import MetadataMode, TextNode
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    from qrag.integrations import QRAGLlamaIndexEmbedding, QRAGLlamaIndexRetriever
+
+    texts, ids, metas = MANY
+    nodes = [TextNode(text=t, id_=i, metadata=m) for t, i, m in zip(texts, ids, metas, strict=True)]
+    vectors = QRAGLlamaIndexEmbedding(qnet).get_text_embedding_batch(
+        [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
+    collection = chromadb.EphemeralClient().create_collection(f"li-{uuid.uuid4().hex[:10]}",
+                                                              configuration={"hnsw": {"space": "ip"}})
+    store = ChromaVectorStore(chroma_collection=collection)
+    store.add([n.model_copy(update={"embedding": v}) for n, v in zip(nodes, vectors, strict=True)])
+    exact = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=qnet, similarity_top_k=5)
+    over = QRAGLlamaIndexRetriever.from_vector_store(store, qnet, similarity_top_k=5)
+    asked: list[int] = []
+    query = store.query
+
+    def counted(q: Any, **kwargs: Any) -> Any:
+        asked.append(q.similarity_top_k)
+        return query(q, **kwargs)
+
+    object.__setattr__(store, "query", counted)  # a pydantic model: no plain attribute assignment
+    for q in QUESTIONS:
+        asked.clear()
+        a, b = exact.retrieve(q), over.retrieve(q)
+        assert [n.node.node_id for n in b] == [n.node.node_id for n in a], q
+        assert [n.node.metadata["q_value"] for n in b] == pytest.approx([n.node.metadata["q_value"] for n in a],
+                                                                        abs=1e-4)
+        assert len(asked) <= qnet.hop_settings.max_hops and max(asked) < 4 * min(asked), (q, asked)
 
 
 # ---------------------------------------------------------------------- inner-product stores
