@@ -33,6 +33,10 @@ these seed-0 readings have chosen, so the shipped recipe's figure is then read o
 defaults with `--questions`, which are B) on the fresh fold seed `own-labels/1` (`--fold-seed`), folds 0 and 1 with
 all their training questions, then fold 0 with 60 and with 30 (the curve). Nothing is chosen on it: it is the figure
 docs/RESULTS.md gives for the shipped recipe, whatever it says.
+
+**Folds 2 and 3** (2026-12-02, the next session; written while fold 2's run was scored and fold 3's ran): the third
+reading's recipe and seed on the other two folds with all their training questions, so that every one of the 122
+questions is held out once. Nothing is chosen on them either: RESULTS gives the four folds pooled, whatever they say.
 """
 
 from __future__ import annotations
