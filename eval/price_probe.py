@@ -81,6 +81,27 @@ def plain_stores(texts: list[str], vectors: torch.Tensor) -> dict[str, Any]:
     return {"in_memory": in_memory, "chroma": chroma}
 
 
+def store_calls(retriever: QRAGRetriever) -> Counter[str]:
+    """Counts of what a `from_vector_store` retriever asks its LangChain store from now on: `searches` by vector,
+    `lookups` by id (`LangChainChunkStore._lookup`, the chunks that could still reach the top) and the `looked_up`
+    ids. A count per store, not per thread: read it over calls that do not overlap."""
+    calls: Counter[str] = Counter()
+    store = retriever.searcher.store
+    search, lookup = store.vector_search, store._lookup  # type: ignore[union-attr]
+
+    def searched(*args: Any, **kwargs: Any) -> Any:
+        calls["searches"] += 1
+        return search(*args, **kwargs)
+
+    def looked(ids: Any) -> Any:
+        calls["lookups"] += 1
+        calls["looked_up"] += len(ids)
+        return lookup(ids)
+
+    store.vector_search, store._lookup = searched, looked  # type: ignore[union-attr]
+    return calls
+
+
 def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]], *, k: int, threads: int,
               callers: int, rounds: int, alone: int, warmup: int = 3) -> dict[str, Any]:
     """qrag (`texts` already indexed) beside `plain_retrievers`, each question of `asked` asked once by each
@@ -99,6 +120,7 @@ def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]]
     ask = {"qrag": counted(qrag, hops, counter), "qrag_over_chroma": counted(over_store, []),
            **{name: store.as_retriever(search_kwargs={"k": k}).invoke for name, store in stores.items()}}
     passes_before, layers_before = counter.passes, counter.token_layers
+    over_calls = store_calls(over_store)
     got = price(ask, fresh, callers=callers)
     calls = len(fresh.warmup) + len(fresh.alone) + sum(map(len, fresh.rounds))
     return {**got, "questions": {"warmup": len(fresh.warmup), "one_at_a_time": len(fresh.alone),
@@ -106,4 +128,6 @@ def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]]
             "qrag_encoder_passes_per_query": (counter.passes - passes_before) / calls,
             "qrag_token_layers_per_query": (counter.token_layers - layers_before) / calls,
             "qrag_hops_per_query": statistics.mean(hops), "qrag_hops_histogram": dict(sorted(Counter(hops).items())),
+            "qrag_over_chroma_per_query": {name: over_calls[name] / calls
+                                           for name in ("searches", "lookups", "looked_up")},
             "questions_asked": [q["question"] for q in asked]}

@@ -92,3 +92,24 @@ def test_price_asks_each_retriever_every_question_once_and_reads_the_ratios() ->
     assert got["callers_at_once"]["qrag"]["queries_per_s"] == 16.0
     assert got["callers_at_once"]["plain"]["queries_per_s"] == 64.0
     assert got["throughput_ratio"] == {"plain": 0.25}
+
+
+@pytest.mark.slow
+def test_the_store_paths_searches_and_lookups_are_counted_per_call() -> None:
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from qrag.eval.existing_collections import MiniLMEmbeddings
+    from qrag.eval.price_probe import store_calls
+    from tests.qrag_integrations.test_existing_collections import QUESTIONS
+    from tests.qrag_integrations.test_store_safety import MANY
+
+    texts, ids, metas = MANY
+    store = InMemoryVectorStore(MiniLMEmbeddings())
+    store.add_texts(texts, metadatas=metas, ids=ids)
+    retriever = QRAGRetriever.from_vector_store(store, "qrag/hotpotqa-minilm", k=5)
+    calls = store_calls(retriever)
+    for q in QUESTIONS:
+        retriever.invoke(q)
+    hops = retriever.searcher.model.hop_settings.max_hops
+    assert len(QUESTIONS) <= calls["searches"] <= hops * len(QUESTIONS)  # one search a hop
+    assert 1 <= calls["lookups"] <= calls["searches"] and calls["looked_up"] >= calls["lookups"]
