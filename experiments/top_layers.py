@@ -21,6 +21,12 @@ trains all six). None holding: the baseline stays. A candidate served in another
 same rule, to say whether that precision may be the default. Validation files only: the evaluation-only ones are
 refused.
 
+**The top 3 layers** (2026-12-02, the next session, written while it trained and before any reading): trained as the
+others were (`--trainer.train-layers 3`, one thread, bf16, 31 minutes), read as `top3-p64` (each passage's piece cut
+to 64 tokens, as shipped) against the same baseline (`--model qrag/hotpotqa-minilm@p128`) by the same rule. If it holds
+it is the cheapest that does (64 tokens, 3 layers) and ships as the default paragraph model once the quality figures of
+RESULTS are read again with it; if not, the shipped model stays.
+
     python experiments/top_layers.py --squad runs/data/new_wiki_v1.0.json --squad runs/data/amazon_reviews_v1.0.json \
         --candidate top1=runs/hp-top1/best@128 --candidate top1-64=runs/hp-top1/best@64 --layers top1=1 \
         --layers top1-64=1 --chunk-vectors runs/cv --work runs/top_layers --out experiments/results/top_layers.json
