@@ -122,11 +122,11 @@ def documents_by_id(store: VectorStore, ids: Sequence[str]) -> list[tuple[Any, l
         return [(Document(page_content=t or "", metadata=m or {}, id=i), list(map(float, x)))
                 for i, t, m, x in zip(got["ids"], got["documents"], got["metadatas"], got["embeddings"], strict=True)]
     if kind == "in-memory":
-        held = [store.store[i] for i in ids if i in store.store]  # type: ignore[attr-defined]
+        held = [d for i in ids if (d := store.store.get(i)) is not None]  # type: ignore[attr-defined]
         return [(Document(page_content=d["text"], metadata=d.get("metadata") or {}, id=d["id"]), list(d["vector"]))
                 for d in held]
     if kind == "faiss":  # its row of each id read as LangChain's own delete reads it
-        rows = {cid: row for row, cid in store.index_to_docstore_id.items()}  # type: ignore[attr-defined]
+        rows = {cid: row for row, cid in dict(store.index_to_docstore_id).items()}  # type: ignore[attr-defined]
         return [(Document(page_content=d.page_content, metadata=d.metadata, id=cid),
                  store.index.reconstruct(rows[cid]).tolist())  # type: ignore[attr-defined]
                 for cid in ids if cid in rows and isinstance(d := store.docstore.search(cid), Document)]  # type: ignore[attr-defined]
