@@ -328,6 +328,8 @@ def test_each_hop_over_every_store_is_one_search_and_ranks_as_in_process(kind: s
         assert [d.metadata["q_value"] for d in b] == pytest.approx([d.metadata["q_value"] for d in a], abs=1e-4)
         # one search a hop (a later hop's over-fetches its taken ids), never one for four times more
         assert len(calls) <= qnet.hop_settings.max_hops and max(calls) < 4 * min(calls), (q, calls)
+        for where in ({"n": {"$gte": 6}}, {"n": {"$in": [1, 2, 6, 7, 20, 21, 50]}}):  # a looked-up chunk obeys it
+            assert _ids(over.invoke(q, filter=where)) == _ids(exact.invoke(q, filter=where)), (q, where)
 
 
 @pytest.mark.slow
