@@ -276,6 +276,7 @@ def main() -> None:
                     alone=args.queries)
     result = {"command": command, "model": args.model, "k": args.k, "passages": len(texts), "threads": args.threads,
               "callers": args.callers, "index_s": index_s, "precision": qrag.searcher.model.serving_precision,
+              "precision_why": qrag.searcher.model.serving_why,
               **got, "machine": {**machine, "load_average": os.getloadavg()}}
     one, many = got["one_at_a_time"], got["callers_at_once"]
     print(f"| one at a time ({args.threads} thread) | p50 ms | p90 ms | {args.callers} callers: queries/s |")

@@ -135,8 +135,13 @@ def test_bf16_precision_indexes_and_serves_in_bf16(texts: list[str], questions: 
                                                  precision="bf16")
     default = QRAGLlamaIndexRetriever.from_defaults(nodes=nodes, model=str(tiny_encoder_path), similarity_top_k=3)
     assert fast.searcher.model.serving_precision == "bf16" and fp32.searcher.model.serving_precision == "fp32"
-    # 'auto' by default: bf16 where this CPU has native bf16, fp32 elsewhere; the index in fp32 either way
-    assert default.searcher.model.serving_precision == choose_precision("auto", torch.device("cpu"))[0]
+    # 'auto' by default: bf16 where this CPU has native bf16 and a timed state pass is clearly faster in it (this
+    # CPU's verdict, `serving_why`), fp32 elsewhere; the index in fp32 either way
+    served = default.searcher.model
+    if choose_precision("auto", torch.device("cpu"))[0] == "bf16":
+        assert served.serving_why.endswith(f"{served.serving_precision} serves")  # the timed verdict
+    else:
+        assert served.serving_precision == "fp32"
     assert default.searcher.store.vectors.dtype == torch.float32
     got = fast.retrieve(questions[0])
     assert len(got) == 3 and {n.node.node_id for n in got} <= {n.node_id for n in nodes}

@@ -18,6 +18,7 @@ from torch import nn
 
 from qrag.training.model.anchors import served_states
 from qrag.training.model.graphed import GraphedPass
+from qrag.training.model.serving_speed import faster_serving
 from qrag.training.model.towers import PRECISION_OF_DTYPE, Precision, Tower, eval_mode, low_precision_dtype
 from qrag.training.model.trunk import shared_layers
 from qrag.training.model.weight_stamp import WatchedTensors
@@ -42,6 +43,7 @@ class Serving(nn.Module):
         config: ModelConfig
         _serving: tuple[Precision, Tower, Tower | None] | None
         _serving_asked: Precision
+        _serving_why: str
         _graphed: GraphedPass | None
         _adapters: dict[str, torch.Tensor] | None
         _question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor]
@@ -70,11 +72,19 @@ class Serving(nn.Module):
         it chooses again on the machine that loads it."""
         return self._serving_asked
 
+    @property
+    def serving_why(self) -> str:
+        """Why the state passes run in `serving_precision` (for 'auto' on a CPU with native bf16: the two timed passes,
+        `qrag.training.model.serving_speed`)."""
+        return self._serving_why
+
     def serve_in(self, precision: Precision) -> Self:
         """Run the gradient-free state passes (every served hop) on a copy of the state tower with its weights in
         `precision`: 'bf16' is faster on a CPU with bf16 units (AVX512-BF16, AMX) and moves the state vectors by
         rounding only (docs/RESULTS.md measures both); 'fp16' is for GPUs; 'fp32' drops the copy; 'auto' is bf16
-        where the device has native bf16, and 'bf16' on a CPU without it warns and drops the copy.
+        where the device has native bf16 and, on a CPU, where a timed state pass also runs clearly faster in it
+        (`qrag.training.model.serving_speed`; `serving_why` says which); 'bf16' on a CPU without native bf16 warns
+        and drops the copy.
 
         The fp32 tower stays as it is: passes with gradients (training), the chunk tower, the index and
         `save_pretrained` never see the copy, and `train()` drops it. The copy is taken now: call `serve_in`
@@ -89,16 +99,23 @@ class Serving(nn.Module):
         self.forget_kept()  # the serving copy replaced is listed no more
         if dtype is None:
             self._serving = None
+            self._serving_why = "fp32 as asked" if precision == "fp32" else "the device has no native low precision"
             return self
         if self.training:
             raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
                              "passes keep the fp32 state tower.")
+        state_copy = copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval()
+        self._serving_why = f"{PRECISION_OF_DTYPE[dtype]} as asked" if precision != "auto" else "the device's native type"
+        if precision == "auto" and self.device.type == "cpu":  # the flags allow bf16: is it faster for a query here?
+            chosen, self._serving_why = faster_serving(self.state_tower, state_copy, len(self.tokenizer))
+            if chosen == "fp32":
+                self._serving = None
+                return self
         # under anchor 'question' the frozen base's top layers run on the state tower's trunk: a copy of the base in the
         # same precision, so that the two still share their bottom layers (`_question_on_shared_trunk`)
         base = (copy.deepcopy(self.chunk_tower).to(dtype).requires_grad_(False).eval()
                 if self.config.state_anchor == "question" else None)
-        self._serving = (PRECISION_OF_DTYPE[dtype], copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval(),
-                         base)
+        self._serving = (PRECISION_OF_DTYPE[dtype], state_copy, base)
         return self
 
     def serve_graphed(self) -> Self:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from qrag.training.learn.config import ConfigError, TrainConfig
-from qrag.training.model import precision
+from qrag.training.model import precision, serving_speed
 from qrag.training.model.towers import low_precision_dtype, precision_autocast
 
 REAL_CPU_BF16_SUPPORT = precision.cpu_bf16_support  # before tests/conftest.py treats every CPU as native
@@ -77,9 +77,26 @@ def test_fp32_and_fp16_are_kept_as_asked_and_unknown_values_named(cpu) -> None: 
         config.validate()
 
 
-def test_serve_in_auto_names_what_it_runs(cpu, tiny_qnet) -> None:  # type: ignore[no-untyped-def]
+def fixed_passes(monkeypatch: pytest.MonkeyPatch, fp32_s: float, bf16_s: float) -> list[torch.dtype]:
+    """Every timed state pass takes `fp32_s` or `bf16_s` seconds by the tower's dtype; returns the dtypes timed."""
+    timed: list[torch.dtype] = []
+
+    def timer(tower, inputs):  # type: ignore[no-untyped-def]
+        dtype = next(tower.parameters()).dtype
+        timed.append(dtype)
+        assert inputs["input_ids"].shape == (1, serving_speed.STATE_TOKENS)
+        return bf16_s if dtype == torch.bfloat16 else fp32_s
+
+    serving_speed.forget_verdicts()
+    monkeypatch.setattr(serving_speed, "timed_pass", timer)
+    return timed
+
+
+def test_serve_in_auto_names_what_it_runs(cpu, tiny_qnet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     cpu(AVX512_BF16)
+    fixed_passes(monkeypatch, fp32_s=0.010, bf16_s=0.006)
     assert tiny_qnet.eval().serve_in("auto").serving_precision == "bf16"
+    assert "6.0 ms in bf16 and 10.0 ms in fp32" in tiny_qnet.serving_why
     cpu(AVX2_ONLY)
     assert tiny_qnet.serve_in("auto").serving_precision == "fp32"
     with pytest.warns(RuntimeWarning, match="running fp32"):
@@ -122,3 +139,26 @@ def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path, monkeypatch: pytest.Monk
         assert precision.speed_flags() == ["avx2", "avx512_bf16"]  # the ones a timing is read with, sorted
     finally:
         precision.cpu_flags.cache_clear()
+
+
+def test_auto_keeps_bf16_on_a_cpu_only_where_a_timed_state_pass_is_clearly_faster(cpu, tiny_qnet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The flags say bf16 is native; the timed passes decide: bf16 at most 0.9 of fp32's median, else fp32."""
+    cpu(AVX512_BF16)
+    timed = fixed_passes(monkeypatch, fp32_s=0.010, bf16_s=0.0095)  # 0.95 of fp32: no clear gain
+    assert tiny_qnet.eval().serve_in("auto").serving_precision == "fp32"
+    assert timed == [torch.float32, torch.bfloat16] * (serving_speed.REPEATS + 1)  # interleaved, one warm-up each
+    assert tiny_qnet.serving_why.endswith("fp32 serves")
+    assert tiny_qnet.serve_in("auto").serving_precision == "fp32" and len(timed) == 2 * (serving_speed.REPEATS + 1)
+    # an explicit precision is never second-guessed, and nothing is timed for it
+    assert tiny_qnet.serve_in("bf16").serving_precision == "bf16" and tiny_qnet.serving_why == "bf16 as asked"
+    assert len(timed) == 2 * (serving_speed.REPEATS + 1)
+    fixed_passes(monkeypatch, fp32_s=0.010, bf16_s=0.009)  # exactly 0.9: bf16
+    assert tiny_qnet.serve_in("auto").serving_precision == "bf16"
+    # the median, not the mean: one slow bf16 pass of five does not decide
+    serving_speed.forget_verdicts()
+    times = iter([1.0, 1.0] + [0.010, 0.005, 0.010, 0.005, 0.010, 0.500, 0.010, 0.005, 0.010, 0.005])
+    monkeypatch.setattr(serving_speed, "timed_pass", lambda tower, inputs: next(times))
+    assert tiny_qnet.serve_in("auto").serving_precision == "bf16"
+    cpu(AVX2_ONLY)  # no native bf16: nothing is timed, fp32
+    monkeypatch.setattr(serving_speed, "timed_pass", lambda tower, inputs: pytest.fail("timed without native bf16"))
+    assert tiny_qnet.serve_in("auto").serving_precision == "fp32"

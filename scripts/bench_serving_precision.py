@@ -1,0 +1,70 @@
+"""Which precision a query is served fastest in on this CPU: `from_texts` in fp32, bf16 and 'auto', side by side.
+
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_serving_precision.py --passages 2000 \\
+        --queries 120 --threads 1 --out results/query_cost/serving_precision.json
+
+Builds `QRAGRetriever.from_texts(summaries, model=..., k=5, precision=P)` for P in fp32, bf16 and auto over the first
+`--passages` Wikipedia summaries (the price probe's, `qrag.eval.price_probe`), then asks each question once of each
+retriever, the three taking turns question by question (machines are noisy), `--warmup` questions untimed; prints
+and writes the p50 / p90 milliseconds of each, their ratios to fp32, and what 'auto' chose here and why
+(`qrag.training.model.serving_speed`), with the CPU's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from qrag.eval.ordinary_text import machine
+from qrag.eval.price_probe import summaries_and_questions
+from qrag.integrations import QRAGRetriever
+
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--passages", type=int, default=2000)
+    ap.add_argument("--queries", type=int, default=120, help="questions timed (each asked once of each retriever)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads, building and timing")
+    ap.add_argument("--model", default="qrag/hotpotqa-minilm")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=Path("results/query_cost/serving_precision.json"))
+    args = ap.parse_args()
+    if args.queries < 1 or args.passages < 1:
+        ap.error(f"--queries {args.queries} and --passages {args.passages} must be at least 1")
+    torch.set_num_threads(args.threads)
+    texts, asked = summaries_and_questions(args.passages, args.warmup + args.queries)
+    questions = [q["question"] for q in asked]
+    if len(questions) < args.warmup + args.queries:
+        ap.error(f"only {len(questions)} questions can be built: lower --queries {args.queries}")
+    retrievers = {p: QRAGRetriever.from_texts(texts, model=args.model, k=args.k, precision=p) for p in PRECISIONS}
+    seconds: dict[str, list[float]] = {p: [] for p in PRECISIONS}
+    for i, question in enumerate(questions):
+        for p, retriever in retrievers.items():
+            start = time.perf_counter()
+            retriever.invoke(question)
+            if i >= args.warmup:
+                seconds[p].append(time.perf_counter() - start)
+    p50 = {p: 1000 * statistics.median(s) for p, s in seconds.items()}
+    p90 = {p: 1000 * statistics.quantiles(s, n=10)[-1] if len(s) > 1 else 1000 * s[0] for p, s in seconds.items()}
+    auto = retrievers["auto"].searcher.model
+    result = {"command": "python scripts/bench_serving_precision.py " + " ".join(
+                  f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+              "p50_ms": p50, "p90_ms": p90, "over_fp32": {p: p50[p] / p50["fp32"] for p in PRECISIONS},
+              "auto_serves": auto.serving_precision, "auto_why": auto.serving_why, "machine": machine()}
+    for p in PRECISIONS:
+        print(f"{p}: p50 {p50[p]:.1f} ms, p90 {p90[p]:.1f} ms ({p50[p] / p50['fp32']:.2f}x fp32)")
+    print(f"auto serves {auto.serving_precision}: {auto.serving_why}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Whether a bf16 copy of the state tower serves a CPU's query passes faster than the fp32 tower: timed, once.
+
+The flags say whether a CPU *can* run bf16 natively (`qrag.training.model.precision`), not whether that is faster for
+a query. A one-question state is a small matrix product, and on some CPUs that list `avx512_bf16` the fp32 path
+wins there: on a 2-core Xeon (family 6, model 207; AMX not exposed to it), torch's bf16 linear layers at MiniLM's
+shapes ran 1.4-1.6× slower than oneDNN's fp32 ones at one thread, and a `from_texts` query's p50 was 90 ms served in
+bf16 against 81 ms in fp32 (docs/RESULTS.md, "The paragraph model's price"). Indexing, a large batch, is not
+decided here (`precision.indexing_precision`).
+
+So where the flags allow bf16, `serve_in('auto')` times one gradient-free state pass of `STATE_TOKENS` tokens through
+each tower, interleaved, `REPEATS` times after a warm-up, and keeps bf16 only where its median is at most `BF16_GAIN`
+of fp32's (a clear gain; otherwise fp32, the exact arithmetic). The verdict is kept per process for each tower shape
+and torch thread count, so a process measures once. An explicit `'bf16'` or `'fp32'` is never second-guessed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from qrag.training.model.towers import Precision, Tower
+
+STATE_TOKENS = 80
+"""Tokens of the timed state: a question and the first 64 tokens of one passage, a second hop's state."""
+REPEATS = 5
+"""Timed passes of each tower (after one warm-up pass each)."""
+BF16_GAIN = 0.9
+"""bf16 serves only where its median pass takes at most this fraction of fp32's."""
+
+_VERDICTS: dict[tuple[int, ...], tuple[Precision, str]] = {}
+_VERDICTS_LOCK = threading.Lock()
+
+
+def timed_pass(tower: Tower, inputs: dict[str, torch.Tensor]) -> float:
+    """Seconds one gradient-free pass of `tower` over `inputs` takes."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        tower(**inputs)
+    return time.perf_counter() - start
+
+
+def _key(tower: Tower) -> tuple[int, ...]:
+    """What the verdict depends on: the tower's parameter shapes and torch's intra-op threads."""
+    return (torch.get_num_threads(), *(n for p in tower.parameters() for n in p.shape))
+
+
+def faster_serving(fp32_tower: Tower, bf16_tower: Tower, vocab_size: int,
+                   timer: Callable[[Tower, dict[str, torch.Tensor]], float] | None = None) -> tuple[Precision, str]:
+    """('bf16' or 'fp32', why) for serving `fp32_tower`'s state passes on a CPU with native bf16, `bf16_tower` its
+    bf16 copy: bf16 where its median timed pass is at most `BF16_GAIN` of fp32's (module docstring). Kept per
+    process for the tower's shape and the thread count; `timer` times one pass (default `timed_pass`)."""
+    timer = timer or timed_pass
+    key = _key(fp32_tower)
+    with _VERDICTS_LOCK:
+        if key in _VERDICTS:
+            return _VERDICTS[key]
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(1, max(vocab_size, 2), (1, STATE_TOKENS), generator=gen)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        fp32_s: list[float] = []
+        bf16_s: list[float] = []
+        for i in range(REPEATS + 1):  # the first of each is the warm-up
+            fp32, bf16 = timer(fp32_tower, inputs), timer(bf16_tower, inputs)
+            if i:
+                fp32_s.append(fp32)
+                bf16_s.append(bf16)
+        fp32_med, bf16_med = statistics.median(fp32_s), statistics.median(bf16_s)
+        chosen: Precision = "bf16" if bf16_med <= BF16_GAIN * fp32_med else "fp32"
+        why = (f"a {STATE_TOKENS}-token state pass took {1000 * bf16_med:.1f} ms in bf16 and {1000 * fp32_med:.1f} ms "
+               f"in fp32 on this CPU ({torch.get_num_threads()} threads): {chosen} serves")
+        _VERDICTS[key] = (chosen, why)
+        return chosen, why
+
+
+def forget_verdicts() -> None:
+    """Drop every kept verdict (the next `serve_in('auto')` times again)."""
+    with _VERDICTS_LOCK:
+        _VERDICTS.clear()
