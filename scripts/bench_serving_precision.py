@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from qrag.eval.ordinary_text import machine
 from qrag.eval.price_probe import summaries_and_questions
+from qrag.eval.query_cost import alone, summary
 from qrag.integrations import QRAGRetriever
 
 PRECISIONS = ("fp32", "bf16", "auto")
@@ -45,22 +44,18 @@ def main() -> None:
     if len(questions) < args.warmup + args.queries:
         ap.error(f"only {len(questions)} questions can be built: lower --queries {args.queries}")
     retrievers = {p: QRAGRetriever.from_texts(texts, model=args.model, k=args.k, precision=p) for p in PRECISIONS}
-    seconds: dict[str, list[float]] = {p: [] for p in PRECISIONS}
-    for i, question in enumerate(questions):
-        for p, retriever in retrievers.items():
-            start = time.perf_counter()
-            retriever.invoke(question)
-            if i >= args.warmup:
-                seconds[p].append(time.perf_counter() - start)
-    p50 = {p: 1000 * statistics.median(s) for p, s in seconds.items()}
-    p90 = {p: 1000 * statistics.quantiles(s, n=10)[-1] if len(s) > 1 else 1000 * s[0] for p, s in seconds.items()}
+    ask = {p: retriever.invoke for p, retriever in retrievers.items()}
+    alone(ask, questions[:args.warmup])  # untimed
+    timed = {p: summary(s) for p, s in alone(ask, questions[args.warmup:]).items()}
+    p50 = {p: t["p50_ms"] for p, t in timed.items()}
     auto = retrievers["auto"].searcher.model
     result = {"command": "python scripts/bench_serving_precision.py " + " ".join(
                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-              "p50_ms": p50, "p90_ms": p90, "over_fp32": {p: p50[p] / p50["fp32"] for p in PRECISIONS},
+              "p50_ms": p50, "p90_ms": {p: t["p90_ms"] for p, t in timed.items()},
+              "over_fp32": {p: p50[p] / p50["fp32"] for p in PRECISIONS},
               "auto_serves": auto.serving_precision, "auto_why": auto.serving_why, "machine": machine()}
-    for p in PRECISIONS:
-        print(f"{p}: p50 {p50[p]:.1f} ms, p90 {p90[p]:.1f} ms ({p50[p] / p50['fp32']:.2f}x fp32)")
+    for p, t in timed.items():
+        print(f"{p}: p50 {t['p50_ms']:.1f} ms, p90 {t['p90_ms']:.1f} ms ({t['p50_ms'] / p50['fp32']:.2f}x fp32)")
     print(f"auto serves {auto.serving_precision}: {auto.serving_why}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

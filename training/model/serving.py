@@ -104,7 +104,13 @@ class Serving(nn.Module):
         if self.training:
             raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
                              "passes keep the fp32 state tower.")
-        state_copy = copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval()
+        copies: list[Tower] = []  # the low-precision state tower, made once and only where it serves or is timed
+
+        def state_copy() -> Tower:
+            if not copies:
+                copies.append(copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
+            return copies[0]
+
         self._serving_why = f"{PRECISION_OF_DTYPE[dtype]} as asked" if precision != "auto" else "the device's native type"
         if precision == "auto" and self.device.type == "cpu":  # the flags allow bf16: is it faster for a query here?
             chosen, self._serving_why = faster_serving(self.state_tower, state_copy, len(self.tokenizer))
@@ -115,7 +121,7 @@ class Serving(nn.Module):
         # same precision, so that the two still share their bottom layers (`_question_on_shared_trunk`)
         base = (copy.deepcopy(self.chunk_tower).to(dtype).requires_grad_(False).eval()
                 if self.config.state_anchor == "question" else None)
-        self._serving = (PRECISION_OF_DTYPE[dtype], state_copy, base)
+        self._serving = (PRECISION_OF_DTYPE[dtype], state_copy(), base)
         return self
 
     def serve_graphed(self) -> Self:

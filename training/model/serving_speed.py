@@ -48,16 +48,18 @@ def _key(tower: Tower) -> tuple[int, ...]:
     return (torch.get_num_threads(), *(n for p in tower.parameters() for n in p.shape))
 
 
-def faster_serving(fp32_tower: Tower, bf16_tower: Tower, vocab_size: int,
+def faster_serving(fp32_tower: Tower, bf16_copy: Callable[[], Tower], vocab_size: int,
                    timer: Callable[[Tower, dict[str, torch.Tensor]], float] | None = None) -> tuple[Precision, str]:
-    """('bf16' or 'fp32', why) for serving `fp32_tower`'s state passes on a CPU with native bf16, `bf16_tower` its
-    bf16 copy: bf16 where its median timed pass is at most `BF16_GAIN` of fp32's (module docstring). Kept per
-    process for the tower's shape and the thread count; `timer` times one pass (default `timed_pass`)."""
+    """('bf16' or 'fp32', why) for serving `fp32_tower`'s state passes on a CPU with native bf16, `bf16_copy()` its
+    bf16 copy (asked for only when there is no verdict yet): bf16 where its median timed pass is at most `BF16_GAIN`
+    of fp32's (module docstring). Kept per process for the tower's shape and the thread count; `timer` times one
+    pass (default `timed_pass`)."""
     timer = timer or timed_pass
     key = _key(fp32_tower)
     with _VERDICTS_LOCK:
         if key in _VERDICTS:
             return _VERDICTS[key]
+        bf16_tower = bf16_copy()
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(1, max(vocab_size, 2), (1, STATE_TOKENS), generator=gen)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -71,7 +73,7 @@ def faster_serving(fp32_tower: Tower, bf16_tower: Tower, vocab_size: int,
         fp32_med, bf16_med = statistics.median(fp32_s), statistics.median(bf16_s)
         chosen: Precision = "bf16" if bf16_med <= BF16_GAIN * fp32_med else "fp32"
         why = (f"a {STATE_TOKENS}-token state pass took {1000 * bf16_med:.1f} ms in bf16 and {1000 * fp32_med:.1f} ms "
-               f"in fp32 on this CPU ({torch.get_num_threads()} threads): {chosen} serves")
+               f"in fp32 on this CPU ({torch.get_num_threads()} torch threads): {chosen} serves")
         _VERDICTS[key] = (chosen, why)
         return chosen, why
 

@@ -149,6 +149,9 @@ def test_auto_keeps_bf16_on_a_cpu_only_where_a_timed_state_pass_is_clearly_faste
     assert timed == [torch.float32, torch.bfloat16] * (serving_speed.REPEATS + 1)  # interleaved, one warm-up each
     assert tiny_qnet.serving_why.endswith("fp32 serves")
     assert tiny_qnet.serve_in("auto").serving_precision == "fp32" and len(timed) == 2 * (serving_speed.REPEATS + 1)
+    # a kept verdict takes no bf16 copy of the tower
+    kept = serving_speed.faster_serving(tiny_qnet.state_tower, lambda: pytest.fail("copied for a kept verdict"), 100)
+    assert kept == ("fp32", tiny_qnet.serving_why)
     # an explicit precision is never second-guessed, and nothing is timed for it
     assert tiny_qnet.serve_in("bf16").serving_precision == "bf16" and tiny_qnet.serving_why == "bf16 as asked"
     assert len(timed) == 2 * (serving_speed.REPEATS + 1)
