@@ -3,7 +3,7 @@ at a plain retriever's price, second round").
 
 A two-hop query runs four encoder passes (docs/RESULTS.md, "The paragraph model's price"): two over the question
 (about 20 tokens) and two over a later hop's state (the question and 64 tokens of a passage, about 86). A profile of
-the served query on one thread put ~85% of its time in those passes, a third of each outside the linear layers
+the served query on one thread put most of its time in those passes, a third of each outside the linear layers
 (Python, layer norms, GELU, attention's glue). This probe times one pass of the base MiniLM (the frozen f_0; f_θ has
 the same shapes) at both lengths, one torch thread, three ways, interleaved round by round:
 
@@ -16,7 +16,7 @@ difference of its last hidden state from eager's, and what the four passes of a 
 shipped; it says whether the lever is worth building into the serving path (which would have to compile off the
 caller's path, since the first compile takes tens of seconds).
 
-    OMP_NUM_THREADS=1 python experiments/compiled_passes.py --rounds 60 --out experiments/results/compiled_passes.json
+    OMP_NUM_THREADS=1 python experiments/compiled_passes.py --rounds 100 --out experiments/results/compiled_passes.json
 """
 
 from __future__ import annotations
@@ -33,18 +33,15 @@ from typing import Any
 
 import torch
 
+from qrag.training.model.precision import cpu_flags
+
 LENGTHS = {"question": 20, "state": 86}
 """Tokens of a question and of a later hop's state (the question and 64 tokens of one passage, with its separators)."""
 
 
-def cpu_flags() -> list[str]:
+def vector_flags() -> list[str]:
     """The CPU's vector flags that decide its fast paths (AVX2, AVX-512, bf16, AMX)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))
+    return sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")))
 
 
 def timed(fn: Any) -> float:
@@ -102,7 +99,7 @@ def main() -> None:
 
     out: dict[str, Any] = {"command": "python experiments/compiled_passes.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "machine": {"cpu_flags": cpu_flags(), "processor": platform.processor(), "cpus": os.cpu_count(),
+        "machine": {"cpu_flags": vector_flags(), "processor": platform.processor(), "cpus": os.cpu_count(),
                     "torch": torch.__version__, "threads": args.threads, "load_average": os.getloadavg()},
         "lengths": LENGTHS, "ways": {}}
     for w in ways:

@@ -2,9 +2,9 @@
 
 The flags say whether a CPU *can* run bf16 natively (`qrag.training.model.precision`), not whether that is faster for
 a query. A one-question state is a small matrix product, and on some CPUs that list `avx512_bf16` the fp32 path
-wins there: on a 2-core Xeon (family 6, model 207; AMX not exposed to it), torch's bf16 linear layers at MiniLM's
-shapes ran 1.4-1.6× slower than oneDNN's fp32 ones at one thread, and a `from_texts` query's p50 was 90 ms served in
-bf16 against 81 ms in fp32 (docs/RESULTS.md, "The paragraph model's price"). Indexing, a large batch, is not
+wins there: on a 2-core Xeon (family 6, model 207; AMX not exposed to it), at one thread, a `from_texts` query's p50
+was 117.2 ms served in bf16 against 112.0 ms in fp32, a state pass 42.3 ms against 35.4 (docs/RESULTS.md, "The
+paragraph model's price"). Indexing, a large batch, is not
 decided here (`precision.indexing_precision`).
 
 So where the flags allow bf16, `serve_in('auto')` times one gradient-free state pass of `STATE_TOKENS` tokens through
