@@ -31,11 +31,16 @@ if TYPE_CHECKING:
 
 
 class PassCounter:
-    """Counts a network's encoder passes and the token-layers they run (forward hooks on the embeddings and layers)."""
+    """Counts a network's encoder passes and the token-layers they run (forward hooks on the embeddings and layers;
+    a CPU engine's passes, `qrag.training.model.onnx_engine`, through its listeners)."""
 
-    def __init__(self, encoders: list[torch.nn.Module]) -> None:
+    def __init__(self, encoders: list[torch.nn.Module], engines: Sequence[Any] = ()) -> None:
         self.passes = 0
         self.token_layers = 0
+        for engine in engines:
+            found = layers_of(engine.encoder)
+            layers = len(found[1]) if found is not None else 0
+            engine.listeners.append(lambda ids, n=layers: self._engine_pass(ids, n))
         for encoder in encoders:
             found = layers_of(encoder)
             if found is None:
@@ -44,6 +49,10 @@ class PassCounter:
             embeddings.register_forward_hook(self._pass)
             for layer in layers:
                 layer.register_forward_hook(self._layer)
+
+    def _engine_pass(self, input_ids: torch.Tensor, layers: int) -> None:
+        self.passes += 1
+        self.token_layers += int(input_ids.shape[0] * input_ids.shape[1]) * layers
 
     def _pass(self, module: Any, args: Any, output: Any) -> None:
         self.passes += 1
@@ -129,7 +138,9 @@ def pass_counter(qrag: QRAGRetriever) -> PassCounter:
     qnet = qrag.searcher.model
     serving: Any = getattr(qnet, "_serving", None)  # served copies (bf16): the state tower's, and its base's
     copies = [t.encoder for t in (serving[1:] if serving else ()) if t is not None]
-    return PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None] + copies)
+    engines = list({id(e): e for e in (qnet.state_tower.engine, qnet.chunk_tower.engine) if e is not None}.values())
+    return PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None] + copies,
+                       engines)
 
 
 def rss_kb(field: str) -> int:

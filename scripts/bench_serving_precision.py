@@ -1,13 +1,16 @@
-"""Which precision a query is served fastest in on this CPU: `from_texts` in fp32, bf16 and 'auto', side by side.
+"""How a query is served fastest on this CPU: `from_texts` in torch fp32 and bf16, ONNX Runtime fp32 and 'auto'.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_serving_precision.py --passages 2000 \\
-        --queries 120 --threads 1 --out results/query_cost/serving_precision.json
+        --queries 120 --threads 1 --out results/query_cost/serving_engine.json
 
-Builds `QRAGRetriever.from_texts(summaries, model=..., k=5, precision=P)` for P in fp32, bf16 and auto over the first
-`--passages` Wikipedia summaries (the price probe's, `qrag.eval.price_probe`), then asks each question once of each
-retriever, the three taking turns question by question (machines are noisy), `--warmup` questions untimed; prints
-and writes the p50 / p90 milliseconds of each, their ratios to fp32, and what 'auto' chose here and why
-(`qrag.training.model.serving_speed`), with the CPU's flags.
+Builds `QRAGRetriever.from_texts(summaries, model=..., k=5, precision=P)` over the first `--passages` Wikipedia
+summaries (the price probe's, `qrag.eval.price_probe`) for each serving path of `PATHS`: 'torch fp32' and 'torch
+bf16' with the towers' CPU engines dropped (`QNetwork.drop_engines`: every pass in eager torch), 'onnx fp32' (both
+towers' gradient-free passes through ONNX Runtime, `qrag.training.model.onnx_engine`) and 'auto' (the shipped
+default: the engines, and bf16 only where a timed query's passes are clearly faster in it). Then asks each question
+once of each retriever, the four taking turns question by question (machines are noisy), `--warmup` questions
+untimed; prints and writes the p50 / p90 milliseconds of each, their ratios to torch fp32, what 'auto' chose here
+and why (`qrag.training.model.serving_speed`), with the CPU's flags.
 """
 
 from __future__ import annotations
@@ -23,7 +26,16 @@ from qrag.eval.price_probe import summaries_and_questions
 from qrag.eval.query_cost import alone, summary
 from qrag.integrations import QRAGRetriever
 
-PRECISIONS = ("fp32", "bf16", "auto")
+PATHS = {"torch fp32": ("fp32", False), "torch bf16": ("bf16", False), "onnx fp32": ("fp32", True),
+         "auto": ("auto", True)}
+"""Each serving path timed: (precision, whether the towers keep their CPU engines)."""
+
+
+def retriever(texts: list[str], model: str, k: int, precision: str, engines: bool) -> QRAGRetriever:
+    built = QRAGRetriever.from_texts(texts, model=model, k=k, precision=precision)  # type: ignore[arg-type]
+    if not engines:
+        built.searcher.model.drop_engines()
+    return built
 
 
 def main() -> None:
@@ -34,7 +46,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads, building and timing")
     ap.add_argument("--model", default="qrag/hotpotqa-minilm")
     ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=Path("results/query_cost/serving_precision.json"))
+    ap.add_argument("--out", type=Path, default=Path("results/query_cost/serving_engine.json"))
     args = ap.parse_args()
     if args.queries < 1 or args.passages < 1:
         ap.error(f"--queries {args.queries} and --passages {args.passages} must be at least 1")
@@ -43,7 +55,7 @@ def main() -> None:
     questions = [q["question"] for q in asked]
     if len(questions) < args.warmup + args.queries:
         ap.error(f"only {len(questions)} questions can be built: lower --queries {args.queries}")
-    retrievers = {p: QRAGRetriever.from_texts(texts, model=args.model, k=args.k, precision=p) for p in PRECISIONS}
+    retrievers = {name: retriever(texts, args.model, args.k, *path) for name, path in PATHS.items()}
     ask = {p: retriever.invoke for p, retriever in retrievers.items()}
     alone(ask, questions[:args.warmup])  # untimed
     timed = {p: summary(s) for p, s in alone(ask, questions[args.warmup:]).items()}
@@ -52,11 +64,12 @@ def main() -> None:
     result = {"command": "python scripts/bench_serving_precision.py " + " ".join(
                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
               "p50_ms": p50, "p90_ms": {p: t["p90_ms"] for p, t in timed.items()},
-              "over_fp32": {p: p50[p] / p50["fp32"] for p in PRECISIONS},
-              "auto_serves": auto.serving_precision, "auto_why": auto.serving_why, "machine": machine()}
+              "over_torch_fp32": {p: p50[p] / p50["torch fp32"] for p in PATHS},
+              "auto_serves": auto.serving_precision, "auto_why": auto.serving_why, "auto_engine": auto.engine_why,
+              "machine": machine()}
     for p, t in timed.items():
-        print(f"{p}: p50 {t['p50_ms']:.1f} ms, p90 {t['p90_ms']:.1f} ms ({t['p50_ms'] / p50['fp32']:.2f}x fp32)")
-    print(f"auto serves {auto.serving_precision}: {auto.serving_why}")
+        print(f"{p}: p50 {t['p50_ms']:.1f} ms, p90 {t['p90_ms']:.1f} ms ({t['p50_ms'] / p50['torch fp32']:.2f}x torch fp32)")
+    print(f"auto serves {auto.serving_precision}: {auto.serving_why}; {auto.engine_why}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 

@@ -117,6 +117,7 @@ class QNetwork(Serving):
         self._serving: tuple[Precision, Tower, Tower | None] | None = None  # `serve_in`: low-precision copies
         self._serving_asked: Precision = "fp32"  # what `serve_in` was asked (a save records it: 'auto' stays 'auto')
         self._serving_why = "fp32 unless serve_in chooses another"  # `serving_why`
+        self._engine_why = "torch"  # `engine_why`: what runs the CPU passes (`serve_engine`)
         self._graphed: GraphedPass | None = None  # `serve_graphed`: state passes replayed as CUDA graphs
         # f_0(q) by the question piece's token ids, valid while the chunk tower's tensors are these (`_base_stamp`)
         self._question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor] = OrderedDict()
@@ -597,4 +598,5 @@ class QNetwork(Serving):
             self._serving_asked = "fp32"
             self._serving_why = "a network that trains serves from the tower it trains"
             self._graphed = None
+            self.drop_engines()
         return super().train(mode)

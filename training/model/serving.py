@@ -1,6 +1,6 @@
-"""What a `QNetwork` does only to serve: its low-precision copy, CUDA graphs, passes at their floor, the kept `f_0(q)`.
+"""What a `QNetwork` does only to serve: a bf16 copy, CPU engines, CUDA graphs, lean passes, kept `f_0(q)`.
 
-Training never sees any of it: `QNetwork.train()` drops the serving copy and the graphs. The kept vectors and layer
+Training never sees any of it: `QNetwork.train()` drops the serving copy, the engines and the graphs. The kept vectors and layer
 counts follow the weights by their stamp (`weight_stamp`). `Serving` is a mixin of `QNetwork`, which declares the
 state it reads (towers, tokenizer, config) and holds the caches this module fills.
 """
@@ -18,6 +18,7 @@ from torch import nn
 
 from qrag.training.model.anchors import served_states
 from qrag.training.model.graphed import GraphedPass
+from qrag.training.model.onnx_engine import CPUEngine, wanted
 from qrag.training.model.serving_speed import faster_serving
 from qrag.training.model.towers import PRECISION_OF_DTYPE, Precision, Tower, eval_mode, low_precision_dtype
 from qrag.training.model.trunk import shared_layers
@@ -44,6 +45,7 @@ class Serving(nn.Module):
         _serving: tuple[Precision, Tower, Tower | None] | None
         _serving_asked: Precision
         _serving_why: str
+        _engine_why: str
         _graphed: GraphedPass | None
         _adapters: dict[str, torch.Tensor] | None
         _question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor]
@@ -123,6 +125,43 @@ class Serving(nn.Module):
                 if self.config.state_anchor == "question" else None)
         self._serving = (PRECISION_OF_DTYPE[dtype], state_copy(), base)
         return self
+
+    @property
+    def engine_why(self) -> str:
+        """What runs the towers' gradient-free CPU passes, and why (`serve_engine`)."""
+        return self._engine_why
+
+    def serve_engine(self) -> Self:
+        """On a CPU, run both towers' gradient-free fp32 passes (every served hop, the chunk vectors of an index)
+        through ONNX Runtime (`qrag.training.model.onnx_engine`): the same vectors within float rounding, a served
+        query in about two thirds of eager torch's time (docs/RESULTS.md). Each tower keeps torch where its encoder
+        does not export or disagrees, and for any pass with a gradient, under autocast or after its weights change;
+        `engine_why` says what runs. Elsewhere (a GPU, a network in training mode, `QRAG_CPU_ENGINE=torch`) it drops
+        the engines. `load_model` calls it for the networks it loads; call it again after changing a network's
+        weights by hand. Returns self.
+
+        Raises:
+            ValueError: `QRAG_CPU_ENGINE` names no engine.
+        """
+        self.drop_engines()
+        if self.device.type != "cpu" or self.training or not wanted():
+            self._engine_why = ("torch: QRAG_CPU_ENGINE=torch" if self.device.type == "cpu" and not self.training
+                                else "torch: the network is not serving on a CPU")
+            return self
+        whys: dict[str, str] = {}
+        built: dict[int, tuple[object, str]] = {}
+        for name, tower in (("state tower", self.state_tower), ("chunk tower", self.chunk_tower)):
+            if id(tower.encoder) not in built:
+                built[id(tower.encoder)] = CPUEngine.build(tower.encoder)
+            tower.engine, whys[name] = built[id(tower.encoder)]
+        self._engine_why = "; ".join(f"{name}: {why}" for name, why in whys.items())
+        return self
+
+    def drop_engines(self) -> None:
+        """Run every pass in torch again (the towers' CPU engines dropped)."""
+        self.state_tower.engine = None
+        self.chunk_tower.engine = None
+        self._engine_why = "torch"
 
     def serve_graphed(self) -> Self:
         """On a GPU, replay every gradient-free state pass from a CUDA graph captured once per padded shape

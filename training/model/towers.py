@@ -65,11 +65,29 @@ class Tower(nn.Module):
         self.encoder = encoder
         self.scale = scale
         self.normalize = normalize
+        self.engine: Any = None  # a CPU engine for gradient-free passes (`qrag.training.model.onnx_engine`), or None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        engine = self.__dict__.get("engine")
+        if engine is not None and self._engine_may_run(input_ids):
+            hidden = engine.run(input_ids, attention_mask)  # (B, L, D), or None: the weights changed since its export
+            if hidden is not None:
+                return self.pool(hidden, attention_mask)
+            self.engine = None
         with attention_kernels(input_ids.device):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
         return self.pool(hidden, attention_mask)
+
+    def _engine_may_run(self, input_ids: torch.Tensor) -> bool:
+        """A pass the CPU engine computes as torch would: no gradient, eval mode, a CPU batch, no autocast."""
+        return (not torch.is_grad_enabled() and not self.training and not self.encoder.training
+                and input_ids.device.type == "cpu" and not torch.is_autocast_enabled("cpu"))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (`copy.deepcopy`, pickling) carries no engine: the engine watches this tower's own weights."""
+        state = self.__dict__.copy()
+        state["engine"] = None
+        return state
 
     def trunk(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, top: int) -> torch.Tensor:
         """(B, L, H) the encoder's embeddings and every layer below its top `top` (`qrag.training.model.trunk`)."""

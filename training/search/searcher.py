@@ -507,6 +507,8 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
     # 'auto' chooses for what this loads; a network passed in keeps how it serves (a copy made here would not follow
     # later edits of its weights): its owner calls serve_in
     passed_auto = precision == "auto" and isinstance(model, QNetwork)
+    if not isinstance(model, QNetwork) and qnet.device.type == "cpu":
+        qnet = qnet.eval().serve_engine()  # before serve_in: 'auto' times the fp32 passes as they will run
     qnet = qnet.eval().serve_in(precision) if precision != "fp32" and not passed_auto else qnet
     return qnet.eval().serve_graphed() if qnet.device.type == "cuda" else qnet
 

@@ -78,13 +78,13 @@ def test_fp32_and_fp16_are_kept_as_asked_and_unknown_values_named(cpu) -> None: 
 
 
 def fixed_passes(monkeypatch: pytest.MonkeyPatch, fp32_s: float, bf16_s: float) -> list[torch.dtype]:
-    """Every timed state pass takes `fp32_s` or `bf16_s` seconds by the tower's dtype; returns the dtypes timed."""
+    """Every timed pass takes `fp32_s` or `bf16_s` seconds by the tower's dtype; returns the dtypes timed."""
     timed: list[torch.dtype] = []
 
     def timer(tower, inputs):  # type: ignore[no-untyped-def]
         dtype = next(tower.parameters()).dtype
         timed.append(dtype)
-        assert inputs["input_ids"].shape == (1, serving_speed.STATE_TOKENS)
+        assert inputs["input_ids"].shape in ((1, serving_speed.QUESTION_TOKENS), (1, serving_speed.STATE_TOKENS))
         return bf16_s if dtype == torch.bfloat16 else fp32_s
 
     serving_speed.forget_verdicts()
@@ -96,7 +96,7 @@ def test_serve_in_auto_names_what_it_runs(cpu, tiny_qnet, monkeypatch) -> None: 
     cpu(AVX512_BF16)
     fixed_passes(monkeypatch, fp32_s=0.010, bf16_s=0.006)
     assert tiny_qnet.eval().serve_in("auto").serving_precision == "bf16"
-    assert "6.0 ms in bf16 and 10.0 ms in fp32" in tiny_qnet.serving_why
+    assert "12.0 ms in bf16 and 20.0 ms in fp32" in tiny_qnet.serving_why  # a question's pass and a state's, summed
     cpu(AVX2_ONLY)
     assert tiny_qnet.serve_in("auto").serving_precision == "fp32"
     with pytest.warns(RuntimeWarning, match="running fp32"):
@@ -146,20 +146,22 @@ def test_auto_keeps_bf16_on_a_cpu_only_where_a_timed_state_pass_is_clearly_faste
     cpu(AVX512_BF16)
     timed = fixed_passes(monkeypatch, fp32_s=0.010, bf16_s=0.0095)  # 0.95 of fp32: no clear gain
     assert tiny_qnet.eval().serve_in("auto").serving_precision == "fp32"
-    assert timed == [torch.float32, torch.bfloat16] * (serving_speed.REPEATS + 1)  # interleaved, one warm-up each
+    # interleaved, a question's pass and a state's, one warm-up each
+    assert timed == [torch.float32, torch.bfloat16] * 2 * (serving_speed.REPEATS + 1)
     assert tiny_qnet.serving_why.endswith("fp32 serves")
-    assert tiny_qnet.serve_in("auto").serving_precision == "fp32" and len(timed) == 2 * (serving_speed.REPEATS + 1)
+    assert tiny_qnet.serve_in("auto").serving_precision == "fp32" and len(timed) == 4 * (serving_speed.REPEATS + 1)
     # a kept verdict takes no bf16 copy of the tower
     kept = serving_speed.faster_serving(tiny_qnet.state_tower, lambda: pytest.fail("copied for a kept verdict"), 100)
     assert kept == ("fp32", tiny_qnet.serving_why)
     # an explicit precision is never second-guessed, and nothing is timed for it
     assert tiny_qnet.serve_in("bf16").serving_precision == "bf16" and tiny_qnet.serving_why == "bf16 as asked"
-    assert len(timed) == 2 * (serving_speed.REPEATS + 1)
+    assert len(timed) == 4 * (serving_speed.REPEATS + 1)
     fixed_passes(monkeypatch, fp32_s=0.010, bf16_s=0.009)  # exactly 0.9: bf16
     assert tiny_qnet.serve_in("auto").serving_precision == "bf16"
     # the median, not the mean: one slow bf16 pass of five does not decide
     serving_speed.forget_verdicts()
-    times = iter([1.0, 1.0] + [0.010, 0.005, 0.010, 0.005, 0.010, 0.500, 0.010, 0.005, 0.010, 0.005])
+    fast = [0.005, 0.0025, 0.005, 0.0025]  # fp32 and bf16 of a question, then of a state: 10 ms against 5
+    times = iter([1.0] * 4 + fast * 2 + [0.005, 0.0025, 0.005, 0.4975] + fast * 2)
     monkeypatch.setattr(serving_speed, "timed_pass", lambda tower, inputs: next(times))
     assert tiny_qnet.serve_in("auto").serving_precision == "bf16"
     cpu(AVX2_ONLY)  # no native bf16: nothing is timed, fp32

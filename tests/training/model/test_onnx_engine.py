@@ -1,0 +1,212 @@
+"""The CPU engine (ONNX Runtime) for gradient-free passes: torch's vectors, only where torch's would be computed the
+same way, never from weights other than the tower's own, on the tiny encoder."""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from qrag.training.model import onnx_engine
+from qrag.training.model.onnx_engine import CPUEngine
+from qrag.training.model.qnet import QNetwork
+from qrag.training.model.towers import Tower
+from qrag.training.search.searcher import load_model
+
+
+def batch(rows: int = 3, tokens: int = 10, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Token ids (rows, tokens) whose rows are padded to different lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 90, (rows, tokens), generator=gen)
+    mask = torch.ones_like(ids)
+    for r in range(1, rows):
+        mask[r, tokens - 2 * r:] = 0
+    return {"input_ids": ids * mask, "attention_mask": mask}
+
+
+def counted(engine: Any) -> list[tuple[int, ...]]:
+    """The shapes of the passes `engine` runs from now on."""
+    seen: list[tuple[int, ...]] = []
+    engine.listeners.append(lambda ids: seen.append(tuple(ids.shape)))
+    return seen
+
+
+def torch_vectors(tower: Tower, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    engine, tower.engine = tower.engine, None
+    try:
+        with torch.no_grad():
+            return tower(**inputs)
+    finally:
+        tower.engine = engine
+
+
+@pytest.fixture
+def served(tiny_qnet: QNetwork) -> QNetwork:
+    qnet = tiny_qnet.eval().serve_engine()
+    assert qnet.state_tower.engine is not None and qnet.chunk_tower.engine is not None, qnet.engine_why
+    assert not any(m.training for m in qnet.modules())  # the export leaves every module in the mode it found it
+    return qnet
+
+
+def test_a_served_pass_runs_the_engine_and_gives_torchs_vectors(served: QNetwork) -> None:
+    tower = served.state_tower
+    seen = counted(tower.engine)
+    inputs = batch()
+    with torch.no_grad():
+        got = tower(**inputs)
+    assert seen == [(3, 10)]
+    torch.testing.assert_close(got, torch_vectors(tower, inputs), atol=1e-5, rtol=1e-4)
+    assert "ONNX Runtime at" in served.engine_why
+
+
+@pytest.mark.parametrize("case", ["gradient", "train mode", "autocast"])
+def test_passes_torch_computes_otherwise_stay_in_torch(served: QNetwork, case: str) -> None:
+    tower = served.chunk_tower
+    seen = counted(tower.engine)
+    inputs = batch()
+    if case == "gradient":
+        out = tower(**inputs)
+        assert out.requires_grad
+    elif case == "train mode":
+        tower.train()
+        with torch.no_grad():
+            tower(**inputs)
+        tower.eval()
+    else:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            tower(**inputs)
+    assert seen == []
+    assert tower.engine is not None  # kept: the next gradient-free pass runs it again
+    with torch.no_grad():
+        tower(**inputs)
+    assert seen == [(3, 10)]
+
+
+@pytest.mark.parametrize("edit", ["optimiser step", "load_state_dict", "through .data"])
+def test_changed_weights_are_never_served_from_the_old_export(served: QNetwork, edit: str) -> None:
+    tower = served.state_tower
+    seen = counted(tower.engine)
+    inputs = batch()
+    before = torch_vectors(tower, inputs)
+    weight = tower.encoder.get_input_embeddings().weight
+    if edit == "optimiser step":  # in place, through autograd's view: the version counter moves
+        weight.grad = torch.randn_like(weight)
+        torch.optim.SGD([weight], lr=1.0).step()
+    elif edit == "load_state_dict":
+        state = tower.state_dict()
+        key = next(k for k in state if k.endswith("word_embeddings.weight"))
+        state[key] = state[key] + 1.0
+        tower.load_state_dict(state)
+    else:
+        weight.data[0] += 1.0  # the first element: a stamp sees it without a version bump
+        weight.data[-1] += 1.0
+        weight.data[:] = weight.data * 1.5
+    with torch.no_grad():
+        got = tower(**inputs)
+    assert seen == [] and tower.engine is None  # the stale engine was not run, and is dropped
+    torch.testing.assert_close(got, torch_vectors(tower, inputs))
+    assert not torch.allclose(got, before)
+
+
+def test_a_copy_carries_no_engine_and_the_original_keeps_its_own(served: QNetwork) -> None:
+    copied = copy.deepcopy(served.state_tower)
+    assert copied.engine is None and served.state_tower.engine is not None
+    inputs = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(copied(**inputs), served.state_tower(**inputs), atol=1e-5, rtol=1e-4)
+
+
+def test_training_drops_the_engines_and_torch_env_keeps_torch(served: QNetwork,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    served.train()
+    assert served.state_tower.engine is None and served.chunk_tower.engine is None
+    served.eval()
+    monkeypatch.setenv(onnx_engine.ENV, "torch")
+    served.serve_engine()
+    assert served.state_tower.engine is None and "QRAG_CPU_ENGINE=torch" in served.engine_why
+    monkeypatch.setenv(onnx_engine.ENV, "tensorrt")
+    with pytest.raises(ValueError, match=r"QRAG_CPU_ENGINE='tensorrt' is not a CPU engine.*'onnx'.*'torch'"):
+        served.serve_engine()
+
+
+def test_without_onnxruntime_or_when_the_session_disagrees_the_tower_keeps_torch(
+        tiny_qnet: QNetwork, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_ort(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "onnxruntime":
+            raise ImportError("no onnxruntime", name="onnxruntime")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ort)
+    engine, why = CPUEngine.build(tiny_qnet.state_tower.encoder)
+    assert engine is None and "ONNX Runtime is not installed (onnxruntime)" in why
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    monkeypatch.setattr(onnx_engine, "CHECK_ATOL", -1.0)  # any difference at all is too large
+    engine, why = CPUEngine.build(tiny_qnet.state_tower.encoder)
+    assert engine is None and "differ from torch's" in why
+    bf16 = copy.deepcopy(tiny_qnet.state_tower).to(torch.bfloat16)
+    assert "not fp32" in CPUEngine.build(bf16.encoder)[1]
+
+
+def test_a_new_thread_count_opens_a_session_at_that_count(served: QNetwork) -> None:
+    tower = served.state_tower
+    inputs = batch()
+    want = torch_vectors(tower, inputs)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        with torch.no_grad():
+            got = tower(**inputs)
+        assert set(tower.engine._sessions) == {torch.get_num_threads()}
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_several_callers_at_once_each_get_their_own_rows(served: QNetwork) -> None:
+    tower = served.chunk_tower
+    inputs = [batch(rows=1 + i % 3, tokens=6 + i, seed=i) for i in range(16)]
+    want = [torch_vectors(tower, x) for x in inputs]
+    got: dict[int, torch.Tensor] = {}
+    start = threading.Barrier(8)
+
+    def work(c: int) -> None:
+        start.wait()
+        for i in range(c, len(inputs), 8):
+            with torch.no_grad():
+                got[i] = tower(**inputs[i])
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, w in enumerate(want):
+        torch.testing.assert_close(got[i], w, atol=1e-5, rtol=1e-4)
+
+
+def test_a_loaded_checkpoint_serves_through_the_engine_with_torchs_results(tiny_qnet: QNetwork, tmp_path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from qrag.eval.query_cost import PassCounter
+    from qrag.training.search import ChunkIndex, MultiHopSearcher
+
+    tiny_qnet.save_pretrained(tmp_path / "ckpt")
+    texts = [f"passage {i} about topic {i % 4} and thing {i % 3}" for i in range(12)]
+    results = {}
+    for engine in ("onnx", "torch"):
+        monkeypatch.setenv(onnx_engine.ENV, engine)
+        qnet = load_model(tmp_path / "ckpt")
+        assert (qnet.state_tower.engine is not None) == (engine == "onnx"), qnet.engine_why
+        engines = [e for e in (qnet.state_tower.engine, qnet.chunk_tower.engine) if e is not None]
+        counter = PassCounter([qnet.state_tower.encoder, qnet.chunk_tower.encoder], engines)
+        index = ChunkIndex.from_texts(qnet, texts)
+        found = MultiHopSearcher(qnet, index).search_one("which passage is about topic 2 and thing 1?")
+        assert counter.passes > 0 and counter.token_layers > 0  # counted on either path
+        results[engine] = (found, index.vectors)
+    torch.testing.assert_close(results["onnx"][1], results["torch"][1], atol=1e-5, rtol=1e-4)
+    assert [h.chunk.text for h in results["onnx"][0].hits] == [h.chunk.text for h in results["torch"][0].hits]

@@ -1,0 +1,202 @@
+"""Gradient-free CPU passes of an encoder through ONNX Runtime: the same vectors at a fraction of eager torch's cost.
+
+A served query runs four short encoder passes (docs/METHOD.md §5: `f_θ(q)`, `f_0(q)`, `f_θ(s)`, `f_0(s)` under the
+state anchor), one row each. Eager torch spends much of such a pass outside its arithmetic (a few hundred operator
+calls); ONNX Runtime runs the same graph with its kernels fused. On a 2-core AMD EPYC (avx2 avx512f avx512_bf16
+avx512_vnni), one thread, base MiniLM: a 20-token pass 7.6 ms against 17.8, an 86-token one 26.1 against 37.9, the
+same hidden states within 4e-6 (docs/RESULTS.md, "The paragraph model's price", measures a whole query).
+
+`CPUEngine.build(encoder)` exports the encoder in memory (torch's TorchScript ONNX exporter, opset 17, batch and
+length dynamic), opens an ONNX Runtime session at torch's intra-op thread count, and checks the session against the
+encoder on a padded batch; it returns None, with the reason, where `onnxruntime` or `onnx` is missing, the export
+fails or the two disagree. Sessions are kept per process by a digest of the encoder's weights, so a checkpoint
+loaded again is not exported again. `Tower.forward` runs the engine only for a gradient-free pass of a CPU batch in
+eval mode outside autocast; a pass after the encoder's weights changed (`weight_stamp`) is torch's, and the tower
+drops the engine. `QRAG_CPU_ENGINE=torch` keeps every pass in torch.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from qrag.training.model.towers import eval_mode, tensors_digest
+from qrag.training.model.weight_stamp import WatchedTensors
+
+ENV = "QRAG_CPU_ENGINE"
+OPSET = 17
+CHECK_ATOL = 1e-4
+"""The largest difference from torch's hidden states (on real tokens) the build check accepts."""
+KEPT_SESSIONS = 4
+"""Sessions kept per process (each holds a copy of its encoder's weights: about 90 MB for MiniLM)."""
+
+_SESSIONS: OrderedDict[tuple[str, int], Any] = OrderedDict()
+_SESSIONS_LOCK = threading.Lock()
+
+
+def wanted() -> bool:
+    """Whether CPU passes may run through ONNX Runtime (`QRAG_CPU_ENGINE`: 'onnx', the default, or 'torch').
+
+    Raises:
+        ValueError: any other value of `QRAG_CPU_ENGINE`.
+    """
+    choice = os.environ.get(ENV, "").strip().lower() or "onnx"
+    if choice not in ("onnx", "torch"):
+        raise ValueError(f"{ENV}={os.environ[ENV]!r} is not a CPU engine: set it to 'onnx' (ONNX Runtime, the "
+                         "default) or 'torch' (eager torch), or unset it.")
+    return choice == "onnx"
+
+
+class _HiddenStates(nn.Module):
+    """The encoder as the exporter sees it: (input_ids, attention_mask) → last hidden state (B, L, H)."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _export(encoder: nn.Module) -> bytes:
+    """The encoder as an ONNX model (bytes), batch and length dynamic."""
+    ids = torch.ones(1, 8, dtype=torch.long)
+    buffer = io.BytesIO()
+    dynamic = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
+               "hidden": {0: "batch", 1: "tokens"}}
+    # traced with gradients on: a gradient-free pass takes oneDNN's linear (`cpu_linear`), an op the exporter lacks
+    with warnings.catch_warnings(), torch.enable_grad():
+        warnings.simplefilter("ignore")  # the tracer's and the exporter's notices about a graph it exports as asked
+        # the wrapper in eval mode: the exporter puts back the mode it found, over every submodule (the encoder's)
+        torch.onnx.export(_HiddenStates(encoder).eval(), (ids, torch.ones_like(ids)), buffer,  # type: ignore[arg-type]
+                          input_names=["input_ids", "attention_mask"], output_names=["hidden"], dynamic_axes=dynamic,
+                          opset_version=OPSET, dynamo=False)  # the TorchScript exporter writes to any file object
+    return buffer.getvalue()
+
+
+def _session(model: bytes, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep: callers share cores
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().to(torch.int64).numpy())
+
+
+class CPUEngine:
+    """An ONNX Runtime session running one encoder's gradient-free CPU passes (module docstring).
+
+    Args:
+        encoder: The encoder it was exported from (watched: a pass after its weights change returns None).
+        digest: The digest of the encoder's weights the session is kept under.
+        session: The session, at `threads` intra-op threads.
+    """
+
+    def __init__(self, encoder: nn.Module, digest: str, session: Any, threads: int) -> None:
+        self._encoder = encoder
+        self._digest = digest
+        self._watched = WatchedTensors(list(encoder.parameters()) + list(encoder.buffers()))
+        self._stamp = self._watched.stamp()
+        self._sessions = {threads: session}
+        self._lock = threading.Lock()
+        self.listeners: list[Callable[[torch.Tensor], None]] = []  # called with each pass's input ids (B, L)
+
+    @property
+    def encoder(self) -> nn.Module:
+        """The encoder the engine was exported from."""
+        return self._encoder
+
+    @classmethod
+    def build(cls, encoder: nn.Module) -> tuple[CPUEngine | None, str]:
+        """(the engine, why) for `encoder`'s CPU passes, or (None, why not) (module docstring)."""
+        try:
+            import onnx  # noqa: F401  # the exporter writes through it
+            import onnxruntime  # noqa: F401
+        except ImportError as e:
+            return None, f"ONNX Runtime is not installed ({e.name}): passes run in torch"
+        if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in encoder.parameters()):
+            return None, "the encoder's weights are not fp32 on the CPU: passes run in torch"
+        threads = torch.get_num_threads()
+        digest = tensors_digest(sorted(encoder.state_dict().items()), "blake2b", 32, prefix=type(encoder).__name__)
+        try:
+            session = _kept(digest, threads, encoder)
+            engine = cls(encoder, digest, session, threads)
+            error = engine._check()
+        except Exception as e:  # an encoder the exporter cannot trace, or a session that will not open
+            return None, f"the encoder did not export to ONNX ({type(e).__name__}: {e}): passes run in torch"
+        if error is not None:
+            return None, f"ONNX Runtime's hidden states differ from torch's by {error:.2g}: passes run in torch"
+        return engine, f"ONNX Runtime at {threads} intra-op threads"
+
+    def _check(self) -> float | None:
+        """The largest difference from torch on a padded batch if above `CHECK_ATOL`, else None."""
+        gen = torch.Generator().manual_seed(0)
+        vocab = int(getattr(getattr(self._encoder, "config", None), "vocab_size", 100) or 100)
+        ids = torch.randint(1, max(vocab, 2), (2, 12), generator=gen)
+        mask = torch.ones_like(ids)
+        mask[1, 7:] = 0
+        with torch.no_grad(), eval_mode(self._encoder):
+            ref = self._encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = self.run(ids, mask)
+        assert got is not None, "the engine was just built from these weights"
+        error = float(((got - ref).abs() * mask.unsqueeze(-1)).max())
+        return error if not error <= CHECK_ATOL else None
+
+    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        """(B, L, H) the encoder's last hidden states of a CPU batch (B, L), or None where its weights changed since
+        the export (the caller runs torch)."""
+        if self._watched.stamp() != self._stamp:
+            return None
+        threads = torch.get_num_threads()
+        session = self._sessions.get(threads)
+        if session is None:  # torch's thread count changed: a session at the new count (exported again if not kept)
+            with self._lock:
+                session = self._sessions.get(threads) or _kept(self._digest, threads, self._encoder)
+                self._sessions = {threads: session}
+        for listener in self.listeners:
+            listener(input_ids)
+        out = session.run(None, {"input_ids": _numpy(input_ids), "attention_mask": _numpy(attention_mask)})[0]
+        return torch.from_numpy(out)
+
+
+def _kept(digest: str, threads: int, encoder: nn.Module) -> Any:
+    """The process's session for these weights at `threads` threads, exported and opened if there is none."""
+    key = (digest, threads)
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get(key)
+        if session is not None:
+            _SESSIONS.move_to_end(key)
+            return session
+    with eval_mode(encoder):
+        session = _session(_export(encoder), threads)
+    with _SESSIONS_LOCK:
+        _SESSIONS[key] = session
+        while len(_SESSIONS) > KEPT_SESSIONS:
+            _SESSIONS.popitem(last=False)
+    return session
+
+
+def forget_sessions() -> None:
+    """Drop the sessions this process keeps (engines already built keep theirs)."""
+    with _SESSIONS_LOCK:
+        _SESSIONS.clear()
+
+
+__all__ = ["CHECK_ATOL", "CPUEngine", "ENV", "forget_sessions", "wanted"]
