@@ -3,8 +3,10 @@
 `QRAGRetriever.from_texts(summaries, model=..., k=k)` with the model's own search settings, LangChain's
 `InMemoryVectorStore` and a Chroma collection's own retriever (`langchain_chroma.Chroma`, its default l2 space),
 both filled with the vectors qrag's index holds (its chunk tower is the normalised base MiniLM; `KnownVectors`) and
-asking through the bundled all-MiniLM-L6-v2 (`QRAGEmbeddings`), k = k; and the same model over that Chroma
-collection (`QRAGRetriever.from_vector_store`: the store path, against `from_texts`). The questions are qrag-adapt's, built from the
+asking through the bundled all-MiniLM-L6-v2 as a user's chain does (sentence-transformers, `users_embedder`), k = k;
+Chroma's retriever again with its questions embedded by qrag's own embedder (ONNX Runtime, the stricter reading);
+and the same model over the first Chroma collection (`QRAGRetriever.from_vector_store`: the store path, against
+`from_texts`). The questions are qrag-adapt's, built from the
 summaries alone (`summaries_and_questions`); each retriever is asked each question once (`query_cost.Fresh`).
 Its command line is `scripts/bench_query_cost.py`; the readings are `qrag.eval.query_cost`'s.
 """
@@ -24,7 +26,7 @@ from qrag.integrations import QRAGEmbeddings, QRAGRetriever
 from qrag.training.data.corpus import Corpus
 from qrag.training.data.synthetic import make_questions
 from qrag.training.data.wiki import read_pages
-from qrag.training.model.encoders import BUNDLED_MINILM
+from qrag.training.model.encoders import BUNDLED_MINILM, bundled_minilm_path
 from qrag.training.search import ChunkIndex
 
 
@@ -66,19 +68,42 @@ class KnownVectors(Embeddings):
 
 
 
+def users_embedder() -> Embeddings:
+    """The bundled all-MiniLM-L6-v2 as a user's LangChain chain embeds with it: sentence-transformers through
+    `langchain_huggingface.HuggingFaceEmbeddings` (eager torch, normalised vectors).
+
+    Raises:
+        ImportError: sentence-transformers or langchain-huggingface is missing (the `eval` extra installs them).
+    """
+    try:
+        from langchain_huggingface import HuggingFaceEmbeddings
+    except ImportError as e:
+        raise ImportError(f"the price probe's baselines embed through sentence-transformers ({e.name} is missing): "
+                          "pip install 'qrag[eval]'") from e
+    return HuggingFaceEmbeddings(model_name=str(bundled_minilm_path()), model_kwargs={"device": "cpu"},
+                                 encode_kwargs={"normalize_embeddings": True})
+
+
 def plain_stores(texts: list[str], vectors: torch.Tensor) -> dict[str, Any]:
-    """An `InMemoryVectorStore` and a Chroma collection (its default l2 space) of `texts` holding these chunk vectors,
-    their queries embedded by the bundled MiniLM."""
+    """LangChain's `InMemoryVectorStore` and a Chroma collection (its default l2 space) of `texts` holding these chunk
+    vectors, their queries embedded as a user's chain does (`users_embedder`), and a second Chroma collection whose
+    queries are embedded by qrag's own embedder (`QRAGEmbeddings`: ONNX Runtime on a CPU, as Chroma's own default
+    embedding function runs MiniLM): the stricter of the two readings of Chroma's price."""
     from langchain_chroma import Chroma
     from langchain_core.vectorstores import InMemoryVectorStore
 
-    known = KnownVectors(QRAGEmbeddings(BUNDLED_MINILM))
-    known.known.update(zip(texts, vectors.tolist(), strict=True))
-    in_memory = InMemoryVectorStore(known)
+    def filled(embedder: Embeddings) -> KnownVectors:
+        known = KnownVectors(embedder)
+        known.known.update(zip(texts, vectors.tolist(), strict=True))
+        return known
+
+    users = users_embedder()
+    in_memory = InMemoryVectorStore(filled(users))
     in_memory.add_texts(texts)
-    known.known.update(zip(texts, vectors.tolist(), strict=True))
-    chroma = Chroma.from_texts(texts, known, collection_name=f"price-{uuid.uuid4().hex[:8]}")
-    return {"in_memory": in_memory, "chroma": chroma}
+    return {"in_memory": in_memory,
+            "chroma": Chroma.from_texts(texts, filled(users), collection_name=f"price-{uuid.uuid4().hex[:8]}"),
+            "chroma_onnx_query": Chroma.from_texts(texts, filled(QRAGEmbeddings(BUNDLED_MINILM)),
+                                                   collection_name=f"price-{uuid.uuid4().hex[:8]}")}
 
 
 def store_calls(retriever: QRAGRetriever) -> Counter[str]:

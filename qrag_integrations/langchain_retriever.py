@@ -205,8 +205,9 @@ class QRAGRetriever(BaseRetriever):
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
         `precision='auto'` (the default) serves the state passes of every hop from a bf16 copy of the state tower
         where the CPU or GPU has native bf16 units (AVX512-BF16, AMX; `QNetwork.serve_in`) and, on a CPU, a timed
-        state pass runs clearly faster in it, in fp32 elsewhere, and embeds the index in fp32; 'bf16' also indexes
-        in bf16, 'fp32' keeps every pass in fp32. Texts longer than the model reads are
+        query's passes run clearly faster in it, in fp32 elsewhere, and embeds the index in fp32; 'bf16' also indexes
+        in bf16, 'fp32' keeps every pass in fp32. On a CPU, a model loaded by name or folder runs its fp32 passes
+        through ONNX Runtime (`QNetwork.serve_engine`, `QRAG_CPU_ENGINE=torch` keeps torch). Texts longer than the model reads are
         searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
         check_retriever_backend(backend, "QRAGRetriever.from_texts")
         kwargs = cls._constructor_fields(kwargs)  # a bad argument is refused before anything is embedded

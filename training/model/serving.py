@@ -213,7 +213,8 @@ class Serving(nn.Module):
         """How many bottom layers the state tower `tower` shares with the frozen base `base` under anchor 'question'
         (`trunk.shared_layers`; 0 otherwise), found again whenever a weight of either changes. A tower that can train
         shares none: its weights move at every step, and acting keeps the passes it was trained with."""
-        if self.config.state_anchor != "question" or any(p.requires_grad for p in tower.parameters()):
+        # the tensors listed once per tower (walking its module tree costs a millisecond a hop)
+        if self.config.state_anchor != "question" or any(t.requires_grad for t in self._watched(tower).tensors):
             return 0
         stamp = (self._watched(tower).stamp(), self._watched(base).stamp())
         cached = self._shared
