@@ -155,4 +155,13 @@ def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]]
             "qrag_hops_per_query": statistics.mean(hops), "qrag_hops_histogram": dict(sorted(Counter(hops).items())),
             "qrag_over_chroma_per_query": {name: over_calls[name] / calls
                                            for name in ("searches", "lookups", "looked_up")},
+            "questions_embedded_by": {"in_memory": "sentence-transformers (langchain-huggingface)",
+                                      "chroma": "sentence-transformers (langchain-huggingface)",
+                                      "chroma_onnx_query": "QRAGEmbeddings (" + qrag_engine(stores) + ")",
+                                      "qrag_over_chroma": "the Chroma collection's embedder (sentence-transformers)"},
             "questions_asked": [q["question"] for q in asked]}
+
+
+def qrag_engine(stores: dict[str, Any]) -> str:
+    """What runs the passes of the embedder behind `stores['chroma_onnx_query']` (`QNetwork.engine_why`)."""
+    return str(stores["chroma_onnx_query"].embeddings.base.model.engine_why)
