@@ -47,6 +47,7 @@ import torch
 from qrag.eval.price_probe import KnownVectors, run_price, summaries_and_questions
 from qrag.eval.query_cost import alone, counted, pass_counter, search_memory, summary
 from qrag.integrations import QRAGEmbeddings, QRAGRetriever
+from qrag.training.model import precision
 from qrag.training.search import ChunkIndex, MultiHopSearcher
 from qrag.training.search.index import weighs_pairs
 from qrag.training.search.lexical import LexicalIndex
@@ -54,15 +55,6 @@ from qrag.training.search.windows import Windows
 
 PERTURB = 0.05
 """The norm of the noise on a repeated passage's vector, as a share of the vector's own."""
-
-
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
-    return sorted(f for f in flags if f.startswith(("avx", "amx")))
 
 
 def saved_or_built(texts: list[str], args: argparse.Namespace, *, show_progress: bool) -> QRAGRetriever:
@@ -254,7 +246,7 @@ def main() -> None:
     ap.add_argument("--plain-up-to", type=int, default=100_000, help="--sizes: time the plain retriever up to here")
     ap.add_argument("--memory-queries", type=int, default=10, help="--sizes: questions the memory pass asks")
     args = ap.parse_args()
-    machine = {"cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
+    machine = {"cpu": platform.processor() or platform.machine(), "cpu_flags": precision.vector_flags(),
                "cores": os.cpu_count(), "torch": torch.__version__}
     command = "python scripts/bench_query_cost.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)

@@ -29,15 +29,7 @@ import torch
 
 from qrag.integrations import QRAGRetriever
 from qrag.training.data import hotpot_pool
-
-
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
-    return sorted(f for f in flags if f.startswith(("avx", "amx")))
+from qrag.training.model import precision
 
 
 def run(retriever: QRAGRetriever, questions: list[str], workers: int, queries: int) -> tuple[list[float], float]:
@@ -133,7 +125,7 @@ def main() -> None:
         qps = len(xs) / wall[name]
         rows_out.append({"setting": name, "p50_s": p50, "p90_s": p90, "queries_per_s": qps, "calls": len(xs)})
         print(f"| {name} | {p50:.2f} | {p90:.2f} | {qps:.2f} |")
-    machine = {"cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(), "cores": os.cpu_count(),
+    machine = {"cpu": platform.processor() or platform.machine(), "cpu_flags": precision.vector_flags(), "cores": os.cpu_count(),
                "load_average": os.getloadavg(), "torch": torch.__version__, "default_threads": default_threads}
     print(json.dumps(machine))
     if args.out:

@@ -1,6 +1,6 @@
 """Gradient-free CPU passes of an encoder through ONNX Runtime: the same vectors at a fraction of eager torch's cost.
 
-A served query runs four short encoder passes (docs/METHOD.md §5: `f_θ(q)`, `f_0(q)`, `f_θ(s)`, `f_0(s)` under the
+A served query runs four short encoder passes (docs/METHOD.md §4.2: `f_θ(q)`, `f_0(q)`, `f_θ(s)`, `f_0(s)` under the
 state anchor), one row each. Eager torch spends much of such a pass outside its arithmetic (a few hundred operator
 calls); ONNX Runtime runs the same graph with its kernels fused. On a 2-core AMD EPYC (avx2 avx512f avx512_bf16
 avx512_vnni), one thread, base MiniLM: a 20-token pass 7.6 ms against 17.8, an 86-token one 26.1 against 37.9, the

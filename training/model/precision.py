@@ -47,6 +47,11 @@ SPEED_FLAGS = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
 """The CPU flags a timing is read with: AVX2, AVX-512 and the native bf16 units."""
 
 
+def vector_flags() -> list[str]:
+    """Every vector and matrix flag this CPU lists (avx*, amx*), sorted (the benchmarks' fuller machine line)."""
+    return sorted(f for f in cpu_flags() if f.startswith(("avx", "amx")))
+
+
 def speed_flags() -> list[str]:
     """Which of `SPEED_FLAGS` this CPU lists, sorted (the machine line of every benchmark's JSON)."""
     return sorted(cpu_flags() & SPEED_FLAGS)

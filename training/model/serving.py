@@ -1,8 +1,8 @@
 """What a `QNetwork` does only to serve: a bf16 copy, CPU engines, CUDA graphs, lean passes, kept `f_0(q)`.
 
-Training never sees any of it: `QNetwork.train()` drops the serving copy, the engines and the graphs. The kept vectors and layer
-counts follow the weights by their stamp (`weight_stamp`). `Serving` is a mixin of `QNetwork`, which declares the
-state it reads (towers, tokenizer, config) and holds the caches this module fills.
+Training never sees any of it: `QNetwork.train()` drops the serving copy, the CPU engines and the graphs. The kept
+vectors and layer counts follow the weights by their stamp (`weight_stamp`). `Serving` is a mixin of `QNetwork`,
+which declares the state it reads (towers, tokenizer, config) and holds the caches this module fills.
 """
 
 from __future__ import annotations
