@@ -25,14 +25,15 @@ from qrag.eval.ordinary_text import machine
 from qrag.eval.price_probe import summaries_and_questions
 from qrag.eval.query_cost import alone, summary
 from qrag.integrations import QRAGRetriever
+from qrag.training.model import Precision
 
-PATHS = {"torch fp32": ("fp32", False), "torch bf16": ("bf16", False), "onnx fp32": ("fp32", True),
-         "auto": ("auto", True)}
+PATHS: dict[str, tuple[Precision, bool]] = {"torch fp32": ("fp32", False), "torch bf16": ("bf16", False),
+                                            "onnx fp32": ("fp32", True), "auto": ("auto", True)}
 """Each serving path timed: (precision, whether the towers keep their CPU engines)."""
 
 
-def retriever(texts: list[str], model: str, k: int, precision: str, engines: bool) -> QRAGRetriever:
-    built = QRAGRetriever.from_texts(texts, model=model, k=k, precision=precision)  # type: ignore[arg-type]
+def retriever(texts: list[str], model: str, k: int, precision: Precision, engines: bool) -> QRAGRetriever:
+    built = QRAGRetriever.from_texts(texts, model=model, k=k, precision=precision)
     if not engines:
         built.searcher.model.drop_engines()
     return built
