@@ -27,6 +27,13 @@ to 64 tokens, as shipped) against the same baseline (`--model qrag/hotpotqa-mini
 it is the cheapest that does (64 tokens, 3 layers) and ships as the default paragraph model once the quality figures of
 RESULTS are read again with it; if not, the shipped model stays.
 
+**Int8 serving** (2026-12-03, written before any int8 reading): the shipped model served with its state passes (both
+towers' gradient-free passes of every hop, `f_θ` and `f_0`; the index stays fp32) through ONNX Runtime with its
+matrix products' weights in int8 (per channel, activations quantised per pass: `qrag.training.model.onnx_engine`), read
+as `shipped-p64-int8=qrag/hotpotqa-minilm@p64:int8` against the shipped fp32 search (`--model qrag/hotpotqa-minilm@p64`)
+by the same rule. If it holds, 'auto' may serve int8 on a CPU where its timed passes are clearly faster (as it does
+bf16); if not, int8 serves only when asked and the default stays fp32.
+
     python experiments/top_layers.py --squad runs/data/new_wiki_v1.0.json --squad runs/data/amazon_reviews_v1.0.json \
         --candidate top1=runs/hp-top1/best@128 --candidate top1-64=runs/hp-top1/best@64 --layers top1=1 \
         --layers top1-64=1 --chunk-vectors runs/cv --work runs/top_layers --out experiments/results/top_layers.json
