@@ -214,7 +214,7 @@ class LangChainChunkStore:
                                       texts, questions, weight, pair_weight, held=self._held,
                                       lookup=self._lookup if langchain_store_kind(self.store) in READABLE else None)
 
-    def _lookup(self, ids: Sequence[str]) -> list[tuple[Chunk, list[float]]]:
+    def _lookup(self, ids: Sequence[str]) -> list[tuple[Chunk, Sequence[float]]]:
         """Those of `ids` the store holds, as chunks with their stored vectors (`documents_by_id`)."""
         return [(self._chunk(doc), vector) for doc, vector in documents_by_id(self.store, ids) or []]
 

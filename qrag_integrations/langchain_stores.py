@@ -106,9 +106,10 @@ def read_documents(store: VectorStore, limit: int | None = None) -> tuple[list[A
     return None
 
 
-def documents_by_id(store: VectorStore, ids: Sequence[str]) -> list[tuple[Any, list[float]]] | None:
+def documents_by_id(store: VectorStore, ids: Sequence[str]) -> list[tuple[Any, Sequence[float]]] | None:
     """Those of `ids` a LangChain store holds, as `Document`s named as its search names them, each with its stored
-    vector (what a hop scores exactly instead of asking the store for more); None for a store qrag cannot look up so.
+    vector as the store gives it (a NumPy row from Chroma and FAISS, a list from the others: what a hop scores
+    exactly instead of asking the store for more); None for a store qrag cannot look up so.
     Chroma, Qdrant and `InMemoryVectorStore` are asked by id; FAISS reads its docstore and `reconstruct`s the rows."""
     from langchain_core.documents import Document
 
@@ -119,7 +120,7 @@ def documents_by_id(store: VectorStore, ids: Sequence[str]) -> list[tuple[Any, l
         return []
     if kind == "chroma":
         got = store._collection.get(ids=list(ids), include=["documents", "metadatas", "embeddings"])  # type: ignore[attr-defined]
-        return [(Document(page_content=t or "", metadata=m or {}, id=i), list(map(float, x)))
+        return [(Document(page_content=t or "", metadata=m or {}, id=i), x)
                 for i, t, m, x in zip(got["ids"], got["documents"], got["metadatas"], got["embeddings"], strict=True)]
     if kind == "in-memory":
         held = [d for i in ids if (d := store.store.get(i)) is not None]  # type: ignore[attr-defined]
@@ -128,7 +129,7 @@ def documents_by_id(store: VectorStore, ids: Sequence[str]) -> list[tuple[Any, l
     if kind == "faiss":  # its row of each id read as LangChain's own delete reads it
         rows = {cid: row for row, cid in dict(store.index_to_docstore_id).items()}  # type: ignore[attr-defined]
         return [(Document(page_content=d.page_content, metadata=d.metadata, id=cid),
-                 store.index.reconstruct(rows[cid]).tolist())  # type: ignore[attr-defined]
+                 store.index.reconstruct(rows[cid]))  # type: ignore[attr-defined]
                 for cid in ids if cid in rows and isinstance(d := store.docstore.search(cid), Document)]  # type: ignore[attr-defined]
     if kind == "qdrant":
         points = store.client.retrieve(store.collection_name, ids=[uuid_form(i) for i in ids],  # type: ignore[attr-defined]

@@ -185,11 +185,11 @@ class LlamaIndexChunkStore:
                                       texts, questions, weight, pair_weight, held=self.stored_ids,
                                       lookup=self._lookup)
 
-    def _lookup(self, ids: Sequence[str]) -> list[tuple[Chunk, list[float]]]:
+    def _lookup(self, ids: Sequence[str]) -> list[tuple[Chunk, Sequence[float]]]:
         """Those of `ids` the Chroma collection holds, as chunks with their stored vectors (what a hop scores exactly
         instead of asking the store for more)."""
         got = self.store._collection.get(ids=list(ids), include=["embeddings"])  # type: ignore[attr-defined]
-        vectors = {i: list(map(float, x)) for i, x in zip(got["ids"], got["embeddings"], strict=True)}
+        vectors = dict(zip(got["ids"], got["embeddings"], strict=True))  # Chroma's NumPy rows
         if not vectors:
             return []  # (get_nodes without ids would read the whole store)
         return [(self._chunk(n), vectors[n.node_id]) for n in self._get_nodes(node_ids=list(vectors))

@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from qrag.training.search import Chunk, Filter, LexicalIndex, ScoredChunk, lexical_evidence
@@ -32,7 +33,7 @@ from qrag.training.search import Chunk, Filter, LexicalIndex, ScoredChunk, lexic
 # (queries (R, D), n, exclude, where) → the store's n best (chunk, Q-value) per row
 VectorSearch = Callable[[torch.Tensor, int, Sequence[Collection[str]], Filter | None], list[list[ScoredChunk]]]
 Held = Callable[[Sequence[str]], set[str]]  # which of these ids the store still holds
-Lookup = Callable[[Sequence[str]], list[tuple[Chunk, list[float]]]]  # those of these ids it holds, with stored vectors
+Lookup = Callable[[Sequence[str]], list[tuple[Chunk, Sequence[float]]]]  # those of these ids it holds, with stored vectors
 Hybrid = tuple[Chunk, float, float]  # (chunk, Q-value, Q + ω · evidence)
 MAX_ROUNDS = 4
 """Most store calls one row of a hop makes (each asks for four times more than the last)."""
@@ -175,7 +176,8 @@ class StoreLexical:
                         break  # a stored vector this state cannot be scored against: ask the store instead
                     if not found:
                         return scored[:k]
-                    q = (torch.tensor([x for _, x in found]) @ state[0].float()).tolist()  # (F,) their Q-values
+                    stored = np.asarray([x for _, x in found], dtype=np.float32)  # (F, D): one copy of the rows
+                    q = (torch.from_numpy(stored) @ state[0].float()).tolist()  # (F,) their Q-values
                     # every chunk that could beat the k-th is scored now: those unseen and not blocking could not
                     return _ranked(v, [*hits, *((c, qi) for (c, _), qi in zip(found, q, strict=True))], evidence,
                                    weight)[:k]

@@ -37,28 +37,32 @@ class WatchedTensors:
         self.tensors = [t for t in tensors if t.numel()]
         self._views: list[np.ndarray | None] = [_bits_view(t) for t in self.tensors]  # CPU: a view of the bits
         self._ptrs = [t.data_ptr() for t in self.tensors]  # the storage each view reads
+        self._ends = _ends(self._views)  # each CPU view's first and last element, read in one concatenation
 
     def stamp(self) -> Stamp:
-        """Each tensor's identity, version and storage, and its first and last element (as bits). Two stamps name
-        the same weights when they are equal."""
-        ident = tuple((id(t), t._version, t.data_ptr()) for t in self.tensors)
-        probed: list[int] = []
-        elsewhere: list[torch.Tensor] = []
-        for i, (t, view) in enumerate(zip(self.tensors, self._views, strict=True)):
-            if ident[i][2] != self._ptrs[i]:  # the tensor was given another storage (`.to(dtype)`): view that one
-                view, self._ptrs[i] = _bits_view(t), ident[i][2]
-                self._views[i] = view
-            if view is not None:
-                probed += (int(view[0]), int(view[-1]))
-            else:
-                elsewhere.append(t)
+        """Each tensor's version and storage, and its first and last element (as bits). Two stamps of one
+        `WatchedTensors` name the same weights when they are equal (the tensors listed never change)."""
+        versions = tuple(t._version for t in self.tensors)
+        ptrs = [t.data_ptr() for t in self.tensors]
+        if ptrs != self._ptrs:  # a tensor was given another storage (`.to(dtype)`): view that one
+            for i, (t, ptr) in enumerate(zip(self.tensors, ptrs, strict=True)):
+                if ptr != self._ptrs[i]:
+                    self._views[i], self._ptrs[i] = _bits_view(t), ptr
+            self._ends = _ends(self._views)
+        probed = np.concatenate(self._ends).tobytes() if self._ends else b""
+        elsewhere = [t for t, view in zip(self.tensors, self._views, strict=True) if view is None]
         tail = b""
         if elsewhere:
             with torch.no_grad():
                 gathered = [t.detach().reshape(-1)[[0, t.numel() - 1]].double() for t in elsewhere]
             device = gathered[0].device
             tail = torch.cat([g.to(device) for g in gathered]).cpu().numpy().tobytes()
-        return (ident, tuple(probed), tail)
+        return (versions, tuple(ptrs), probed, tail)
+
+
+def _ends(views: list[np.ndarray | None]) -> list[np.ndarray]:
+    """One-element views of each view's first and last element, widened to 8 bytes by the concatenation."""
+    return [end for view in views if view is not None for end in (view[:1], view[-1:])]
 
 
 def _bits_view(t: torch.Tensor) -> np.ndarray | None:
