@@ -12,6 +12,9 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the CPU engine's exported graphs (qrag.training.model.onnx_engine) are cached beside the tests, never in the home
+# folder; the workers share them, and a checkout's later runs load them instead of exporting again
+os.environ.setdefault("QRAG_ONNX_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "qrag-onnx"))
 
 # `make test` runs one worker per core (pytest-xdist): each worker's torch gets its share of the cores, so two
 # workers never run four busy threads on two cores (that oversubscription made the suite four times slower).

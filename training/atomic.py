@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -185,9 +186,14 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary sibling named by this process, then rename it into place:
     readers see the old file or the new one, never half of one, and writers in other processes do not collide.
     Nothing is left behind when the write fails."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """`write_text_atomic` for bytes."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

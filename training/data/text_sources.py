@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from qrag.training.atomic import write_text_atomic
+from qrag.training.caches import cache_dir
 
 TextSource = Literal["shakespeare", "britannica", "wikipedia", "kjv"]
 TEXT_SOURCES: tuple[TextSource, ...] = get_args(TextSource)
@@ -184,13 +184,6 @@ def split_sentences(text: str) -> list[str]:
         if len(s.split()) >= MIN_WORDS and any(c.isalpha() for c in s):
             out.append(s)
     return out
-
-
-def cache_dir() -> Path:
-    """Where split sentences are cached: `$QRAG_CACHE_DIR`, else `$XDG_CACHE_HOME/qrag`, else ~/.cache/qrag."""
-    if os.environ.get("QRAG_CACHE_DIR"):
-        return Path(os.environ["QRAG_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qrag"
 
 
 @dataclass

@@ -14,9 +14,10 @@ from typing import Literal
 from qrag.training.overlay import ConfigError, check_choice
 
 PositionMode = Literal["none", "relative", "absolute"]
-Precision = Literal["fp32", "bf16", "fp16", "auto"]
+Precision = Literal["fp32", "bf16", "fp16", "int8", "auto"]
 """An encoder's arithmetic; 'auto' is bf16 where the device has native bf16 and fp32 otherwise
-(`qrag.training.model.precision`)."""
+(`qrag.training.model.precision`). 'int8' is for serving only: a network's gradient-free state passes on a CPU through
+ONNX Runtime's int8 graph (`QNetwork.serve_in`); an index is embedded in fp32 then."""
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]

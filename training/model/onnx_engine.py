@@ -9,8 +9,15 @@ same hidden states within 4e-6 (docs/RESULTS.md, "The paragraph model's price", 
 `CPUEngine.build(encoder)` exports the encoder in memory (torch's TorchScript ONNX exporter, opset 17, batch and
 length dynamic), opens an ONNX Runtime session at torch's intra-op thread count, and checks the session against the
 encoder on a padded batch; it returns None, with the reason, where `onnxruntime` or `onnx` is missing, the export
-fails or the two disagree. Sessions are kept per process by a digest of the encoder's weights, so a checkpoint
-loaded again is not exported again. `Tower.forward` runs the engine only for a gradient-free pass of a CPU batch in
+fails or the two disagree. Sessions are kept per process by a digest of the encoder's weights, and the exported
+graphs on disk under that digest (`cache_dir()/onnx`, `qrag.training.caches`; written atomically, versioned by torch,
+ONNX Runtime and the export), so a checkpoint loaded again is not exported again; a cached graph that will not open
+or fails the check is exported afresh over it.
+
+`CPUEngine.build(encoder, int8=True)` is the serving precision 'int8' (`QNetwork.serve_in`): the exported graph's
+matrix products get int8 weights, one scale per output channel, their inputs quantised per pass (ONNX Runtime's
+dynamic quantisation; the VNNI or AVX2 integer kernels). About half fp32's time a pass, vectors at cosine ~0.99 to
+fp32's; its check is on the pooled vectors of the padded batch (`INT8_MIN_COSINE`), not on each hidden state. `Tower.forward` runs the engine only for a gradient-free pass of a CPU batch in
 eval mode outside autocast; a pass after the encoder's weights changed (`weight_stamp`) is torch's, and the tower
 drops the engine. `QRAG_CPU_ENGINE=torch` keeps every pass in torch.
 """
@@ -18,28 +25,40 @@ drops the engine. `QRAG_CPU_ENGINE=torch` keeps every pass in torch.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
+from qrag.training.atomic import write_bytes_atomic
+from qrag.training.caches import cache_dir
 from qrag.training.model.towers import eval_mode, tensors_digest
 from qrag.training.model.weight_stamp import WatchedTensors
 
 ENV = "QRAG_CPU_ENGINE"
+CACHE_ENV = "QRAG_ONNX_CACHE"
+"""Where exported graphs are cached: a folder, or '0' for none on disk (each process exports its own); unset:
+`cache_dir()/onnx`."""
 OPSET = 17
 CHECK_ATOL = 1e-4
 """The largest difference from torch's hidden states (on real tokens) the build check accepts."""
+INT8_MIN_COSINE = 0.98
+"""The lowest cosine between an int8 session's and torch's mean-pooled vectors of the check batch it accepts."""
+EXPORT_VERSION = 1
+"""Bumped whenever `_export` or `_quantized` write another graph: graphs cached by an earlier version are not read."""
 KEPT_SESSIONS = 4
 """Sessions kept per process (each holds a copy of its encoder's weights: about 90 MB for MiniLM)."""
 
-_SESSIONS: OrderedDict[tuple[str, int], Any] = OrderedDict()
+_SESSIONS: OrderedDict[tuple[str, int, bool], Any] = OrderedDict()
 _SESSIONS_LOCK = threading.Lock()
 
 
@@ -83,6 +102,31 @@ def _export(encoder: nn.Module) -> bytes:
     return buffer.getvalue()
 
 
+def _quantized(model: bytes) -> bytes:
+    """The exported model with its MatMuls' weights in int8, per output channel (activations quantised per pass)."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory(prefix="qrag-int8-") as folder:  # the quantiser reads and writes files
+        fp32, int8 = Path(folder, "fp32.onnx"), Path(folder, "int8.onnx")
+        fp32.write_bytes(model)
+        advice = _Advice()  # the quantiser logs, to the root logger, its advice to run a pre-processing pass first
+        logging.getLogger().addFilter(advice)
+        try:
+            quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"])
+        finally:
+            logging.getLogger().removeFilter(advice)
+        return int8.read_bytes()
+
+
+class _Advice(logging.Filter):
+    """Drops the quantiser's advice to pre-process the graph (a shape-inference pass it does not need here)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Please consider to run pre-processing")
+
+
 def _session(model: bytes, threads: int) -> Any:
     import onnxruntime as ort
 
@@ -107,11 +151,13 @@ class CPUEngine:
         encoder: The encoder it was exported from (watched: a pass after its weights change returns None).
         digest: The digest of the encoder's weights the session is kept under.
         session: The session, at `threads` intra-op threads.
+        int8: Whether the session runs the int8 graph (`precision` 'int8') rather than fp32.
     """
 
-    def __init__(self, encoder: nn.Module, digest: str, session: Any, threads: int) -> None:
+    def __init__(self, encoder: nn.Module, digest: str, session: Any, threads: int, int8: bool = False) -> None:
         self._encoder = encoder
         self._digest = digest
+        self._int8 = int8
         self._watched = WatchedTensors(list(encoder.parameters()) + list(encoder.buffers()))
         self._stamp = self._watched.stamp()
         self._sessions = {threads: session}
@@ -123,9 +169,15 @@ class CPUEngine:
         """The encoder the engine was exported from."""
         return self._encoder
 
+    @property
+    def precision(self) -> str:
+        """'int8' or 'fp32': the arithmetic of the engine's matrix products."""
+        return "int8" if self._int8 else "fp32"
+
     @classmethod
-    def build(cls, encoder: nn.Module) -> tuple[CPUEngine | None, str]:
-        """(the engine, why) for `encoder`'s CPU passes, or (None, why not) (module docstring)."""
+    def build(cls, encoder: nn.Module, *, int8: bool = False) -> tuple[CPUEngine | None, str]:
+        """(the engine, why) for `encoder`'s CPU passes, or (None, why not); `int8`: the int8 graph (module
+        docstring)."""
         try:
             import onnx  # noqa: F401  # the exporter writes through it
             import onnxruntime  # noqa: F401
@@ -135,18 +187,24 @@ class CPUEngine:
             return None, "the encoder's weights are not fp32 on the CPU: passes run in torch"
         threads = torch.get_num_threads()
         digest = tensors_digest(sorted(encoder.state_dict().items()), "blake2b", 32, prefix=type(encoder).__name__)
-        try:
-            session = _kept(digest, threads, encoder)
-            engine = cls(encoder, digest, session, threads)
-            error = engine._check()
-        except Exception as e:  # an encoder the exporter cannot trace, or a session that will not open
-            return None, f"the encoder did not export to ONNX ({type(e).__name__}: {e}): passes run in torch"
+        for fresh in (False, True):  # a graph read from the cache, then one exported now where that one fails the check
+            cached = False
+            try:
+                session, cached = _kept(digest, threads, encoder, int8, fresh=fresh)
+                engine = cls(encoder, digest, session, threads, int8)
+                error = engine._check()
+            except Exception as e:  # an encoder the exporter cannot trace, or a session that will not open
+                error = f"the encoder did not export to ONNX ({type(e).__name__}: {e}): passes run in torch"
+            if error is None or not cached:
+                break
         if error is not None:
-            return None, f"ONNX Runtime's hidden states differ from torch's by {error:.2g}: passes run in torch"
-        return engine, f"ONNX Runtime at {threads} intra-op threads"
+            return None, error
+        kind = " in int8 (per-channel weights)" if int8 else ""
+        return engine, f"ONNX Runtime{kind} at {threads} intra-op threads"
 
-    def _check(self) -> float | None:
-        """The largest difference from torch on a padded batch if above `CHECK_ATOL`, else None."""
+    def _check(self) -> str | None:
+        """Why the session disagrees with torch on a padded batch (fp32: a hidden state more than `CHECK_ATOL` away;
+        int8: a pooled vector below `INT8_MIN_COSINE`), else None."""
         gen = torch.Generator().manual_seed(0)
         vocab = int(getattr(getattr(self._encoder, "config", None), "vocab_size", 100) or 100)
         ids = torch.randint(1, max(vocab, 2), (2, 12), generator=gen)
@@ -156,8 +214,15 @@ class CPUEngine:
             ref = self._encoder(input_ids=ids, attention_mask=mask).last_hidden_state
         got = self.run(ids, mask)
         assert got is not None, "the engine was just built from these weights"
+        if self._int8:
+            weights = mask.unsqueeze(-1).float()  # (B, L, 1)
+            cosine = float(F.cosine_similarity((got * weights).sum(1), (ref * weights).sum(1), dim=-1).min())
+            return None if cosine >= INT8_MIN_COSINE else (
+                f"ONNX Runtime's int8 vectors are at cosine {cosine:.3f} to torch's (below {INT8_MIN_COSINE}): "
+                "passes run in fp32")
         error = float(((got - ref).abs() * mask.unsqueeze(-1)).max())
-        return error if not error <= CHECK_ATOL else None
+        return None if error <= CHECK_ATOL else (
+            f"ONNX Runtime's hidden states differ from torch's by {error:.2g}: passes run in torch")
 
     def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
         """(B, L, H) the encoder's last hidden states of a CPU batch (B, L), or None where its weights changed since
@@ -168,7 +233,7 @@ class CPUEngine:
         session = self._sessions.get(threads)
         if session is None:  # torch's thread count changed: a session at the new count (exported again if not kept)
             with self._lock:
-                session = self._sessions.get(threads) or _kept(self._digest, threads, self._encoder)
+                session = self._sessions.get(threads) or _kept(self._digest, threads, self._encoder, self._int8)[0]
                 self._sessions = {threads: session}
         for listener in self.listeners:
             listener(input_ids)
@@ -176,21 +241,63 @@ class CPUEngine:
         return torch.from_numpy(out)
 
 
-def _kept(digest: str, threads: int, encoder: nn.Module) -> Any:
-    """The process's session for these weights at `threads` threads, exported and opened if there is none."""
-    key = (digest, threads)
+def _kept(digest: str, threads: int, encoder: nn.Module, int8: bool, *, fresh: bool = False) -> tuple[Any, bool]:
+    """(the process's session for these weights at `threads` threads, `int8`: of the int8 graph; whether its graph
+    came from the disk cache), opened from the cached graph or exported where there is none (`fresh`: exported
+    whatever is kept or cached, and cached over it)."""
+    key = (digest, threads, int8)
     with _SESSIONS_LOCK:
-        session = _SESSIONS.get(key)
+        session = _SESSIONS.get(key) if not fresh else None
         if session is not None:
             _SESSIONS.move_to_end(key)
-            return session
-    with eval_mode(encoder):
-        session = _session(_export(encoder), threads)
+            return session, False
+    path = cached_graph(digest, int8)
+    model = None if fresh or path is None else _read(path)
+    session = None
+    if model is not None:
+        try:
+            session = _session(model, threads)
+        except Exception:  # a damaged cached graph: exported again over it
+            session = None
+    cached = session is not None
+    if session is None:
+        with eval_mode(encoder):
+            model = _export(encoder)
+        model = _quantized(model) if int8 else model
+        if path is not None:
+            _write(path, model)
+        session = _session(model, threads)
     with _SESSIONS_LOCK:
         _SESSIONS[key] = session
         while len(_SESSIONS) > KEPT_SESSIONS:
             _SESSIONS.popitem(last=False)
-    return session
+    return session, cached
+
+
+def cached_graph(digest: str, int8: bool) -> Path | None:
+    """Where the exported graph of the weights `digest` is cached (`CACHE_ENV`; None: none kept on disk)."""
+    chosen = os.environ.get(CACHE_ENV, "").strip()
+    if chosen == "0":
+        return None
+    import onnxruntime
+
+    versions = f"torch{torch.__version__}-ort{onnxruntime.__version__}-op{OPSET}-v{EXPORT_VERSION}"
+    return (Path(chosen) if chosen else cache_dir() / "onnx") / f"{digest}-{'int8' if int8 else 'fp32'}-{versions.replace('+', '_')}.onnx"
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:  # not cached yet, or unreadable: exported again
+        return None
+
+
+def _write(path: Path, model: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, model)
+    except OSError:  # a read-only or full cache costs the next load an export, nothing else
+        pass
 
 
 def forget_sessions() -> None:
@@ -199,4 +306,4 @@ def forget_sessions() -> None:
         _SESSIONS.clear()
 
 
-__all__ = ["CHECK_ATOL", "CPUEngine", "ENV", "forget_sessions", "wanted"]
+__all__ = ["CACHE_ENV", "CHECK_ATOL", "CPUEngine", "ENV", "INT8_MIN_COSINE", "cached_graph", "forget_sessions", "wanted"]

@@ -111,10 +111,10 @@ def choose_precision(requested: str, device: torch.device) -> tuple[str, str]:
 
 
 def indexing_precision(requested: Precision) -> Precision:
-    """The precision an index is embedded in when a retriever is built with `requested`: 'auto' embeds in fp32 (the
-    vectors a vector store filled by the same encoder holds, on every machine; only the per-query state passes
-    choose by the CPU), anything else as asked."""
-    return "fp32" if requested == "auto" else requested
+    """The precision an index is embedded in when a retriever is built with `requested`: 'auto' and 'int8' embed in
+    fp32 (the vectors a vector store filled by the same encoder holds, on every machine; only the per-query state
+    passes choose by the CPU), anything else as asked."""
+    return "fp32" if requested in ("auto", "int8") else requested
 
 
 def accelerate_precision(requested: str, device: torch.device) -> tuple[str, str]:

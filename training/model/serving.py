@@ -10,7 +10,9 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
 import torch
@@ -18,9 +20,16 @@ from torch import nn
 
 from qrag.training.model.anchors import served_states
 from qrag.training.model.graphed import GraphedPass
-from qrag.training.model.onnx_engine import CPUEngine, wanted
+from qrag.training.model.onnx_engine import ENV, CPUEngine, wanted
 from qrag.training.model.serving_speed import faster_serving
-from qrag.training.model.towers import PRECISION_OF_DTYPE, Precision, Tower, eval_mode, low_precision_dtype
+from qrag.training.model.towers import (
+    PRECISION_OF_DTYPE,
+    Precision,
+    Tower,
+    check_precision,
+    eval_mode,
+    low_precision_dtype,
+)
 from qrag.training.model.trunk import shared_layers
 from qrag.training.model.weight_stamp import WatchedTensors
 
@@ -81,50 +90,108 @@ class Serving(nn.Module):
         return self._serving_why
 
     def serve_in(self, precision: Precision) -> Self:
-        """Run the gradient-free state passes (every served hop) on a copy of the state tower with its weights in
-        `precision`: 'bf16' is faster on a CPU with bf16 units (AVX512-BF16, AMX) and moves the state vectors by
-        rounding only (docs/RESULTS.md measures both); 'fp16' is for GPUs; 'fp32' drops the copy; 'auto' is bf16
-        where the device has native bf16 and, on a CPU, where a timed state pass also runs clearly faster in it
-        (`qrag.training.model.serving_speed`; `serving_why` says which); 'bf16' on a CPU without native bf16 warns
-        and drops the copy.
+        """Run the gradient-free state passes (every served hop) in `precision`: 'bf16' on a copy of the state tower
+        with its weights in bf16, faster on a CPU with bf16 units (AVX512-BF16, AMX), the state vectors moved by
+        rounding only; 'fp16' likewise, for GPUs; 'int8', on a CPU, through ONNX Runtime's int8 graphs of the state
+        tower and the frozen base (`qrag.training.model.onnx_engine`: about half an fp32 pass's time, vectors at
+        cosine ~0.99 to fp32's; docs/RESULTS.md measures both); 'fp32' drops the copy; 'auto', on a CPU, times a
+        query's passes in fp32 and in each precision this CPU offers (bf16 where it has native bf16, int8 where the
+        int8 graphs build) and keeps the fastest only where it is clearly faster (`qrag.training.model.serving_speed`;
+        `serving_why` says which), elsewhere bf16 where the device has native bf16. 'bf16' on a CPU without native
+        bf16, or 'int8' anywhere it cannot run, warns and serves fp32.
 
-        The fp32 tower stays as it is: passes with gradients (training), the chunk tower, the index and
-        `save_pretrained` never see the copy, and `train()` drops it. The copy is taken now: call `serve_in`
-        again after loading other weights into the state tower. Returns self.
+        The fp32 towers stay as they are: passes with gradients (training), the chunk tower's vectors of an index and
+        `save_pretrained` never see the copy, and `train()` drops it. A bf16 copy is taken now: call `serve_in` again
+        after loading other weights into the state tower (the int8 graphs give way to the fp32 towers by
+        themselves once the weights change). Returns self.
 
         Raises:
             ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.
         """
-        dtype = low_precision_dtype(self.device, precision)
+        check_precision(precision)
+        if precision == "int8" and self.training:
+            raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
+                             "passes keep the fp32 state tower.")
         self._serving_asked = precision
         self._recapture()
         self.forget_kept()  # the serving copy replaced is listed no more
-        if dtype is None:
-            self._serving = None
-            self._serving_why = "fp32 as asked" if precision == "fp32" else "the device has no native low precision"
+        self._serving = None
+        if precision == "fp32":
+            self._serving_why = "fp32 as asked"
             return self
-        if self.training:
+        if precision == "int8":
+            built = self._int8_towers()
+            if isinstance(built, str):
+                warnings.warn(f"precision 'int8' asked, but {built}; serving fp32 instead.", RuntimeWarning,
+                              stacklevel=2)
+                self._serving_why = built
+            else:
+                self._serving, self._serving_why = ("int8", *built), "int8 as asked"
+            return self
+        dtype = low_precision_dtype(self.device, precision)
+        if self.training and dtype is not None:
             raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
                              "passes keep the fp32 state tower.")
         copies: list[Tower] = []  # the low-precision state tower, made once and only where it serves or is timed
 
         def state_copy() -> Tower:
+            assert dtype is not None
             if not copies:
                 copies.append(copy.deepcopy(self.state_tower).to(dtype).requires_grad_(False).eval())
             return copies[0]
 
-        self._serving_why = f"{PRECISION_OF_DTYPE[dtype]} as asked" if precision != "auto" else "the device's native type"
-        if precision == "auto" and self.device.type == "cpu":  # the flags allow bf16: is it faster for a query here?
-            chosen, self._serving_why = faster_serving(self.state_tower, state_copy, len(self.tokenizer))
-            if chosen == "fp32":
-                self._serving = None
+        if precision == "auto" and self.device.type == "cpu" and not self.training:  # which of fp32, bf16 (native) and int8 is fastest here?
+            int8: list[tuple[Tower, Tower] | str] = []
+
+            def int8_state() -> Tower | None:
+                if not int8:
+                    int8.append(self._int8_towers())
+                return None if isinstance(int8[0], str) else int8[0][0]
+
+            offered: dict[Precision, Callable[[], Tower | None]] = {"int8": int8_state} if wanted() else {}
+            if dtype is not None:
+                offered["bf16"] = state_copy
+            if not offered:
+                self._serving_why = f"the device has no native low precision, and {ENV}=torch runs no int8 graph"
                 return self
+            chosen, self._serving_why = faster_serving(self.state_tower, offered, len(self.tokenizer))
+            if chosen == "int8":
+                towers = int8[0] if int8 else self._int8_towers()
+                assert not isinstance(towers, str), "int8 is chosen only where its towers built"
+                self._serving = ("int8", *towers)
+                return self
+            if chosen == "fp32":
+                return self
+        elif dtype is None:
+            self._serving_why = "the device has no native low precision"
+            return self
+        else:
+            self._serving_why = f"{PRECISION_OF_DTYPE[dtype]} as asked" if precision != "auto" else "the device's native type"
+        assert dtype is not None
         # under anchor 'question' the frozen base's top layers run on the state tower's trunk: a copy of the base in the
         # same precision, so that the two still share their bottom layers (`_question_on_shared_trunk`)
         base = (copy.deepcopy(self.chunk_tower).to(dtype).requires_grad_(False).eval()
                 if self.config.state_anchor == "question" else None)
         self._serving = (PRECISION_OF_DTYPE[dtype], state_copy(), base)
         return self
+
+    def _int8_towers(self) -> tuple[Tower, Tower] | str:
+        """(the state tower, the frozen base) each over its own fp32 encoder with an int8 CPU engine, for the served
+        passes (`serve_in('int8')`), or why there are none."""
+        if self.device.type != "cpu":
+            return "int8 serving runs on a CPU (ONNX Runtime); this network is on " + self.device.type
+        if not wanted():
+            return f"{ENV}=torch keeps every pass in torch"
+        towers: list[Tower] = []
+        built: dict[int, Any] = {}
+        for tower in (self.state_tower, self.chunk_tower):
+            if id(tower.encoder) not in built:
+                built[id(tower.encoder)] = CPUEngine.build(tower.encoder, int8=True)
+            engine, why = built[id(tower.encoder)]
+            if engine is None:
+                return why
+            towers.append(tower.with_engine(engine))
+        return towers[0], towers[1]
 
     @property
     def engine_why(self) -> str:
@@ -185,7 +252,7 @@ class Serving(nn.Module):
         tower = self._state_tower_for_pass()
         base = self._base_for_pass(tower)
         shared = self._shared_layers(tower, base)
-        if not shared:
+        if not shared and self.serving_precision != "int8":  # a bf16 copy's f_0 passes stay the fp32 chunk tower's
             return served_states(self.config.state_anchor, tower, self.chunk_tower, state_inputs,
                                  self.tokenizer.sep_token_id, self.frozen_questions)
 
@@ -223,11 +290,12 @@ class Serving(nn.Module):
         return cached[1]
 
     def _question_keys(self, question: dict[str, torch.Tensor], base: Tower) -> list[tuple[Any, ...]]:
-        """The kept-vector key of each tokenised question piece (B, Lq): autocast setting, the base's precision and
-        the question's tokens."""
+        """The kept-vector key of each tokenised question piece (B, Lq): autocast setting, the base's precision (its
+        weights' dtype, or its int8 engine) and the question's tokens."""
         device = question["input_ids"].device.type
         autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-        dtype = next(base.parameters()).dtype
+        engine = base.__dict__.get("engine")
+        dtype = "int8" if getattr(engine, "precision", None) == "int8" else next(base.parameters()).dtype
         lengths = question["attention_mask"].sum(dim=1).tolist()
         return [(autocast, dtype, tuple(row[:n])) for row, n in zip(question["input_ids"].tolist(), lengths, strict=True)]
 

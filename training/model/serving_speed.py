@@ -1,18 +1,20 @@
-"""Whether a bf16 copy of the state tower serves a CPU's query passes faster than the fp32 tower: timed, once.
+"""Whether a bf16 copy or the int8 graphs serve a CPU's query passes faster than the fp32 tower: timed, once.
 
 The flags say whether a CPU *can* run bf16 natively (`qrag.training.model.precision`), not whether that is faster for
 a query. A one-question state is a small matrix product, and on some CPUs that list `avx512_bf16` the fp32 path
 wins there: on a 2-core Xeon (family 6, model 207; AMX not exposed to it), at one thread, a `from_texts` query's p50
 was 117.2 ms served in bf16 against 112.0 ms in fp32, a state pass 42.3 ms against 35.4 (docs/RESULTS.md, "The
-paragraph model's price"). Indexing, a large batch, is not
-decided here (`precision.indexing_precision`).
+paragraph model's price"). ONNX Runtime's int8 graphs (`qrag.training.model.onnx_engine`) run on every x86 CPU with
+AVX2, at a speed that depends on its integer instructions (VNNI or not). Indexing, a large batch, is not decided here
+(`precision.indexing_precision`).
 
-So where the flags allow bf16, `serve_in('auto')` times a query's passes through each tower, a question of
-`QUESTION_TOKENS` tokens and a state of `STATE_TOKENS`, interleaved, `REPEATS` times after a warm-up, and keeps bf16
-only where its median is at most `BF16_GAIN` of fp32's (a clear gain; otherwise fp32, the exact arithmetic). The fp32
-tower's passes run as they will serve: through its CPU engine where it has one (`qrag.training.model.onnx_engine`;
-the bf16 copy runs in torch). The verdict is kept per process for each tower shape, torch thread count and engine, so
-a process measures once. An explicit `'bf16'` or `'fp32'` is never second-guessed.
+So `serve_in('auto')` on a CPU times a query's passes through the fp32 tower and through each precision it is
+offered (bf16 where the flags allow it, int8 where its graphs build), a question of `QUESTION_TOKENS` tokens and a
+state of `STATE_TOKENS`, interleaved, `REPEATS` times after a warm-up, and keeps the fastest only where its median is
+at most `GAIN` of fp32's (a clear gain; otherwise fp32, the exact arithmetic). The fp32 tower's passes run as they
+will serve: through its CPU engine where it has one (the bf16 copy runs in torch). The verdict is kept per process
+for each tower shape, torch thread count, engine and set of offered precisions, so a process measures once. An
+explicit precision is never second-guessed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -32,10 +34,10 @@ STATE_TOKENS = 80
 """Tokens of the timed state: a question and the first 64 tokens of one passage, a second hop's state."""
 REPEATS = 5
 """Timed passes of each tower (after one warm-up pass each)."""
-BF16_GAIN = 0.9
-"""bf16 serves only where its median pass takes at most this fraction of fp32's."""
+GAIN = 0.9
+"""A lower precision serves only where its median pass takes at most this fraction of fp32's."""
 
-_VERDICTS: dict[tuple[int, ...], tuple[Precision, str]] = {}
+_VERDICTS: dict[tuple[object, ...], tuple[Precision, str]] = {}
 _VERDICTS_LOCK = threading.Lock()
 
 
@@ -52,36 +54,39 @@ def _key(tower: Tower) -> tuple[int, ...]:
     return (torch.get_num_threads(), int(tower.engine is not None), *(n for p in tower.parameters() for n in p.shape))
 
 
-def faster_serving(fp32_tower: Tower, bf16_copy: Callable[[], Tower], vocab_size: int,
+def faster_serving(fp32_tower: Tower, offered: Mapping[Precision, Callable[[], Tower | None]], vocab_size: int,
                    timer: Callable[[Tower, dict[str, torch.Tensor]], float] | None = None) -> tuple[Precision, str]:
-    """('bf16' or 'fp32', why) for serving `fp32_tower`'s state passes on a CPU with native bf16, `bf16_copy()` its
-    bf16 copy (asked for only when there is no verdict yet): bf16 where its median timed pass is at most `BF16_GAIN`
-    of fp32's (module docstring). Kept per process for the tower's shape and the thread count; `timer` times one
-    pass (default `timed_pass`)."""
+    """(the precision, why) serving `fp32_tower`'s state passes on a CPU: of the precisions `offered` (each name →
+    its tower, made only when there is no verdict yet; None where it cannot run), the one whose median timed pass is
+    the lowest, if at most `GAIN` of fp32's, else 'fp32' (module docstring). Kept per process; `timer` times one pass
+    (default `timed_pass`)."""
     timer = timer or timed_pass
-    key = _key(fp32_tower)
+    key = (*_key(fp32_tower), *sorted(offered))
     with _VERDICTS_LOCK:
         if key in _VERDICTS:
             return _VERDICTS[key]
-        bf16_tower = bf16_copy()
+        towers: dict[Precision, Tower] = {name: t for name, make in offered.items() if (t := make()) is not None}
         gen = torch.Generator().manual_seed(0)
         shapes = [torch.randint(1, max(vocab_size, 2), (1, n), generator=gen) for n in (QUESTION_TOKENS, STATE_TOKENS)]
         passes = [{"input_ids": ids, "attention_mask": torch.ones_like(ids)} for ids in shapes]
-        fp32_s: list[float] = []
-        bf16_s: list[float] = []
+        seconds: dict[str, list[float]] = {name: [] for name in ("fp32", *towers)}
         for i in range(REPEATS + 1):  # the first of each is the warm-up
-            fp32 = bf16 = 0.0
+            spent = dict.fromkeys(seconds, 0.0)
             for inputs in passes:
-                fp32, bf16 = fp32 + timer(fp32_tower, inputs), bf16 + timer(bf16_tower, inputs)
+                spent["fp32"] += timer(fp32_tower, inputs)
+                for name, tower in towers.items():
+                    spent[name] += timer(tower, inputs)
             if i:
-                fp32_s.append(fp32)
-                bf16_s.append(bf16)
-        fp32_med, bf16_med = statistics.median(fp32_s), statistics.median(bf16_s)
-        chosen: Precision = "bf16" if bf16_med <= BF16_GAIN * fp32_med else "fp32"
+                for kind, took in spent.items():
+                    seconds[kind].append(took)
+        median = {name: statistics.median(took) for name, took in seconds.items()}
+        best = min(towers, key=median.__getitem__, default=None)
+        chosen: Precision = best if best is not None and median[best] <= GAIN * median["fp32"] else "fp32"
         engine = " (its CPU engine)" if fp32_tower.engine is not None else ""
-        why = (f"a {QUESTION_TOKENS}-token question and an {STATE_TOKENS}-token state took {1000 * bf16_med:.1f} ms in "
-               f"bf16 and {1000 * fp32_med:.1f} ms in fp32{engine} on this CPU ({torch.get_num_threads()} torch "
-               f"threads): {chosen} serves")
+        others = ", ".join(f"{1000 * median[name]:.1f} ms in {name}" for name in towers)
+        why = (f"a {QUESTION_TOKENS}-token question and an {STATE_TOKENS}-token state took "
+               f"{others + ' and ' if others else ''}{1000 * median['fp32']:.1f} ms in fp32{engine} on this CPU "
+               f"({torch.get_num_threads()} torch threads): {chosen} serves")
         _VERDICTS[key] = (chosen, why)
         return chosen, why
 

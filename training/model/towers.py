@@ -83,6 +83,14 @@ class Tower(nn.Module):
         return (not torch.is_grad_enabled() and not self.training and not self.encoder.training
                 and input_ids.device.type == "cpu" and not torch.is_autocast_enabled("cpu"))
 
+    def with_engine(self, engine: Any) -> Tower:
+        """A tower over this one's encoder (shared, not copied), pooling and scale whose gradient-free CPU passes run
+        `engine` (`serve_in('int8')`); where the engine gives way (the weights changed), it runs the shared encoder."""
+        other = Tower(self.encoder, self.scale, self.normalize)
+        other.engine = engine
+        other.training = False  # its own flag only: `.eval()` would walk the shared encoder
+        return other
+
     def __getstate__(self) -> dict[str, Any]:
         """A copy (`copy.deepcopy`, pickling) carries no engine: the engine watches this tower's own weights."""
         state = self.__dict__.copy()
@@ -320,6 +328,16 @@ def precision_autocast(device: torch.device, precision: str) -> contextlib.Abstr
     return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
+def check_precision(precision: str) -> None:
+    """Refuse a value that names no precision (`PRECISIONS`), naming it.
+
+    Raises:
+        ValueError: `precision` is not one of `PRECISIONS`.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'fp32', 'bf16', 'fp16', 'int8' or 'auto', got {precision!r}.")
+
+
 def low_precision_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     """The dtype `precision` runs as on `device` (None for fp32): 'auto' is bf16 where the device has native bf16,
     and 'bf16' where it has none runs fp32 with a RuntimeWarning (`qrag.training.model.precision.choose_precision`).
@@ -327,8 +345,10 @@ def low_precision_dtype(device: torch.device, precision: str) -> torch.dtype | N
     Raises:
         ValueError: an unknown precision, or 'fp16' on a CPU (no fast fp16 there).
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be 'fp32', 'bf16', 'fp16' or 'auto', got {precision!r}.")
+    check_precision(precision)
+    if precision == "int8":
+        raise ValueError("precision 'int8' is a serving precision (QNetwork.serve_in, a retriever's precision=): "
+                         "torch passes and an index's embedding run in 'fp32' or 'bf16'.")
     precision, _ = choose_precision(precision, device)
     if precision == "fp32":
         return None

@@ -153,6 +153,50 @@ def test_without_onnxruntime_or_when_the_session_disagrees_the_tower_keeps_torch
     assert "not fp32" in CPUEngine.build(bf16.encoder)[1]
 
 
+def test_exported_graphs_are_cached_on_disk_by_weights_and_a_damaged_one_is_exported_again(
+        tiny_qnet: QNetwork, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(onnx_engine.CACHE_ENV, str(tmp_path / "graphs"))
+    onnx_engine.forget_sessions()
+    encoder = tiny_qnet.state_tower.encoder
+    inputs = batch()
+    first, _ = CPUEngine.build(encoder)
+    assert first is not None
+    files = sorted((tmp_path / "graphs").iterdir())
+    assert len(files) == 1 and files[0].name.endswith(".onnx") and "-fp32-" in files[0].name
+    onnx_engine.forget_sessions()
+    real_export = onnx_engine._export
+    monkeypatch.setattr(onnx_engine, "_export", lambda e: pytest.fail("exported again: the cached graph was not read"))
+    again, _ = CPUEngine.build(encoder)  # another process, as it were: only the disk holds the graph
+    assert again is not None
+    want = first.run(inputs["input_ids"], inputs["attention_mask"])
+    torch.testing.assert_close(again.run(inputs["input_ids"], inputs["attention_mask"]), want, atol=0, rtol=0)
+    exports: list[int] = []
+    monkeypatch.setattr(onnx_engine, "_export", lambda e: exports.append(1) or real_export(e))
+    for damage in (b"not an onnx graph", None):  # bytes that will not open; a graph of other weights
+        onnx_engine.forget_sessions()
+        if damage is None:
+            other = copy.deepcopy(encoder)
+            with torch.no_grad():
+                next(other.parameters()).mul_(3.0)
+            files[0].write_bytes(onnx_engine._export(other))
+        else:
+            files[0].write_bytes(damage)
+        fixed, why = CPUEngine.build(encoder)
+        assert fixed is not None, why
+        torch.testing.assert_close(fixed.run(inputs["input_ids"], inputs["attention_mask"]), want, atol=1e-6, rtol=0)
+    assert len(exports) == 3  # one graph of other weights written by the test, two exports over the damage
+    onnx_engine.forget_sessions()
+    monkeypatch.setattr(onnx_engine, "_export", lambda e: pytest.fail("the repaired graph was not cached"))
+    assert CPUEngine.build(encoder)[0] is not None
+    monkeypatch.setattr(onnx_engine, "_export", real_export)
+    monkeypatch.setenv(onnx_engine.CACHE_ENV, "0")  # no cache on disk
+    assert onnx_engine.cached_graph("d" * 32, False) is None
+    (tmp_path / "a-file").write_text("not a folder")  # a cache folder that cannot be made (whoever runs the test)
+    monkeypatch.setenv(onnx_engine.CACHE_ENV, str(tmp_path / "a-file" / "graphs"))
+    onnx_engine.forget_sessions()
+    assert CPUEngine.build(encoder)[0] is not None  # a cache it cannot write costs the next load an export only
+
+
 def test_a_new_thread_count_opens_a_session_at_that_count(served: QNetwork) -> None:
     tower = served.state_tower
     inputs = batch()

@@ -8,26 +8,9 @@ import torch
 from qrag.training.learn.config import ConfigError, TrainConfig
 from qrag.training.model import precision, serving_speed
 from qrag.training.model.towers import low_precision_dtype, precision_autocast
+from tests.training.model.cpus import AMX, AVX2_ONLY, AVX512_BF16
 
-REAL_CPU_BF16_SUPPORT = precision.cpu_bf16_support  # before tests/conftest.py treats every CPU as native
 CPU = torch.device("cpu")
-AVX512_BF16 = frozenset({"sse4_2", "avx2", "avx512f", "avx512bw", "avx512_bf16"})
-AMX = frozenset({"avx2", "avx512f", "amx_tile", "amx_bf16"})
-AVX2_ONLY = frozenset({"sse4_2", "fma", "avx2"})
-
-
-@pytest.fixture()
-def cpu(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Set the CPU's flags, torch's capability and oneDNN's bf16 switch; the real choice runs on them."""
-    monkeypatch.setattr(precision, "cpu_bf16_support", REAL_CPU_BF16_SUPPORT)
-    monkeypatch.setattr(precision.platform, "machine", lambda: "x86_64")
-
-    def set_cpu(flags: frozenset[str], capability: str = "AVX512", onednn: bool = True) -> None:
-        monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
-        monkeypatch.setattr(precision.torch.backends.cpu, "get_cpu_capability", lambda: capability)
-        monkeypatch.setattr(precision, "_onednn_bf16", lambda: onednn)
-
-    return set_cpu
 
 
 @pytest.mark.parametrize(("flags", "native"), [(AVX512_BF16, True), (AMX, True), (AVX2_ONLY, False),
@@ -69,8 +52,8 @@ def test_fp32_and_fp16_are_kept_as_asked_and_unknown_values_named(cpu) -> None: 
     assert precision.accelerate_precision("no", CPU)[0] == "no"
     with pytest.raises(ValueError, match="'fp16' needs a GPU"):
         low_precision_dtype(CPU, "fp16")
-    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16', 'fp16' or 'auto', got 'int8'"):
-        low_precision_dtype(CPU, "int8")
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16', 'fp16', 'int8' or 'auto', got 'int4'"):
+        low_precision_dtype(CPU, "int4")
     config = TrainConfig()
     config.trainer.mixed_precision = "fp8"  # type: ignore[assignment]
     with pytest.raises(ConfigError, match="mixed_precision"):
@@ -89,6 +72,7 @@ def fixed_passes(monkeypatch: pytest.MonkeyPatch, fp32_s: float, bf16_s: float) 
 
     serving_speed.forget_verdicts()
     monkeypatch.setattr(serving_speed, "timed_pass", timer)
+    monkeypatch.setenv("QRAG_CPU_ENGINE", "torch")  # bf16 against fp32 alone: no int8 graph is offered
     return timed
 
 
@@ -151,7 +135,8 @@ def test_auto_keeps_bf16_on_a_cpu_only_where_a_timed_state_pass_is_clearly_faste
     assert tiny_qnet.serving_why.endswith("fp32 serves")
     assert tiny_qnet.serve_in("auto").serving_precision == "fp32" and len(timed) == 4 * (serving_speed.REPEATS + 1)
     # a kept verdict takes no bf16 copy of the tower
-    kept = serving_speed.faster_serving(tiny_qnet.state_tower, lambda: pytest.fail("copied for a kept verdict"), 100)
+    kept = serving_speed.faster_serving(tiny_qnet.state_tower, {"bf16": lambda: pytest.fail("copied for a kept verdict")},
+                                        100)
     assert kept == ("fp32", tiny_qnet.serving_why)
     # an explicit precision is never second-guessed, and nothing is timed for it
     assert tiny_qnet.serve_in("bf16").serving_precision == "bf16" and tiny_qnet.serving_why == "bf16 as asked"

@@ -215,8 +215,8 @@ def test_serve_in_bf16_serves_close_to_fp32_and_leaves_training_and_saves_in_fp3
     assert all(p.grad is not None for p in qnet.state_tower.parameters() if p.requires_grad)
     with pytest.raises(ValueError, match="'fp16' needs a GPU"):
         qnet.serve_in("fp16")
-    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16', 'fp16' or 'auto', got 'int8'"):
-        qnet.serve_in("int8")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16', 'fp16', 'int8' or 'auto', got 'int4'"):
+        qnet.serve_in("int4")  # type: ignore[arg-type]
     assert qnet.train().serving_precision == "fp32"  # a network that trains serves from the tower it trains
     with pytest.raises(ValueError, match="eval mode"):
         qnet.serve_in("bf16")

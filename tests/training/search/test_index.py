@@ -66,8 +66,10 @@ def test_bf16_indexing_is_close_to_fp32_and_bad_precisions_are_named(tiny_qnet) 
     assert fast.vectors.dtype == torch.float32  # stored and scored in fp32 whatever the encoder ran in
     cos = torch.nn.functional.cosine_similarity(fast.vectors, exact.vectors)
     assert float(cos.min()) > 0.99 and not torch.equal(fast.vectors, exact.vectors)
-    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16', 'fp16' or 'auto', got 'int8'"):
-        ChunkIndex.from_texts(tiny_qnet, texts, precision="int8")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16', 'fp16', 'int8' or 'auto', got 'int4'"):
+        ChunkIndex.from_texts(tiny_qnet, texts, precision="int4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'int8' is a serving precision"):
+        ChunkIndex.from_texts(tiny_qnet, texts, precision="int8")
     with pytest.raises(ValueError, match="'fp16' needs a GPU"):
         ChunkIndex.from_texts(tiny_qnet, texts, precision="fp16")
 
