@@ -158,8 +158,15 @@ def run_price(qrag: QRAGRetriever, texts: list[str], asked: list[dict[str, Any]]
             "questions_embedded_by": {"in_memory": "sentence-transformers (langchain-huggingface)",
                                       "chroma": "sentence-transformers (langchain-huggingface)",
                                       "chroma_onnx_query": "QRAGEmbeddings (" + qrag_engine(stores) + ")",
-                                      "qrag_over_chroma": "the Chroma collection's embedder (sentence-transformers)"},
+                                      "qrag": serving_of(qrag), "qrag_over_chroma": serving_of(over_store)},
             "questions_asked": [q["question"] for q in asked]}
+
+
+def serving_of(retriever: QRAGRetriever) -> str:
+    """What runs a qrag retriever's state passes: its model's own towers in their serving precision, and what runs
+    them (`QNetwork.serving_why`, `engine_why`); the store path embeds its questions as `from_texts` does."""
+    model = retriever.searcher.model
+    return f"qrag's towers, {model.serving_precision} ({model.serving_why}; {model.engine_why})"
 
 
 def qrag_engine(stores: dict[str, Any]) -> str:

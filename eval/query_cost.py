@@ -134,13 +134,15 @@ def forget_questions(qrag: QRAGRetriever) -> None:
 
 
 def pass_counter(qrag: QRAGRetriever) -> PassCounter:
-    """A `PassCounter` over every encoder a query of `qrag` runs (both towers, and the served low-precision copies)."""
+    """A `PassCounter` over every encoder and CPU engine a query of `qrag` runs: both towers' and those of the served
+    low-precision copies (a bf16 copy's own encoder, the int8 towers' engines over the towers' encoders), each
+    counted once."""
     qnet = qrag.searcher.model
-    serving: Any = getattr(qnet, "_serving", None)  # served copies (bf16): the state tower's, and its base's
-    copies = [t.encoder for t in (serving[1:] if serving else ()) if t is not None]
-    engines = list({id(e): e for e in (qnet.state_tower.engine, qnet.chunk_tower.engine) if e is not None}.values())
-    return PassCounter([m for m in (qnet.state_tower.encoder, qnet.chunk_tower.encoder) if m is not None] + copies,
-                       engines)
+    serving: Any = getattr(qnet, "_serving", None)  # the served copies: the state tower's, and its base's
+    towers = [qnet.state_tower, qnet.chunk_tower, *(t for t in (serving[1:] if serving else ()) if t is not None)]
+    encoders = {id(t.encoder): t.encoder for t in towers if t.encoder is not None}
+    engines = {id(e): e for t in towers if (e := t.__dict__.get("engine")) is not None}
+    return PassCounter(list(encoders.values()), list(engines.values()))
 
 
 def rss_kb(field: str) -> int:

@@ -1,4 +1,4 @@
-"""How a query is served fastest on this CPU: `from_texts` in torch fp32 and bf16, ONNX Runtime fp32 and 'auto'.
+"""How a query is served fastest on this CPU: `from_texts` in torch fp32 and bf16, ONNX Runtime fp32 and int8, 'auto'.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_serving_precision.py --passages 2000 \\
         --queries 120 --threads 1 --out results/query_cost/serving_engine.json
@@ -6,9 +6,10 @@
 Builds `QRAGRetriever.from_texts(summaries, model=..., k=5, precision=P)` over the first `--passages` Wikipedia
 summaries (the price probe's, `qrag.eval.price_probe`) for each serving path of `PATHS`: 'torch fp32' and 'torch
 bf16' with the towers' CPU engines dropped (`QNetwork.drop_engines`: every pass in eager torch), 'onnx fp32' (both
-towers' gradient-free passes through ONNX Runtime, `qrag.training.model.onnx_engine`) and 'auto' (the shipped
-default: the engines, and bf16 only where a timed query's passes are clearly faster in it). Then asks each question
-once of each retriever, the four taking turns question by question (machines are noisy), `--warmup` questions
+towers' gradient-free passes through ONNX Runtime, `qrag.training.model.onnx_engine`), 'onnx int8' (the state
+passes through its int8 graphs, the index in fp32) and 'auto' (the shipped default: the engines, and bf16 or int8
+only where a timed query's passes are clearly faster in it). Then asks each question once of each retriever, the
+five taking turns question by question (machines are noisy), `--warmup` questions
 untimed; prints and writes the p50 / p90 milliseconds of each, their ratios to torch fp32, what 'auto' chose here
 and why (`qrag.training.model.serving_speed`), with the CPU's flags.
 """
@@ -28,7 +29,8 @@ from qrag.integrations import QRAGRetriever
 from qrag.training.model import Precision
 
 PATHS: dict[str, tuple[Precision, bool]] = {"torch fp32": ("fp32", False), "torch bf16": ("bf16", False),
-                                            "onnx fp32": ("fp32", True), "auto": ("auto", True)}
+                                            "onnx fp32": ("fp32", True), "onnx int8": ("int8", True),
+                                            "auto": ("auto", True)}
 """Each serving path timed: (precision, whether the towers keep their CPU engines)."""
 
 

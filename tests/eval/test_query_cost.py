@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from qrag.eval.query_cost import Fresh, PassCounter, alone, counted, price, summary, together
+from qrag.eval.query_cost import Fresh, PassCounter, alone, counted, pass_counter, price, summary, together
 from qrag.integrations import QRAGRetriever
 from qrag.training.model.qnet import QNetwork
 from tests.eval.fake_clock import FakeClock
@@ -45,6 +45,22 @@ def test_passes_are_counted_per_query(tiny_qnet: QNetwork) -> None:
     ask("Where is the milk?")  # asked again: its kept question vector forgotten first, so the same passes
     assert len(hops) == 2 and hops[0] == hops[1] >= 1
     assert passes[0] == passes[1] >= 1 and counter.token_layers > 0
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_pass_counter_counts_each_served_pass_once_in_every_serving_precision(tiny_qnet: QNetwork,
+                                                                               precision: str) -> None:
+    qnet = tiny_qnet.eval().serve_engine().serve_in(precision)  # type: ignore[arg-type]
+    retriever = QRAGRetriever.from_texts(["Mary went to the kitchen.", "Mary took the milk.", "John is home."],
+                                         qnet, k=2, max_hops=2, fill="question_unguarded")
+    reference = PassCounter([qnet.state_tower.encoder, qnet.chunk_tower.encoder])  # torch's passes, engines dropped
+    counter = pass_counter(retriever)
+    ask = counted(retriever, [], counter)
+    ask("Where is the milk?")
+    engine_passes = counter.passes
+    qnet.serve_in("fp32").drop_engines()
+    counted(retriever, [], counter)("Where is the milk?")  # the same question, every pass in torch
+    assert engine_passes >= 2 and counter.passes - engine_passes == engine_passes == reference.passes
 
 
 class Timeline:
