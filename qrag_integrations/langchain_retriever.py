@@ -203,10 +203,11 @@ class QRAGRetriever(BaseRetriever):
         tower of `model` (a `QNetwork`, a `save_pretrained` folder, or an encoder name for an untrained model);
         `kwargs` are retriever fields (`k`, `max_hops`, ...).
         `ordered=True` declares the texts one document in reading order (position-aware models need it);
-        `precision='auto'` (the default) serves the state passes of every hop from a bf16 copy of the state tower
-        where the CPU or GPU has native bf16 units (AVX512-BF16, AMX; `QNetwork.serve_in`) and, on a CPU, a timed
-        query's passes run clearly faster in it, in fp32 elsewhere, and embeds the index in fp32; 'bf16' also indexes
-        in bf16, 'fp32' keeps every pass in fp32. On a CPU, a model loaded by name or folder runs its fp32 passes
+        `precision='auto'` (the default) embeds the index in fp32 and, on a CPU, serves the state passes of every hop
+        in whichever of fp32, int8 (ONNX Runtime's int8 graphs) and bf16 (where the CPU has native bf16 units:
+        AVX512-BF16, AMX) a timed query runs clearly fastest in (`QNetwork.serve_in`), on a GPU in bf16 where it has
+        native bf16; 'int8' serves in int8 as asked; 'bf16' also indexes in bf16, 'fp32' keeps every pass in fp32.
+        On a CPU, a model loaded by name or folder runs its fp32 passes
         through ONNX Runtime (`QNetwork.serve_engine`, `QRAG_CPU_ENGINE=torch` keeps torch). Texts longer than the model reads are
         searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
         check_retriever_backend(backend, "QRAGRetriever.from_texts")

@@ -188,10 +188,10 @@ class QRAGLlamaIndexRetriever(BaseRetriever):
         """Index `nodes` (or `documents`, split by `node_parser` if given, else one node each) with the
         chunk tower of `model`: a `QNetwork`, a `save_pretrained` folder, or an encoder name (untrained).
         `ordered=True` declares the nodes one document in reading order (position-aware models need it);
-        `precision='auto'` (the default) serves the state passes of every hop from a bf16 copy of the state tower
-        where the CPU or GPU has native bf16 units (AVX512-BF16, AMX; `QNetwork.serve_in`) and, on a CPU, a timed
-        state pass runs clearly faster in it, in fp32 elsewhere, and embeds the index in fp32; 'bf16' also indexes
-        in bf16, 'fp32' keeps every pass in fp32. Nodes longer than the model reads are
+        `precision='auto'` (the default) embeds the index in fp32 and, on a CPU, serves the state passes of every hop
+        in whichever of fp32, int8 (ONNX Runtime's int8 graphs) and bf16 (where the CPU has native bf16 units:
+        AVX512-BF16, AMX) a timed query runs clearly fastest in (`QNetwork.serve_in`), on a GPU in bf16 where it has
+        native bf16; 'int8' serves in int8 as asked; 'bf16' also indexes in bf16, 'fp32' keeps every pass in fp32. Nodes longer than the model reads are
         searched by their best window (`long_chunks='windows'`), or read from their start ('cut'): docs/METHOD.md §4.6."""
         check_retriever_backend(backend, "QRAGLlamaIndexRetriever.from_defaults")
         if model is None:

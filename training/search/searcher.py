@@ -482,8 +482,9 @@ def load_model(model: QNetwork | str | Path, *, device: str | torch.device | Non
 
     `precision='bf16'` (or 'fp16' on a GPU) serves the state passes from a low-precision copy of the state tower
     (`QNetwork.serve_in`: faster hops on hardware with bf16 units; a passed-in network is changed in place, as by
-    `.to(device)`); 'auto' does so where the hardware has native bf16, for a network this loads (a passed-in one is
-    left as it serves); the default 'fp32' leaves the network's serving precision as it is. On a CPU, a network this
+    `.to(device)`), 'int8' through ONNX Runtime's int8 graphs of both towers on a CPU; 'auto', for a network this
+    loads (a passed-in one is left as it serves), on a CPU serves whichever of fp32, int8 and native bf16 a timed
+    query runs clearly fastest in, on a GPU bf16 where it is native; the default 'fp32' leaves the network's serving precision as it is. On a CPU, a network this
     loads runs its towers' gradient-free fp32 passes through ONNX Runtime (`QNetwork.serve_engine`; a passed-in one
     keeps torch until its owner calls it; `QRAG_CPU_ENGINE=torch` keeps torch). On a GPU the state passes
     are replayed as CUDA graphs (`QNetwork.serve_graphed`; `QRAG_CUDA_GRAPHS=0` keeps them eager).
