@@ -40,7 +40,7 @@ from qrag.eval.methods import METHODS
 from qrag.eval.report import DRIFT_FILE, PLOT_FILE, RECALL_FILE, SUMMARY_FILE, TABLE_FILE
 from qrag.eval.sweep import BENCHMARKS, FILL_CHOICES, GENERATED, SPLITS, RunConfig
 from qrag.training.input_checks import one_line
-from qrag.training.model.config import PRECISIONS
+from qrag.training.model.config import ENCODER_PRECISIONS
 from qrag.training.search.settings import FROM_MODEL
 
 # The model libraries (torch, transformers) load after the arguments are parsed: --help and a bad flag answer at
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--chunk-vectors", type=Path, default=None, metavar="DIR",
                        help="folder that keeps chunk vectors between runs, one cache per chunk tower: a repeated, "
                             "resumed or extended sweep embeds no sentence twice (created if missing)")
-        p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+        p.add_argument("--precision", choices=ENCODER_PRECISIONS, default="fp32",
                        help="the encoders' arithmetic: fp32 (exact), bf16 (GPUs, CPUs with AVX512-BF16) or fp16 (GPU)")
         p.add_argument("--no-progress", action="store_true")
         _ledger_flag(p)

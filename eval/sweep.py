@@ -19,7 +19,7 @@ from qrag.training.data.build import VALIDATION_SEED_OFFSET
 from qrag.training.data.sources import SOURCES
 from qrag.training.data.wiki import KINDS as WIKI_KINDS
 from qrag.training.input_checks import check_out_path
-from qrag.training.model.config import PRECISIONS
+from qrag.training.model.config import ENCODER_PRECISIONS
 from qrag.training.search.settings import FILLS, FROM_MODEL, Fill, FromModel
 
 FILL_CHOICES = (FROM_MODEL, *FILLS)
@@ -222,8 +222,9 @@ class RunConfig:
         w = self.lexical_weight
         if w != FROM_MODEL and (isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0):
             raise ValueError(f"lexical_weight (--lexical-weight) must be a finite number >= 0 or 'model', got {w!r}.")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision (--precision) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}.")
+        if self.precision not in ENCODER_PRECISIONS:
+            raise ValueError(f"precision (--precision) must be one of {', '.join(ENCODER_PRECISIONS)}, got "
+                             f"{self.precision!r}.")
         if self.precision == "fp16" and not str(self.device or "cpu").startswith("cuda"):
             raise ValueError(f"--precision fp16 needs a GPU (--device cuda), not device {self.device or 'cpu'!r}; "
                              "on a CPU use bf16 (fast with AVX512-BF16/AMX) or fp32.")

@@ -19,6 +19,8 @@ Precision = Literal["fp32", "bf16", "fp16", "int8", "auto"]
 (`qrag.training.model.precision`). 'int8' is for serving only: a network's gradient-free state passes on a CPU through
 ONNX Runtime's int8 graph (`QNetwork.serve_in`); an index is embedded in fp32 then."""
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+ENCODER_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p != "int8")
+"""The precisions a torch pass runs in (autocast: an index's embedding, an evaluation's encoders): all but 'int8'."""
 TrainMode = Literal["full", "top_layers", "lora"]
 TrainTowers = Literal["both", "state"]
 StateAnchor = Literal["none", "question", "first_hop", "passages"]

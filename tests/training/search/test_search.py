@@ -259,8 +259,8 @@ def test_a_saved_searcher_keeps_its_serving_precision(tiny_encoder_path, tmp_pat
     (folder / "search.json").write_text(json.dumps({**head, "serving_precision": "fp16"}))  # saved on a GPU
     with pytest.warns(UserWarning, match="fp16, which needs a GPU"):
         assert MultiHopSearcher.load(folder).model.serving_precision == "fp32"
-    (folder / "search.json").write_text(json.dumps({**head, "serving_precision": "int8"}))
-    with pytest.raises(SearchError, match="corrupt.*int8"):
+    (folder / "search.json").write_text(json.dumps({**head, "serving_precision": "int4"}))
+    with pytest.raises(SearchError, match="corrupt.*int4"):
         MultiHopSearcher.load(folder)
     with pytest.raises(ValueError, match="'fp16' needs a GPU"):
         load_model(str(tiny_encoder_path), precision="fp16")
