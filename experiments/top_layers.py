@@ -34,6 +34,14 @@ as `shipped-p64-int8=qrag/hotpotqa-minilm@p64:int8` against the shipped fp32 sea
 by the same rule. If it holds, 'auto' may serve int8 on a CPU where its timed passes are clearly faster (as it does
 bf16); if not, int8 serves only when asked and the default stays fp32.
 
+**7-bit int8 weights** (2026-12-04, written before any reading of them): on an x86 CPU without VNNI (AVX2 only)
+ONNX Runtime's int8 kernels add two neighbouring products into 16 bits, which saturates with 8-bit weights; a graph
+whose weights are cut to 7 bits cannot saturate there, so the integers such a CPU computes from it are exactly those
+this VNNI CPU computes (`onnx_engine.int8_weight_bits`). The shipped model served in int8 with 7-bit weights
+(`QRAG_INT8_WEIGHTS=7`), read as `shipped-p64-int8w7=qrag/hotpotqa-minilm@p64:int8` against the shipped fp32 search
+by the same rule. If it holds, x86 CPUs without VNNI serve the 7-bit graph (and 'auto' may pick it there by its
+timing); if not, 'auto' offers int8 only where the CPU has VNNI or AMX, and elsewhere int8 serves only when asked.
+
     python experiments/top_layers.py --squad runs/data/new_wiki_v1.0.json --squad runs/data/amazon_reviews_v1.0.json \
         --candidate top1=runs/hp-top1/best@128 --candidate top1-64=runs/hp-top1/best@64 --layers top1=1 \
         --layers top1-64=1 --chunk-vectors runs/cv --work runs/top_layers --out experiments/results/top_layers.json
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import time
@@ -56,6 +65,7 @@ from squad_probe import parse_validation_args, squad_probe_parser  # experiments
 
 from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text import machine
+from qrag.training.model import onnx_engine
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.searcher import load_model
@@ -147,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         net = baseline if name == BASELINE else loaded(model, tokens, baseline, precision)
         record = args.work / f"{name}.json"  # a candidate's reading, kept: runs in parallel share them
         said = {"model": model, "tokens": state_tokens(net), "precision": precision,
+                "int8_weight_bits": onnx_engine.int8_weight_bits() if precision == "int8" else None,
                 "files": [str(f) for f in args.squad], "num_questions": args.num_questions, "seed": args.seed}
         kept = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
         if kept is not None and all(kept.get(k) == v for k, v in said.items()):
@@ -172,7 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         table[name] = entry
     holding = [n for n in table if n != BASELINE and table[n]["holds"] and table[n]["precision"] == "fp32"]
     chosen = min(holding, key=lambda n: (table[n]["tokens"], table[n]["layers"]), default=BASELINE)
-    result = {"command": " ".join(["python", "experiments/top_layers.py", *(argv or sys.argv[1:])]),
+    width = os.environ.get(onnx_engine.INT8_WEIGHTS_ENV)
+    result = {"command": " ".join([*([f"{onnx_engine.INT8_WEIGHTS_ENV}={width}"] if width else []), "python",
+                                   "experiments/top_layers.py", *(argv or sys.argv[1:])]),
               "machine": machine(), "baseline": args.model,
               "rule": f"holds: HotpotQA val fact EM@2 >= baseline - {EM_TOLERANCE}, every margin to BM25 and the hybrid "
                       f"(hit@1, recall@2/5/10, both files) >= the baseline's - {MARGIN_TOLERANCE}; of those, the fewest "
