@@ -15,9 +15,13 @@ ONNX Runtime and the export), so a checkpoint loaded again is not exported again
 or fails the check is exported afresh over it.
 
 `CPUEngine.build(encoder, int8=True)` is the serving precision 'int8' (`QNetwork.serve_in`): the exported graph's
-matrix products get int8 weights, one scale per output channel, their inputs quantised per pass (ONNX Runtime's
-dynamic quantisation; the VNNI or AVX2 integer kernels). About half fp32's time a pass, vectors at cosine ~0.99 to
-fp32's; its check is on the pooled vectors of the padded batch (`INT8_MIN_COSINE`), not on each hidden state. `Tower.forward` runs the engine only for a gradient-free pass of a CPU batch in
+matrix products get int8 weights, one scale per output channel, their inputs quantised per pass to uint8 (ONNX
+Runtime's dynamic quantisation). About half fp32's time a pass, vectors at cosine ~0.99 to fp32's; its check is on
+the pooled vectors of the padded batch (`INT8_MIN_COSINE`), not on each hidden state. The weights' width follows
+the CPU (`int8_weight_bits`): a VNNI or AMX CPU sums each product into 32 bits, but an x86 CPU without them (AVX2
+only, or AVX-512 without VNNI) adds two neighbouring uint8 x int8 products into 16 bits first, which saturates
+beyond ±32 767 (255 · 127 · 2 = 64 770); weights cut to 7 bits ([-64, 64]) keep every such pair sum in range (at most
+32 640), so the integers an AVX2 CPU computes are exactly those a VNNI CPU computes from the same 7-bit graph. `Tower.forward` runs the engine only for a gradient-free pass of a CPU batch in
 eval mode outside autocast; a pass after the encoder's weights changed (`weight_stamp`) is torch's, and the tower
 drops the engine. `QRAG_CPU_ENGINE=torch` keeps every pass in torch.
 """
@@ -41,6 +45,7 @@ from torch.nn import functional as F
 
 from qrag.training.atomic import write_bytes_atomic
 from qrag.training.caches import cache_dir
+from qrag.training.model import precision
 from qrag.training.model.towers import eval_mode, tensors_digest
 from qrag.training.model.weight_stamp import WatchedTensors
 
@@ -53,13 +58,33 @@ CHECK_ATOL = 1e-4
 """The largest difference from torch's hidden states (on real tokens) the build check accepts."""
 INT8_MIN_COSINE = 0.98
 """The lowest cosine between an int8 session's and torch's mean-pooled vectors of the check batch it accepts."""
+INT8_WEIGHTS_ENV = "QRAG_INT8_WEIGHTS"
+"""The int8 graph's weight width: '8' or '7' bits; unset: `int8_weight_bits`' choice for this CPU."""
+INT32_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+"""/proc/cpuinfo flags of x86 CPUs whose int8 dot products sum into 32 bits (VNNI, AMX): 8-bit weights are exact."""
 EXPORT_VERSION = 1
 """Bumped whenever `_export` or `_quantized` write another graph: graphs cached by an earlier version are not read."""
 KEPT_SESSIONS = 4
 """Sessions kept per process (each holds a copy of its encoder's weights: about 90 MB for MiniLM)."""
 
-_SESSIONS: OrderedDict[tuple[str, int, bool], Any] = OrderedDict()
+_SESSIONS: OrderedDict[tuple[str, int, int | None], Any] = OrderedDict()
 _SESSIONS_LOCK = threading.Lock()
+
+
+def int8_weight_bits() -> int:
+    """The width of the int8 graph's weights here: 8 bits, or 7 on an x86 CPU without `INT32_DOT_FLAGS`, whose
+    integer kernels saturate 16-bit pair sums of 8-bit weights (module docstring); `INT8_WEIGHTS_ENV` overrides.
+
+    Raises:
+        ValueError: any other value of `INT8_WEIGHTS_ENV`.
+    """
+    chosen = os.environ.get(INT8_WEIGHTS_ENV, "").strip()
+    if chosen:
+        if chosen not in ("7", "8"):
+            raise ValueError(f"{INT8_WEIGHTS_ENV}={chosen!r} is not a weight width: set it to '8' or '7' (bits), or "
+                             "unset it to let the CPU choose.")
+        return int(chosen)
+    return 7 if precision.is_x86() and not precision.cpu_flags() & set(INT32_DOT_FLAGS) else 8
 
 
 def wanted() -> bool:
@@ -102,8 +127,9 @@ def _export(encoder: nn.Module) -> bytes:
     return buffer.getvalue()
 
 
-def _quantized(model: bytes) -> bytes:
-    """The exported model with its MatMuls' weights in int8, per output channel (activations quantised per pass)."""
+def _quantized(model: bytes, bits: int) -> bytes:
+    """The exported model with its MatMuls' weights in int8 of `bits` bits (8, or 7: [-64, 64]), per output channel
+    (activations quantised per pass)."""
     import tempfile
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -114,7 +140,8 @@ def _quantized(model: bytes) -> bytes:
         advice = _Advice()  # the quantiser logs, to the root logger, its advice to run a pre-processing pass first
         logging.getLogger().addFilter(advice)
         try:
-            quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"])
+            quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
+                             reduce_range=bits == 7)
         finally:
             logging.getLogger().removeFilter(advice)
         return int8.read_bytes()
@@ -151,13 +178,15 @@ class CPUEngine:
         encoder: The encoder it was exported from (watched: a pass after its weights change returns None).
         digest: The digest of the encoder's weights the session is kept under.
         session: The session, at `threads` intra-op threads.
-        int8: Whether the session runs the int8 graph (`precision` 'int8') rather than fp32.
+        weight_bits: The int8 graph's weight width the session runs (`precision` 'int8'; 8 or 7 bits), or None: the
+            fp32 graph.
     """
 
-    def __init__(self, encoder: nn.Module, digest: str, session: Any, threads: int, int8: bool = False) -> None:
+    def __init__(self, encoder: nn.Module, digest: str, session: Any, threads: int,
+                 weight_bits: int | None = None) -> None:
         self._encoder = encoder
         self._digest = digest
-        self._int8 = int8
+        self._bits = weight_bits
         self._watched = WatchedTensors(list(encoder.parameters()) + list(encoder.buffers()))
         self._stamp = self._watched.stamp()
         self._sessions = {threads: session}
@@ -172,7 +201,12 @@ class CPUEngine:
     @property
     def precision(self) -> str:
         """'int8' or 'fp32': the arithmetic of the engine's matrix products."""
-        return "int8" if self._int8 else "fp32"
+        return "fp32" if self._bits is None else "int8"
+
+    @property
+    def weight_bits(self) -> int | None:
+        """The int8 graph's weight width (8, or 7 on an x86 CPU without VNNI: `int8_weight_bits`); None for fp32."""
+        return self._bits
 
     @classmethod
     def build(cls, encoder: nn.Module, *, int8: bool = False) -> tuple[CPUEngine | None, str]:
@@ -186,12 +220,13 @@ class CPUEngine:
         if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in encoder.parameters()):
             return None, "the encoder's weights are not fp32 on the CPU: passes run in torch"
         threads = torch.get_num_threads()
+        bits = int8_weight_bits() if int8 else None
         digest = tensors_digest(sorted(encoder.state_dict().items()), "blake2b", 32, prefix=type(encoder).__name__)
         for fresh in (False, True):  # a graph read from the cache, then one exported now where that one fails the check
             cached = False
             try:
-                session, cached = _kept(digest, threads, encoder, int8, fresh=fresh)
-                engine = cls(encoder, digest, session, threads, int8)
+                session, cached = _kept(digest, threads, encoder, bits, fresh=fresh)
+                engine = cls(encoder, digest, session, threads, bits)
                 error = engine._check()
             except Exception as e:  # an encoder the exporter cannot trace, or a session that will not open
                 error = f"the encoder did not export to ONNX ({type(e).__name__}: {e}): passes run in torch"
@@ -199,7 +234,7 @@ class CPUEngine:
                 break
         if error is not None:
             return None, error
-        kind = " in int8 (per-channel weights)" if int8 else ""
+        kind = "" if bits is None else f" in int8 (per-channel {bits}-bit weights)"
         return engine, f"ONNX Runtime{kind} at {threads} intra-op threads"
 
     def _check(self) -> str | None:
@@ -214,7 +249,7 @@ class CPUEngine:
             ref = self._encoder(input_ids=ids, attention_mask=mask).last_hidden_state
         got = self.run(ids, mask)
         assert got is not None, "the engine was just built from these weights"
-        if self._int8:
+        if self._bits is not None:
             weights = mask.unsqueeze(-1).float()  # (B, L, 1)
             cosine = float(F.cosine_similarity((got * weights).sum(1), (ref * weights).sum(1), dim=-1).min())
             return None if cosine >= INT8_MIN_COSINE else (
@@ -233,7 +268,7 @@ class CPUEngine:
         session = self._sessions.get(threads)
         if session is None:  # torch's thread count changed: a session at the new count (exported again if not kept)
             with self._lock:
-                session = self._sessions.get(threads) or _kept(self._digest, threads, self._encoder, self._int8)[0]
+                session = self._sessions.get(threads) or _kept(self._digest, threads, self._encoder, self._bits)[0]
                 self._sessions = {threads: session}
         for listener in self.listeners:
             listener(input_ids)
@@ -241,17 +276,19 @@ class CPUEngine:
         return torch.from_numpy(out)
 
 
-def _kept(digest: str, threads: int, encoder: nn.Module, int8: bool, *, fresh: bool = False) -> tuple[Any, bool]:
-    """(the process's session for these weights at `threads` threads, `int8`: of the int8 graph; whether its graph
+def _kept(digest: str, threads: int, encoder: nn.Module, bits: int | None, *,
+          fresh: bool = False) -> tuple[Any, bool]:
+    """(the process's session for these weights at `threads` threads, of the int8 graph with `bits`-bit weights or
+    (None) the fp32 one; whether its graph
     came from the disk cache), opened from the cached graph or exported where there is none (`fresh`: exported
     whatever is kept or cached, and cached over it)."""
-    key = (digest, threads, int8)
+    key = (digest, threads, bits)
     with _SESSIONS_LOCK:
         session = _SESSIONS.get(key) if not fresh else None
         if session is not None:
             _SESSIONS.move_to_end(key)
             return session, False
-    path = cached_graph(digest, int8)
+    path = cached_graph(digest, bits)
     model = None if fresh or path is None else _read(path)
     session = None
     if model is not None:
@@ -263,7 +300,7 @@ def _kept(digest: str, threads: int, encoder: nn.Module, int8: bool, *, fresh: b
     if session is None:
         with eval_mode(encoder):
             model = _export(encoder)
-        model = _quantized(model) if int8 else model
+        model = model if bits is None else _quantized(model, bits)
         if path is not None:
             _write(path, model)
         session = _session(model, threads)
@@ -274,15 +311,20 @@ def _kept(digest: str, threads: int, encoder: nn.Module, int8: bool, *, fresh: b
     return session, cached
 
 
-def cached_graph(digest: str, int8: bool) -> Path | None:
-    """Where the exported graph of the weights `digest` is cached (`CACHE_ENV`; None: none kept on disk)."""
+def cached_graph(digest: str, bits: int | None) -> Path | None:
+    """Where the exported graph of the weights `digest` is cached, fp32 (`bits` None) or int8 with `bits`-bit
+    weights (`CACHE_ENV`; None: none kept on disk)."""
     chosen = os.environ.get(CACHE_ENV, "").strip()
     if chosen == "0":
         return None
     import onnxruntime
 
     versions = f"torch{torch.__version__}-ort{onnxruntime.__version__}-op{OPSET}-v{EXPORT_VERSION}"
-    return (Path(chosen) if chosen else cache_dir() / "onnx") / f"{digest}-{'int8' if int8 else 'fp32'}-{versions.replace('+', '_')}.onnx"
+    return (Path(chosen) if chosen else cache_dir() / "onnx") / f"{digest}-{_graph_kind(bits)}-{versions.replace('+', '_')}.onnx"
+
+
+def _graph_kind(bits: int | None) -> str:
+    return "fp32" if bits is None else "int8" if bits == 8 else f"int8w{bits}"
 
 
 def _read(path: Path) -> bytes | None:

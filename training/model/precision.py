@@ -28,6 +28,11 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 _X86 = ("x86_64", "amd64", "i386", "i686")
 
 
+def is_x86() -> bool:
+    """Whether this process runs on an x86 CPU (whose /proc/cpuinfo flags name its vector units)."""
+    return platform.machine().lower() in _X86
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as /proc/cpuinfo lists them (empty where there is no such file)."""
@@ -43,8 +48,8 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(flags)
 
 
-SPEED_FLAGS = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
-"""The CPU flags a timing is read with: AVX2, AVX-512 and the native bf16 units."""
+SPEED_FLAGS = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni", "amx_int8"})
+"""The CPU flags a timing is read with: AVX2, AVX-512, the native bf16 units and the int8 dot products (VNNI, AMX)."""
 
 
 def vector_flags() -> list[str]:
@@ -67,7 +72,7 @@ def _onednn_bf16() -> bool:
 
 def cpu_bf16_support() -> tuple[bool, str]:
     """(whether this process has native bf16 on the CPU, why) — the reason is printed by the main job."""
-    if platform.machine().lower() not in _X86:
+    if not is_x86():
         return False, f"bf16 autocast is chosen only on x86 CPUs with {' or '.join(NATIVE_BF16_FLAGS)}"
     native = sorted(set(NATIVE_BF16_FLAGS) & cpu_flags())
     if not native:

@@ -7,8 +7,8 @@ import pytest
 from qrag.training.model import precision
 
 REAL_CPU_BF16_SUPPORT = precision.cpu_bf16_support  # before tests/conftest.py treats every CPU as native
-AVX512_BF16 = frozenset({"sse4_2", "avx2", "avx512f", "avx512bw", "avx512_bf16"})
-AMX = frozenset({"avx2", "avx512f", "amx_tile", "amx_bf16"})
+AVX512_BF16 = frozenset({"sse4_2", "avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"})
+AMX = frozenset({"avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"})
 AVX2_ONLY = frozenset({"sse4_2", "fma", "avx2"})
 
 

@@ -3,14 +3,16 @@ towers through ONNX Runtime's int8 graphs, the index and every pass with a gradi
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
 import pytest
 import torch
 
-from qrag.training.model import onnx_engine, serving_speed
+from qrag.training.model import onnx_engine, precision, serving_speed
 from qrag.training.model.onnx_engine import CPUEngine
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search import ChunkIndex
-from tests.training.model.cpus import AVX2_ONLY, AVX512_BF16
+from tests.training.model.cpus import AMX, AVX2_ONLY, AVX512_BF16
 
 TEXTS = ["Mary went to the kitchen.", "Mary took the milk there.", "John moved to the garden.",
          "The milk is cold.", "Sandra went back to the office."]
@@ -112,3 +114,57 @@ def test_auto_serves_int8_only_where_it_is_clearly_the_fastest(cpu, tiny_qnet, m
     monkeypatch.setenv(onnx_engine.ENV, "torch")  # no int8 graphs: bf16 against fp32 alone
     kinds = timed_by_kind(monkeypatch, fp32=0.010, bf16=0.012)
     assert tiny_qnet.serve_in("auto").serving_precision == "fp32" and "int8" not in kinds
+
+
+AVX512_NO_VNNI = frozenset({"sse4_2", "avx2", "avx512f", "avx512bw"})
+
+
+def test_the_weights_width_follows_the_cpu_and_the_variable(cpu, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv(onnx_engine.INT8_WEIGHTS_ENV, raising=False)
+    for flags, bits in ((AVX2_ONLY, 7), (AVX512_NO_VNNI, 7), (AVX512_BF16, 8), (AMX, 8),
+                        (AVX2_ONLY | {"avx_vnni"}, 8)):
+        cpu(flags)
+        assert onnx_engine.int8_weight_bits() == bits, sorted(flags)
+    cpu(frozenset({"asimd", "asimddp"}))
+    monkeypatch.setattr(precision.platform, "machine", lambda: "aarch64")  # no 16-bit pair sums there
+    assert onnx_engine.int8_weight_bits() == 8
+    for asked in ("7", "8"):
+        monkeypatch.setenv(onnx_engine.INT8_WEIGHTS_ENV, asked)
+        assert onnx_engine.int8_weight_bits() == int(asked)
+    monkeypatch.setenv(onnx_engine.INT8_WEIGHTS_ENV, "4")
+    with pytest.raises(ValueError, match="QRAG_INT8_WEIGHTS='4' is not a weight width"):
+        onnx_engine.int8_weight_bits()
+
+
+def int8_weights(graph: bytes) -> list[np.ndarray]:
+    model = onnx.load_from_string(graph)
+    return [onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+
+
+def test_seven_bit_weights_keep_every_avx2_pair_sum_in_16_bits(tiny_qnet: QNetwork) -> None:
+    fp32 = onnx_engine._export(tiny_qnet.state_tower.encoder)
+    eight, seven = int8_weights(onnx_engine._quantized(fp32, 8)), int8_weights(onnx_engine._quantized(fp32, 7))
+    assert eight and len(eight) == len(seven)  # every MatMul's weights, in both
+    assert max(int(np.abs(w).max()) for w in eight) == 127  # each output channel's largest weight at full range
+    widest = max(int(np.abs(w).max()) for w in seven)
+    assert widest == 64 and 2 * 255 * widest <= 32767 < 2 * 255 * 127  # two uint8 inputs times a weight: in int16
+
+
+def test_a_seven_bit_graph_serves_near_fp32_and_is_cached_apart(tiny_qnet: QNetwork, monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(onnx_engine.CACHE_ENV, str(tmp_path))
+    onnx_engine.forget_sessions()
+    qnet = tiny_qnet.eval()
+    exact = states(qnet)
+    served = {}
+    for bits in ("8", "7"):
+        monkeypatch.setenv(onnx_engine.INT8_WEIGHTS_ENV, bits)
+        qnet.serve_in("int8")
+        assert [e.weight_bits for e in int8_engines(qnet)] == [int(bits)] * 2
+        assert qnet.serving_precision == "int8"
+        served[bits] = states(qnet)
+        assert float(torch.nn.functional.cosine_similarity(served[bits], exact).min()) > 0.98
+    assert not torch.equal(served["7"], served["8"])  # two graphs, never one read for the other
+    names = {p.name.split("-")[1] for p in tmp_path.glob("*.onnx")}
+    assert names == {"int8", "int8w7"}  # a graph of each width (the untrained towers share one digest)
+    assert onnx_engine.cached_graph("d" * 32, None).name.startswith("d" * 32 + "-fp32-")

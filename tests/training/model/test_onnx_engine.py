@@ -190,7 +190,7 @@ def test_exported_graphs_are_cached_on_disk_by_weights_and_a_damaged_one_is_expo
     assert CPUEngine.build(encoder)[0] is not None
     monkeypatch.setattr(onnx_engine, "_export", real_export)
     monkeypatch.setenv(onnx_engine.CACHE_ENV, "0")  # no cache on disk
-    assert onnx_engine.cached_graph("d" * 32, False) is None
+    assert onnx_engine.cached_graph("d" * 32, None) is None
     (tmp_path / "a-file").write_text("not a folder")  # a cache folder that cannot be made (whoever runs the test)
     monkeypatch.setenv(onnx_engine.CACHE_ENV, str(tmp_path / "a-file" / "graphs"))
     onnx_engine.forget_sessions()
