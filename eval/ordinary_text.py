@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from qrag.eval.metrics import paired_margin
 from qrag.eval.ordinary_text_data import MultiRCQuestion, SquadPool, load_multirc, load_squad, paragraphs
+from qrag.training.model.precision import speed_flags
 from qrag.training.model.qnet import QNetwork
 from qrag.training.search.chunk_vectors import ChunkVectorFolder
 from qrag.training.search.index import ChunkIndex, LongChunks, weighs_pairs
@@ -240,14 +241,13 @@ def table(part: Mapping[str, Any], metrics: Sequence[str], reference: str) -> st
 
 def machine() -> dict[str, Any]:
     """Where the benchmark ran: the CPU's model and vector flags, torch, its threads."""
-    cpu, flags = platform.processor(), ""
+    cpu = platform.processor()
     try:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
         cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), cpu)
-        words = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-        flags = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in words)
     except OSError:
         pass
+    flags = " ".join(speed_flags())
     return {"cpu": cpu, "flags": flags, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version()}
 

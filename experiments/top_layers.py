@@ -179,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, got in per.items():
         entry = judge(got, per[BASELINE])
         entry.update(model=got["model"], tokens=got["tokens"], precision=got["precision"],
-                     layers=layers.get(name, ALL_LAYERS), seconds=got["seconds"])
+                     int8_weight_bits=got.get("int8_weight_bits"), layers=layers.get(name, ALL_LAYERS),
+                     seconds=got["seconds"])
         table[name] = entry
     holding = [n for n in table if n != BASELINE and table[n]["holds"] and table[n]["precision"] == "fp32"]
     chosen = min(holding, key=lambda n: (table[n]["tokens"], table[n]["layers"]), default=BASELINE)
