@@ -31,7 +31,8 @@ How `k`, `max_hops` and `stop_threshold` interact:
 `lexical_weight` ω > 0 (METHOD.md §4.5; saved with models that use it) ranks the chunks of every hop by
 Q + ω · BM25 of the state's text, scaled to [0, 1] by the best available chunk: a `Hit` carries that `score`
 beside its `q_value`, and the stop rule reads the Q-value. It needs the index's BM25 index (`ChunkIndex.lexical`),
-which the searcher builds when the index has none; an external store has no lexical search, so there the search
+which the searcher builds when the index has none. Over an external store whose documents qrag can read
+(`with_lexical`), the store holds the vectors and qrag the BM25 index beside it; over any other store the search
 ranks by Q alone and says so once (`LexicalFallbackWarning`).
 
 Beam search (`beam_size > 1`) keeps the `beam_size` hop sequences with the largest total Q over a fixed
