@@ -19,7 +19,8 @@ key) and the field:
 - **Answers only, weak labels** (`.jsonl` lines `{"question", "answer"}` without `supporting`): the passages that
   hold the answer text (case and whitespace folded, at word boundaries) become its supporting passages. These are
   guesses, not labels: a frequent answer ("1990") is in many passages, so a question whose answer is in more than
-  `WEAK_MAX` passages, or in none, is left out and counted (`Labels.skipped`). Measured apart (docs/RESULTS.md).
+  `WEAK_MAX` passages, or in none, is left out and counted (`Labels.skipped`). Their gain is not measured yet
+  (docs/RESULTS.md, "With labels": FanOutQA's answers are per-entity tables, not one text to find).
 
 Importing this loads no model library.
 """
