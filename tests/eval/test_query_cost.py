@@ -58,7 +58,8 @@ def test_pass_counter_counts_each_served_pass_once_in_every_serving_precision(ti
     ask = counted(retriever, [], counter)
     ask("Where is the milk?")
     engine_passes = counter.passes
-    qnet.serve_in("fp32").drop_engines()
+    qnet.drop_engines()
+    qnet.serve_in("fp32")  # engines dropped first: fp32 builds none again
     counted(retriever, [], counter)("Where is the milk?")  # the same question, every pass in torch
     assert engine_passes >= 2 and counter.passes - engine_passes == engine_passes == reference.passes
 

@@ -237,6 +237,16 @@ class CPUEngine:
         kind = "" if bits is None else f" in int8 (per-channel {bits}-bit weights)"
         return engine, f"ONNX Runtime{kind} at {threads} intra-op threads"
 
+    def release(self) -> None:
+        """Take this engine's sessions out of the process's kept ones (`KEPT_SESSIONS`): the engine still runs, and
+        its last reference dropped frees them (a network serving from a low-precision copy parks its fp32 state
+        engine so)."""
+        with _SESSIONS_LOCK:
+            for threads, session in self._sessions.items():
+                key = (self._digest, threads, self._bits)
+                if _SESSIONS.get(key) is session:
+                    del _SESSIONS[key]
+
     def _check(self) -> str | None:
         """Why the session disagrees with torch on a padded batch (fp32: a hidden state more than `CHECK_ATOL` away;
         int8: a pooled vector below `INT8_MIN_COSINE`), else None."""

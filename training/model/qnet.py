@@ -118,6 +118,7 @@ class QNetwork(Serving):
         self._serving_asked: Precision = "fp32"  # what `serve_in` was asked (a save records it: 'auto' stays 'auto')
         self._serving_why = "fp32 unless serve_in chooses another"  # `serving_why`
         self._engine_why = "torch"  # `engine_why`: what runs the CPU passes (`serve_engine`)
+        self._state_engine_parked = False  # the state tower's fp32 engine dropped while a copy serves (`serve_in`)
         self._graphed: GraphedPass | None = None  # `serve_graphed`: state passes replayed as CUDA graphs
         # f_0(q) by the question piece's token ids, valid while the chunk tower's tensors are these (`_base_stamp`)
         self._question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor] = OrderedDict()

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 QUESTION_VECTORS = 4096
 """Questions whose frozen-base vector `f_0(q)` a network keeps for its state anchor (the least recently used goes)."""
+PARKED = "its served copy runs every gradient-free pass (serving_why); the fp32 engine is dropped"
+"""`engine_why` for the state tower while a low-precision copy serves (`Serving._park_state_engine`)."""
 _QUESTION_VECTORS_LOCK = threading.Lock()  # the kept f_0(q) of every network: passes may run in several threads
 
 
@@ -55,6 +57,7 @@ class Serving(nn.Module):
         _serving_asked: Precision
         _serving_why: str
         _engine_why: str
+        _state_engine_parked: bool
         _graphed: GraphedPass | None
         _adapters: dict[str, torch.Tensor] | None
         _question_vectors: OrderedDict[tuple[Any, ...], torch.Tensor]
@@ -103,11 +106,20 @@ class Serving(nn.Module):
         The fp32 towers stay as they are: passes with gradients (training), the chunk tower's vectors of an index and
         `save_pretrained` never see the copy, and `train()` drops it. A bf16 copy is taken now: call `serve_in` again
         after loading other weights into the state tower (the int8 graphs give way to the fp32 towers by
-        themselves once the weights change). Returns self.
+        themselves once the weights change). While a copy serves, the state tower's own fp32 CPU engine, which would
+        serve nothing, is dropped (`engine_why` says so; its session is freed); `serve_in('fp32')` and
+        'auto' build it again. Returns self.
 
         Raises:
             ValueError: an unknown precision, 'fp16' on a CPU, or a network in training mode.
         """
+        self._restore_state_engine()  # 'auto' times the fp32 passes as they run; 'fp32' serves from it
+        self._choose_serving(precision)
+        self._park_state_engine()
+        return self
+
+    def _choose_serving(self, precision: Precision) -> Self:
+        """`serve_in`'s choice of the served copy (`_serving`) for `precision`."""
         check_precision(precision)
         if precision == "int8" and self.training:
             raise ValueError("serve_in is for serving: put the network in eval mode first (model.eval()); training "
@@ -218,16 +230,47 @@ class Serving(nn.Module):
         whys: dict[str, str] = {}
         built: dict[int, tuple[object, str]] = {}
         for name, tower in (("state tower", self.state_tower), ("chunk tower", self.chunk_tower)):
+            if tower is self.state_tower and self._parks_state_engine():
+                self._state_engine_parked = True
+                whys[name] = PARKED
+                continue
             if id(tower.encoder) not in built:
                 built[id(tower.encoder)] = CPUEngine.build(tower.encoder)
             tower.engine, whys[name] = built[id(tower.encoder)]
         self._engine_why = "; ".join(f"{name}: {why}" for name, why in whys.items())
         return self
 
+    def _parks_state_engine(self) -> bool:
+        """Whether the state tower's fp32 engine serves nothing: a low-precision copy serves every gradient-free state
+        pass (`_state_tower_for_pass`), and the chunk tower runs an encoder of its own."""
+        return self._serving is not None and self.state_tower.encoder is not self.chunk_tower.encoder
+
+    def _park_state_engine(self) -> None:
+        """Drop the state tower's fp32 engine while a low-precision copy serves (its session freed with it);
+        `serve_in` builds it again when fp32 serves or is timed."""
+        engine = self.state_tower.engine
+        if engine is not None and self._parks_state_engine():
+            engine.release()
+            self.state_tower.engine = None
+            self._state_engine_parked = True
+            self._engine_why = "; ".join([f"state tower: {PARKED}",
+                                          *(w for w in self._engine_why.split("; ") if w.startswith("chunk tower: "))])
+
+    def _restore_state_engine(self) -> None:
+        """The state tower's fp32 engine again where `_park_state_engine` dropped it (read from the graph cache)."""
+        if not self._state_engine_parked:
+            return
+        self._state_engine_parked = False
+        if self.device.type == "cpu" and not self.training and wanted():
+            self.state_tower.engine, why = CPUEngine.build(self.state_tower.encoder)
+            self._engine_why = "; ".join([f"state tower: {why}",
+                                          *(w for w in self._engine_why.split("; ") if w.startswith("chunk tower: "))])
+
     def drop_engines(self) -> None:
         """Run every pass in torch again (the towers' CPU engines dropped)."""
         self.state_tower.engine = None
         self.chunk_tower.engine = None
+        self._state_engine_parked = False
         self._engine_why = "torch"
 
     def serve_graphed(self) -> Self:

@@ -168,3 +168,31 @@ def test_a_seven_bit_graph_serves_near_fp32_and_is_cached_apart(tiny_qnet: QNetw
     names = {p.name.split("-")[1] for p in tmp_path.glob("*.onnx")}
     assert names == {"int8", "int8w7"}  # a graph of each width (the untrained towers share one digest)
     assert onnx_engine.cached_graph("d" * 32, None).name.startswith("d" * 32 + "-fp32-")
+
+
+def test_while_a_copy_serves_the_state_towers_fp32_session_is_freed_and_fp32_builds_it_again(tiny_qnet: QNetwork) -> None:
+    qnet = tiny_qnet.eval().serve_engine()
+    fp32 = qnet.state_tower.engine
+    assert fp32 is not None and fp32.precision == "fp32"
+    exact = states(qnet)
+
+    def kept_fp32_state_sessions() -> int:
+        return sum(1 for digest, _, bits in onnx_engine._SESSIONS if digest == fp32._digest and bits is None)
+
+    assert kept_fp32_state_sessions() == 1
+    qnet.serve_in("int8")
+    assert qnet.state_tower.engine is None and kept_fp32_state_sessions() == 0  # nothing holds it any more
+    assert "fp32 engine is dropped" in qnet.engine_why and "chunk tower: ONNX Runtime" in qnet.engine_why
+    assert qnet.chunk_tower.engine is not None  # an index's vectors still run the chunk tower's fp32 graph
+    served = states(qnet)
+    assert float(torch.nn.functional.cosine_similarity(served, exact).min()) > 0.98
+    qnet.serve_engine()  # built again after a hand edit: the state tower's stays dropped while int8 serves
+    assert qnet.state_tower.engine is None and qnet.serving_precision == "int8"
+    torch.testing.assert_close(states(qnet), served, atol=0, rtol=0)
+    qnet.serve_in("fp32")  # fp32 serves from the state tower's fp32 engine again, and the process keeps it
+    assert qnet.state_tower.engine is not None and qnet.state_tower.engine.precision == "fp32"
+    assert kept_fp32_state_sessions() == 1 and qnet.engine_why.startswith("state tower: ONNX Runtime")
+    ran: list[int] = []
+    qnet.state_tower.engine.listeners.append(lambda ids: ran.append(ids.shape[0]))
+    torch.testing.assert_close(states(qnet), exact, atol=1e-5, rtol=1e-4)
+    assert ran, "the fp32 passes ran the rebuilt engine"
