@@ -253,8 +253,7 @@ class Serving(nn.Module):
             engine.release()
             self.state_tower.engine = None
             self._state_engine_parked = True
-            self._engine_why = "; ".join([f"state tower: {PARKED}",
-                                          *(w for w in self._engine_why.split("; ") if w.startswith("chunk tower: "))])
+            self._state_engine_why(PARKED)
 
     def _restore_state_engine(self) -> None:
         """The state tower's fp32 engine again where `_park_state_engine` dropped it (read from the graph cache)."""
@@ -263,8 +262,12 @@ class Serving(nn.Module):
         self._state_engine_parked = False
         if self.device.type == "cpu" and not self.training and wanted():
             self.state_tower.engine, why = CPUEngine.build(self.state_tower.encoder)
-            self._engine_why = "; ".join([f"state tower: {why}",
-                                          *(w for w in self._engine_why.split("; ") if w.startswith("chunk tower: "))])
+            self._state_engine_why(why)
+
+    def _state_engine_why(self, why: str) -> None:
+        """`engine_why` with the state tower's part replaced by `why` (the chunk tower's kept as it is)."""
+        _, sep, chunk = self._engine_why.partition("; chunk tower: ")
+        self._engine_why = f"state tower: {why}{sep}{chunk}"
 
     def drop_engines(self) -> None:
         """Run every pass in torch again (the towers' CPU engines dropped)."""
