@@ -28,6 +28,7 @@ drops the engine. `QRAG_CPU_ENGINE=torch` keeps every pass in torch.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -65,6 +66,11 @@ INT32_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 EXPORT_VERSION = 1
 """Bumped whenever `_export` or `_quantized` write another graph: graphs cached by an earlier version are not read."""
 KEPT_SESSIONS = 4
+SHRINK_TOKENS = 4096
+"""A pass over more tokens than this (rows × length: an indexing batch, not a query) hands its working memory back
+to the system when it ends (ONNX Runtime's arena shrinkage). A session's memory arena otherwise keeps the largest
+pass it ever ran: indexing 300 summaries in batches of 64 left a process 2.5 GB larger, against 0.14 GB in torch.
+Shrinking costs such a pass about 7 % (re-allocating its buffers; 64 × 200 tokens, one thread), a query's nothing."""
 """Sessions kept per process (each holds a copy of its encoder's weights: about 90 MB for MiniLM)."""
 
 _SESSIONS: OrderedDict[tuple[str, int, int | None], Any] = OrderedDict()
@@ -165,6 +171,16 @@ def _session(model: bytes, threads: int) -> Any:
     options.log_severity_level = 3  # errors only
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep: callers share cores
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+@functools.lru_cache(maxsize=1)
+def _shrinking() -> Any:
+    """Run options that shrink the CPU arena back when the run ends (`SHRINK_TOKENS`)."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -282,7 +298,8 @@ class CPUEngine:
                 self._sessions = {threads: session}
         for listener in self.listeners:
             listener(input_ids)
-        out = session.run(None, {"input_ids": _numpy(input_ids), "attention_mask": _numpy(attention_mask)})[0]
+        feeds = {"input_ids": _numpy(input_ids), "attention_mask": _numpy(attention_mask)}
+        out = session.run(None, feeds, _shrinking() if input_ids.numel() > SHRINK_TOKENS else None)[0]
         return torch.from_numpy(out)
 
 

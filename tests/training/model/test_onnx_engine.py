@@ -212,6 +212,28 @@ def test_a_new_thread_count_opens_a_session_at_that_count(served: QNetwork) -> N
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+def test_a_pass_over_more_tokens_than_the_limit_hands_its_working_memory_back(served: QNetwork,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    tower = served.chunk_tower
+    monkeypatch.setattr(onnx_engine, "SHRINK_TOKENS", 20)
+    threads = torch.get_num_threads()
+    session, options = tower.engine._sessions[threads], []
+
+    class Recorded:
+        def run(self, names: Any, feeds: Any, run_options: Any = None) -> Any:
+            options.append(run_options)
+            return session.run(names, feeds, run_options)
+
+    tower.engine._sessions[threads] = Recorded()
+    small, large = batch(rows=2, tokens=10), batch(rows=3, tokens=10)  # 20 tokens, then 30
+    for inputs in (small, large):
+        with torch.no_grad():
+            got = tower(**inputs)
+        torch.testing.assert_close(got, torch_vectors(tower, inputs), atol=1e-5, rtol=1e-4)
+    assert options[0] is None
+    assert options[1] is not None and options[1].get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+
+
 def test_several_callers_at_once_each_get_their_own_rows(served: QNetwork) -> None:
     tower = served.chunk_tower
     inputs = [batch(rows=1 + i % 3, tokens=6 + i, seed=i) for i in range(16)]
