@@ -66,12 +66,12 @@ INT32_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 EXPORT_VERSION = 1
 """Bumped whenever `_export` or `_quantized` write another graph: graphs cached by an earlier version are not read."""
 KEPT_SESSIONS = 4
+"""Sessions kept per process (each holds a copy of its encoder's weights: about 90 MB for MiniLM)."""
 SHRINK_TOKENS = 4096
 """A pass over more tokens than this (rows × length: an indexing batch, not a query) hands its working memory back
 to the system when it ends (ONNX Runtime's arena shrinkage). A session's memory arena otherwise keeps the largest
-pass it ever ran: indexing 300 summaries in batches of 64 left a process 2.5 GB larger, against 0.14 GB in torch.
-Shrinking costs such a pass about 7 % (re-allocating its buffers; 64 × 200 tokens, one thread), a query's nothing."""
-"""Sessions kept per process (each holds a copy of its encoder's weights: about 90 MB for MiniLM)."""
+pass it ever ran: 400 summaries indexed left a process at 3.59 GB resident, against 1.43 GB shrinking, in the same
+time (docs/RESULTS.md, "Memory"); one 64 × 200-token pass alone takes about 7 % longer, a query's nothing."""
 
 _SESSIONS: OrderedDict[tuple[str, int, int | None], Any] = OrderedDict()
 _SESSIONS_LOCK = threading.Lock()
