@@ -9,8 +9,9 @@ mean nothing and none are taken: this probe reads the vectors.
 
 `dump` runs the shipped state tower's int8 graph (the graph cached on disk by a native run first, so both read the
 same bytes) on the project's own prose (README.md, docs/METHOD.md: no evaluation data) and writes each paragraph's
-mean-pooled vector with fp32 torch's (skipped under the emulator: `--no-reference`); `compare` reads the dumps of the same width from two CPUs and writes, per width,
-the cosine between the two CPUs' vectors and each CPU's cosine to fp32 (min, mean).
+mean-pooled vector with fp32 torch's (skipped under the emulator: `--no-reference`); `compare` reads the dumps of
+the same width from two CPUs and writes, per width, the cosine between the two CPUs' vectors and each CPU's cosine to
+the native fp32 (min, mean).
 
     python experiments/avx2_int8.py dump --bits 7 --out runs/avx2_int8/native_7.json
     qemu-x86_64 -cpu Haswell .venv/bin/python experiments/avx2_int8.py dump --bits 7 --no-reference \
