@@ -234,7 +234,10 @@ def test_a_pass_over_more_tokens_than_the_limit_hands_its_working_memory_back(se
     assert options[1] is not None and options[1].get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
 
 
-def test_several_callers_at_once_each_get_their_own_rows(served: QNetwork) -> None:
+@pytest.mark.parametrize("shrink_tokens", [onnx_engine.SHRINK_TOKENS, 0])
+def test_several_callers_at_once_each_get_their_own_rows(served: QNetwork, shrink_tokens: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onnx_engine, "SHRINK_TOKENS", shrink_tokens)  # 0: every pass shrinks the arena as it ends
     tower = served.chunk_tower
     inputs = [batch(rows=1 + i % 3, tokens=6 + i, seed=i) for i in range(16)]
     want = [torch_vectors(tower, x) for x in inputs]
