@@ -2,7 +2,7 @@
 
 `from_texts`' large passes hand their working memory back as shipped (`onnx_engine.SHRINK_TOKENS`); each round
 indexes a fresh slice of the passages once each way, in alternating order, and reads the process's resident size
-after each (`store_memory.resident_kib`): ONNX Runtime's arena keeps the largest pass it ran, so the
+after each (VmRSS, `query_cost.rss_kb`): ONNX Runtime's arena keeps the largest pass it ran, so the
 size after a kept round is what a server holds from then on, and after a shrinking round what it holds as shipped.
 """
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from qrag.eval.store_memory import resident_kib
+from qrag.eval.query_cost import rss_kb
 from qrag.training.model import onnx_engine
 
 MODES = ("shrink", "keep")
@@ -21,7 +21,7 @@ MODES = ("shrink", "keep")
 
 def index_rounds(texts: Sequence[str], index: Callable[[Sequence[str]], Any], *, rounds: int, size: int,
                  clock: Callable[[], float] = time.perf_counter,
-                 resident: Callable[[], int | None] = resident_kib) -> dict[str, Any]:
+                 resident: Callable[[], int] = lambda: rss_kb("VmRSS")) -> dict[str, Any]:
     """`rounds` rounds of `index(slice)` each way over slices of `size` passages no round reads twice.
 
     Returns:
@@ -47,7 +47,7 @@ def index_rounds(texts: Sequence[str], index: Callable[[Sequence[str]], Any], *,
     finally:
         onnx_engine.SHRINK_TOKENS = shipped
     seconds = {mode: statistics.median(x["seconds"] for x in rows if x["mode"] == mode) for mode in MODES}
-    kib = {mode: statistics.median(x["resident_kib"] or 0 for x in rows if x["mode"] == mode) for mode in MODES}
+    kib = {mode: statistics.median(x["resident_kib"] for x in rows if x["mode"] == mode) for mode in MODES}
     return {"rounds": rows, "median_seconds": seconds, "median_resident_kib": kib,
             "seconds_ratio": seconds["keep"] / seconds["shrink"] if seconds["shrink"] else None,
             "shrink_tokens": shipped}

@@ -3,7 +3,7 @@
 The collection is built first (its vectors are the database's memory, not qrag's); then Python's allocations are
 traced (`tracemalloc`) while qrag checks the store, reads it for BM25 (texts, ids and metadata) and answers one
 question. The peak is what a server pays on its first request beyond the store; torch's and ONNX Runtime's own
-memory is not traced by Python and is reported apart: the process's resident size after the answer (`resident_kib`,
+memory is not traced by Python and is reported apart: the process's resident size after the answer (VmRSS,
 beside the caller's reading before the model loads) and its peak.
 """
 
@@ -13,9 +13,9 @@ import resource
 import time
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from qrag.eval.query_cost import rss_kb
 from qrag.training.model import QNetwork
 
 
@@ -42,16 +42,7 @@ def first_answer_memory(store: Any, model: QNetwork, question: str,
     held = retriever.searcher.store.memory() if hasattr(retriever.searcher.store, "memory") else {}
     return {"peak_traced_bytes": int(peak), "held_beside_store": held, "returned": [d.id for d in docs],
             "seconds_to_build": built - started, "seconds_to_answer": answered - built,
-            "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "resident_after_answer_kib": resident_kib()}
+            "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "resident_after_answer_kib": rss_kb("VmRSS")}
 
 
-def resident_kib() -> int | None:
-    """The process's resident size now (KiB, /proc/self/status's VmRSS), or None where the system has no such file."""
-    try:
-        lines = Path("/proc/self/status").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    return next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), None)
-
-
-__all__ = ["first_answer_memory", "resident_kib"]
+__all__ = ["first_answer_memory"]

@@ -9,7 +9,7 @@ mean nothing and none are taken: this probe reads the vectors.
 
 `dump` runs the shipped state tower's int8 graph (the graph cached on disk by a native run first, so both read the
 same bytes) on the project's own prose (README.md, docs/METHOD.md: no evaluation data) and writes each paragraph's
-mean-pooled vector with fp32 torch's (skipped under the emulator: `--no-reference`); `compare` reads the dumps of
+vector as the tower pools it with fp32 torch's (skipped under the emulator: `--no-reference`); `compare` reads the dumps of
 the same width from two CPUs and writes, per width, the cosine between the two CPUs' vectors and each CPU's cosine to
 the native fp32 (min, mean).
 
@@ -26,26 +26,13 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def paragraphs(count: int) -> list[str]:
-    """The first `count` paragraphs of more than 20 words of README.md and docs/METHOD.md."""
-    text = "\n\n".join((ROOT / f).read_text(encoding="utf-8") for f in ("README.md", "docs/METHOD.md"))
-    return [p.strip() for p in re.split(r"\n\s*\n", text) if len(p.split()) > 20][:count]
-
-
-def pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    weights = mask.unsqueeze(-1).float()
-    return (hidden * weights).sum(1) / weights.sum(1)
+from int8_saturation import paragraphs  # the same paragraphs that probe reads
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
@@ -57,14 +44,15 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     net = load_model(args.model)  # its adapters merged, as it serves
-    encoder = net.state_tower.encoder
+    tower = net.state_tower
+    encoder = tower.encoder
     batch = net.tokenizer(paragraphs(args.paragraphs), padding=True, truncation=True, max_length=args.max_tokens,
                           return_tensors="pt")
     ids, mask = batch["input_ids"], batch["attention_mask"]
     reference = None
     if not args.no_reference:  # fp32 torch, skipped under the emulator (each pass there takes minutes)
         with torch.no_grad():
-            reference = pooled(encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask).tolist()
+            reference = tower.pool(encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask).tolist()
     # the session itself, not `CPUEngine.build`: its cosine check could refuse a saturating kernel, whose vectors
     # are what this probe reads
     digest = tensors_digest(sorted(encoder.state_dict().items()), "blake2b", 32, prefix=type(encoder).__name__)
@@ -76,7 +64,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     out = {"command": "python experiments/avx2_int8.py " + " ".join(sys.argv[1:]),
            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
            "bits": args.bits, "graph_from_cache": cached, "engine_build": why, "tokens": int(mask.sum()),
-           "int8": pooled(got, mask).tolist(), "fp32": reference}
+           "int8": tower.pool(got, mask).tolist(), "fp32": reference}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out) + "\n", encoding="utf-8")
     print(args.out, out["torch_cpu_capability"], why)

@@ -39,6 +39,12 @@ PAIR_LIMIT = 32767
 """The largest 16-bit pair sum."""
 
 
+def paragraphs(count: int) -> list[str]:
+    """The first `count` paragraphs of more than 20 words of README.md and docs/METHOD.md (no evaluation data)."""
+    text = "\n\n".join((ROOT / f).read_text(encoding="utf-8") for f in ("README.md", "docs/METHOD.md"))
+    return [p.strip() for p in re.split(r"\n\s*\n", text) if len(p.split()) > 20][:count]
+
+
 def quantised_linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, bits: int, saturate: bool,
                      clipped: list[float]) -> torch.Tensor:
     """`x @ weight.T + bias` as a u8·s8 kernel computes it: per-pass u8 input, per-channel s8 weights of `bits` bits."""
@@ -95,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     net = load_model(args.model)
     encoder = net.state_tower.encoder
-    text = "\n\n".join((ROOT / f).read_text(encoding="utf-8") for f in ("README.md", "docs/METHOD.md"))
-    paras = [p.strip() for p in re.split(r"\n\s*\n", text) if len(p.split()) > 20][:args.paragraphs]
+    paras = paragraphs(args.paragraphs)
     batch = net.tokenizer(paras, padding=True, truncation=True, max_length=args.max_tokens, return_tensors="pt")
     reference = pooled(encoder, batch, None)
     readings: dict[str, Any] = {}

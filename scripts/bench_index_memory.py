@@ -20,7 +20,7 @@ import torch
 
 from qrag.eval.index_memory import index_rounds
 from qrag.eval.ordinary_text import machine
-from qrag.eval.store_memory import resident_kib
+from qrag.eval.query_cost import rss_kb
 from qrag.integrations import QRAGRetriever
 from qrag.training.data.wiki import summaries_path
 from qrag.training.search import load_model
@@ -36,7 +36,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     texts = [page["extract"] for page in json.loads(summaries_path().read_text(encoding="utf-8")).values()]
-    before = resident_kib()
+    before = rss_kb("VmRSS")
     net = load_model(args.model, precision="auto")
     try:
         result = index_rounds(texts, lambda part: QRAGRetriever.from_texts(list(part), model=net, k=5),

@@ -18,7 +18,8 @@ import uuid
 from pathlib import Path
 
 from qrag.eval.existing_collections import MiniLMEmbeddings
-from qrag.eval.store_memory import first_answer_memory, resident_kib
+from qrag.eval.query_cost import rss_kb
+from qrag.eval.store_memory import first_answer_memory
 from qrag.training.data.wiki import summaries_path
 from qrag.training.model.precision import speed_flags
 from qrag.training.search import load_model
@@ -53,7 +54,7 @@ def main() -> int:
             store = Chroma.from_texts(texts, embeddings, ids=ids, client=chromadb.PersistentClient(str(args.db)),
                                       collection_name=f"summaries-{len(texts)}")
     filled = time.perf_counter() - started
-    before = resident_kib()  # the store and the embedder a user's chain holds already
+    before = rss_kb("VmRSS")  # the store and the embedder a user's chain holds already
     result = first_answer_memory(store, load_model(args.model), args.question)
     result |= {"resident_before_model_kib": before, "chunks": len(texts), "seconds_to_fill_the_store": filled, "model": args.model,
                "command": " ".join(["python", *sys.argv]), "machine": platform.processor() or platform.machine(),

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from qrag.eval.query_cost import Fresh, PassCounter, alone, counted, pass_counter, price, summary, together
+from qrag.eval import query_cost
+from qrag.eval.query_cost import (
+    Fresh,
+    PassCounter,
+    alone,
+    counted,
+    pass_counter,
+    price,
+    rss_kb,
+    summary,
+    together,
+)
 from qrag.integrations import QRAGRetriever
 from qrag.training.model.qnet import QNetwork
 from tests.eval.fake_clock import FakeClock
@@ -130,3 +142,14 @@ def test_the_store_paths_searches_and_lookups_are_counted_per_call() -> None:
     hops = retriever.searcher.model.hop_settings.max_hops
     assert len(QUESTIONS) <= calls["searches"] <= hops * len(QUESTIONS)  # one search a hop
     assert 1 <= calls["lookups"] <= calls["searches"] and calls["looked_up"] >= calls["lookups"]
+
+
+def test_the_resident_sizes_are_read_from_proc_and_minus_one_without_it(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1536 kB\nThreads:\t2\n", encoding="utf-8")
+    real = query_cost.Path
+    monkeypatch.setattr(query_cost, "Path", lambda p: status if p == "/proc/self/status" else real(p))
+    assert rss_kb("VmRSS") == 1536 and rss_kb("VmHWM") == 2048
+    monkeypatch.setattr(query_cost, "Path", lambda p: tmp_path / "missing")
+    assert rss_kb("VmRSS") == -1

@@ -3,14 +3,11 @@ beside the store, over a real MiniLM collection."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from qrag.eval import store_memory
 from qrag.eval.existing_collections import MiniLMEmbeddings
-from qrag.eval.store_memory import first_answer_memory, resident_kib
+from qrag.eval.store_memory import first_answer_memory
 from qrag.training.search import load_model
 from tests.qrag_integrations.test_existing_collections import IDS, QUESTIONS, TEXTS
 
@@ -27,12 +24,3 @@ def test_the_first_answer_is_traced_and_the_bm25_beside_the_store_counted() -> N
     assert got["held_beside_store"]["ids"] > 0 and got["seconds_to_answer"] > 0
     assert 0 < got["resident_after_answer_kib"] <= got["max_rss_kib"]
 
-
-def test_the_resident_size_is_read_from_proc_and_none_without_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    status = tmp_path / "status"
-    status.write_text("Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1536 kB\nThreads:\t2\n", encoding="utf-8")
-    real = store_memory.Path
-    monkeypatch.setattr(store_memory, "Path", lambda p: status if p == "/proc/self/status" else real(p))
-    assert resident_kib() == 1536
-    monkeypatch.setattr(store_memory, "Path", lambda p: tmp_path / "missing")
-    assert resident_kib() is None
