@@ -74,8 +74,14 @@ def bf16_as_native(monkeypatch: pytest.MonkeyPatch) -> None:
     any CPU, which without native bf16 would run fp32 instead (`qrag.training.model.precision`). Every other test runs
     what the machine chooses, so an AVX2-only CPU is not made to emulate bf16 (several times slower);
     tests/training/model/test_precision.py checks the real choice with mocked CPU flags."""
+    import torch
+
     from qrag.training.model import precision
 
+    if "amx_bf16" in precision.cpu_flags() and torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2"):
+        # torch's own bf16 attention takes the AMX path from the CPU's flags and then refuses to run below AVX-512
+        # ("pack_vnni2 is only supported when avx512 is supported"): an AMX CPU held to AVX2 cannot run bf16 at all
+        pytest.skip("an AMX CPU held to AVX2 (ATEN_CPU_CAPABILITY): torch's bf16 attention cannot run here")
     monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (True, "treated as native in the tests"))
 
 
